@@ -1,0 +1,40 @@
+/* Shared helpers for the cmocka tests. */
+#ifndef HP_TESTUTIL_H
+#define HP_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "hp/core.h"
+
+/* Fails the test, printing the status name and hp_error_message(), unless st is HP_STATUS_OK. */
+#define assert_ok(expr)                                                                            \
+    do {                                                                                           \
+        hp_status st_ = (expr);                                                                    \
+        if (st_ != HP_STATUS_OK)                                                                   \
+            fail_msg("%s returned %s: %s", #expr, hp_status_str(st_), hp_error_message());          \
+    } while (0)
+
+/* Fails unless |a - b| <= atol + rtol * |b|, printing both values. */
+#define assert_close(a, b, rtol, atol)                                                             \
+    do {                                                                                           \
+        double a_ = (a), b_ = (b);                                                                 \
+        double d_ = a_ > b_ ? a_ - b_ : b_ - a_;                                                   \
+        double m_ = b_ < 0 ? -b_ : b_;                                                             \
+        if (!(d_ <= (atol) + (rtol) * m_))                                                         \
+            fail_msg("%s = %.9g vs %s = %.9g (diff %.3g)", #a, a_, #b, b_, d_);                     \
+    } while (0)
+
+/* Fails unless the message of the last error contains `needle`. */
+void hp_test_assert_error_contains(const char *needle);
+
+/* Deterministic uniform floats in [lo, hi) for test data (xorshift, seeded). */
+void hp_test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+
+/* A path under the source tree ($HP_SOURCE_DIR or "."), in a static buffer. */
+const char *hp_test_source_path(const char *rel);
+
+#endif
