@@ -1,0 +1,123 @@
+/*
+ * hp/ops.h — typed graph builders, one per operator, in single-device terms.
+ *
+ * Every builder appends one node to the graph and returns its (first) output tensor id, or
+ * HP_TID_NONE after a sticky error (see hp/ir.h). Shapes below are written as in llm.c:
+ * (B, T, C) is batch, time, channels; (...) is any number of leading dimensions.
+ * All floating-point tensors are f32 (bf16 is designed in but not yet computed); ids are i32.
+ *
+ *     hp_tid h = hp_layernorm(g, x, ln_w, ln_b, 1e-5f);       // (B, T, C)
+ *     hp_tid q = hp_linear(g, h, wq, bq);                      // (B, T, C)
+ *     hp_tid o = hp_attention(g, q, k, v, n_head, true);       // (B, T, C)
+ */
+#ifndef HP_OPS_H
+#define HP_OPS_H
+
+#include "hp/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- elementwise (elementwise.c) */
+
+/* a + b, a - b, a * b with numpy broadcasting (trailing dims aligned; 1 broadcasts). */
+hp_tid hp_add(hp_graph *g, hp_tid a, hp_tid b);
+hp_tid hp_sub(hp_graph *g, hp_tid a, hp_tid b);
+hp_tid hp_mul(hp_graph *g, hp_tid a, hp_tid b);
+/* s * a. */
+hp_tid hp_scale(hp_graph *g, hp_tid a, float s);
+/* A new f32 tensor of `shape` with every element `value`. */
+hp_tid hp_fill(hp_graph *g, hp_shape shape, float value);
+/* A copy of a (same shape and dtype). Passes use COPY nodes as the carrier of moves. */
+hp_tid hp_copy(hp_graph *g, hp_tid a);
+
+/* ---------------------------------------------------------------- reductions (reduce.c) */
+
+/* a summed down to the shape of `like` (the adjoint of broadcasting a `like`-shaped tensor). */
+hp_tid hp_sum_to(hp_graph *g, hp_tid a, hp_tid like);
+/* Sum / mean over `axis` (the axis is removed); axis -1 reduces everything to a scalar. */
+hp_tid hp_sum(hp_graph *g, hp_tid a, int axis);
+hp_tid hp_mean(hp_graph *g, hp_tid a, int axis);
+/* Scalar sum of squares of all elements of all n tensors (global gradient norm). n <= 8. */
+hp_tid hp_sumsq(hp_graph *g, const hp_tid *xs, int n);
+/* Scalar min(1, max_norm / (sqrt(sumsq) + 1e-6)): the global-norm clipping factor. */
+hp_tid hp_clip_scale(hp_graph *g, hp_tid sumsq, float max_norm);
+
+/* ---------------------------------------------------------------- data movement (shape_ops.c) */
+
+/* Same elements in row-major order, new shape (numel must match). */
+hp_tid hp_reshape(hp_graph *g, hp_tid a, hp_shape shape);
+/* Swaps axes d0 and d1 (negative axes count from the end). */
+hp_tid hp_transpose(hp_graph *g, hp_tid a, int d0, int d1);
+/* a[..., start:start+len, ...] along `axis`. */
+hp_tid hp_slice(hp_graph *g, hp_tid a, int axis, int64_t start, int64_t len);
+/* Zero-pads a along `axis` to length `full`, with a placed at offset `start` (SLICE's adjoint). */
+hp_tid hp_pad(hp_graph *g, hp_tid a, int axis, int64_t start, int64_t full);
+/* Concatenation of n (<= 8) tensors along `axis`; other dims must match. */
+hp_tid hp_concat(hp_graph *g, const hp_tid *xs, int n, int axis);
+
+/* ---------------------------------------------------------------- GEMM (matmul.c) */
+
+/*
+ * Batched matrix product: a (..., M, K) @ b (..., K, N) -> (..., M, N), with op(a) = a^T on the
+ * last two axes when trans_a (likewise b). b may have fewer leading dims than a (broadcast, e.g.
+ * a (B, T, K) @ b (K, N)); leading dims otherwise must be equal.
+ */
+hp_tid hp_matmul(hp_graph *g, hp_tid a, hp_tid b, bool trans_a, bool trans_b);
+/* x (..., K), w (N, K), bias (N) or HP_TID_NONE -> (..., N): y = x w^T + bias (PyTorch's Linear). */
+hp_tid hp_linear(hp_graph *g, hp_tid x, hp_tid w, hp_tid bias);
+
+/* ---------------------------------------------------------------- nn (one file each) */
+
+/* table (V, C), ids (...) i32 -> (..., C). An id outside [0, V) is a kernel error naming it. */
+hp_tid hp_embedding(hp_graph *g, hp_tid table, hp_tid ids);
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2). */
+hp_tid hp_gelu(hp_graph *g, hp_tid x);
+/* LayerNorm over the last axis: x (..., C), gamma (C), beta (C) -> (..., C) (Ba et al. 2016). */
+hp_tid hp_layernorm(hp_graph *g, hp_tid x, hp_tid gamma, hp_tid beta, float eps);
+/* Softmax over the last axis. */
+hp_tid hp_softmax(hp_graph *g, hp_tid x);
+/* logits (..., V) f32, targets (...) i32 -> scalar mean of -log softmax(logits)[target]. */
+hp_tid hp_cross_entropy(hp_graph *g, hp_tid logits, hp_tid targets);
+/*
+ * Multi-head self-attention core, fused: q, k, v (B, T, H*D) with heads interleaved as (H, D) in the
+ * last axis -> o (B, T, H*D) = softmax(q k^T / sqrt(D) [+ causal mask]) v per head. The softmax
+ * statistics (log-sum-exp per row, (B, H, T)) are the node's second output; backward recomputes
+ * the scores from them instead of keeping a (T, T) matrix per head (FlashAttention, Dao et al. 2022).
+ */
+hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool causal);
+
+/* ---------------------------------------------------------------- optimizer (adamw.c) */
+
+/* AdamW hyper-parameters (Loshchilov & Hutter 2019, decoupled weight decay). */
+typedef struct hp_adamw_params {
+    float beta1, beta2, eps, weight_decay;
+} hp_adamw_params;
+#define HP_ADAMW_PARAMS_DEFAULT ((hp_adamw_params){0.9f, 0.999f, 1e-8f, 0.0f})
+
+/*
+ * In place: m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
+ * + wd p), where g' = grad * scale. lr and step are scalar f32 INPUT tensors fed every step (step
+ * t counts from 1); scale is a scalar (the clipping factor) or HP_TID_NONE for 1. m and v are
+ * OPT_STATE tensors shaped like param. Returns HP_STATUS_OK or the graph's sticky error status.
+ */
+hp_status hp_adamw(hp_graph *g, hp_tid param, hp_tid grad, hp_tid m, hp_tid v, hp_tid lr,
+                   hp_tid step, hp_tid scale, const hp_adamw_params *p);
+
+/* ---------------------------------------------------------------- cost model */
+
+/* Work of one node: floating-point operations and bytes of tensor data read and written. */
+typedef struct hp_op_cost {
+    double flops;
+    double bytes_read;
+    double bytes_written;
+} hp_op_cost;
+
+/* Cost of node `i` from the operator's cost rule (zero for operators without one). */
+hp_op_cost hp_node_cost(const hp_graph *g, int i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HP_OPS_H */

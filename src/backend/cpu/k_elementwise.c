@@ -1,0 +1,168 @@
+/* CPU kernels for elementwise operators and reductions (OpenMP over rows). */
+#include "backend/cpu/cpu.h"
+
+#include <string.h>
+
+/* Strides (elements) of `s` broadcast into an `nd`-dim output: 0 where the dim is 1 or absent. */
+static void bcast_strides(const hp_shape *s, int nd, int64_t *st) {
+    int64_t acc = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        int k = s->ndim - nd + i;
+        int64_t d = k >= 0 ? s->dim[k] : 1;
+        st[i] = d == 1 ? 0 : acc;
+        acc *= d;
+    }
+}
+
+typedef enum { BIN_ADD, BIN_SUB, BIN_MUL } bin_op;
+
+static inline float bin(bin_op op, float x, float y) {
+    return op == BIN_ADD ? x + y : op == BIN_SUB ? x - y : x * y;
+}
+
+static hp_status binary_kernel(const hp_kernel_args *a, bin_op op) {
+    const float *x = a->in[0], *y = a->in[1];
+    float *z = a->out[0];
+    const hp_shape *so = hp__out_shape(a, 0), *sx = hp__in_shape(a, 0), *sy = hp__in_shape(a, 1);
+    int64_t n = hp_shape_numel(so), nx = hp_shape_numel(sx), ny = hp_shape_numel(sy);
+    if (nx == n && ny == n) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; i++) z[i] = bin(op, x[i], y[i]);
+        return HP_STATUS_OK;
+    }
+    int nd = so->ndim;
+    if (nd == 0) {
+        z[0] = bin(op, x[0], y[0]);
+        return HP_STATUS_OK;
+    }
+    int64_t stx[HP_MAX_DIMS], sty[HP_MAX_DIMS];
+    bcast_strides(sx, nd, stx);
+    bcast_strides(sy, nd, sty);
+    int64_t inner = so->dim[nd - 1], rows = n / inner;
+    int64_t ix = stx[nd - 1], iy = sty[nd - 1];
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t ox = 0, oy = 0, rem = r;
+        for (int d = nd - 2; d >= 0; d--) {
+            int64_t c = rem % so->dim[d];
+            rem /= so->dim[d];
+            ox += c * stx[d];
+            oy += c * sty[d];
+        }
+        float *zr = z + r * inner;
+        const float *xr = x + ox, *yr = y + oy;
+        if (ix && iy)
+            for (int64_t i = 0; i < inner; i++) zr[i] = bin(op, xr[i], yr[i]);
+        else if (ix)
+            for (int64_t i = 0; i < inner; i++) zr[i] = bin(op, xr[i], yr[0]);
+        else if (iy)
+            for (int64_t i = 0; i < inner; i++) zr[i] = bin(op, xr[0], yr[i]);
+        else
+            for (int64_t i = 0; i < inner; i++) zr[i] = bin(op, xr[0], yr[0]);
+    }
+    return HP_STATUS_OK;
+}
+
+hp_status hp__cpu_add(const hp_kernel_args *a) { return binary_kernel(a, BIN_ADD); }
+hp_status hp__cpu_sub(const hp_kernel_args *a) { return binary_kernel(a, BIN_SUB); }
+hp_status hp__cpu_mul(const hp_kernel_args *a) { return binary_kernel(a, BIN_MUL); }
+
+hp_status hp__cpu_scale(const hp_kernel_args *a) {
+    const float *x = a->in[0];
+    float *y = a->out[0], s = a->node->attr.f[0];
+    int64_t n = hp_shape_numel(hp__out_shape(a, 0));
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
+    return HP_STATUS_OK;
+}
+
+hp_status hp__cpu_fill(const hp_kernel_args *a) {
+    float *y = a->out[0], v = a->node->attr.f[0];
+    int64_t n = hp_shape_numel(hp__out_shape(a, 0));
+    if (v == 0.0f) {
+        memset(y, 0, (size_t)n * sizeof *y);
+        return HP_STATUS_OK;
+    }
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) y[i] = v;
+    return HP_STATUS_OK;
+}
+
+hp_status hp__cpu_copy(const hp_kernel_args *a) {
+    const hp_tensor *t = hp_graph_tensor(a->g, a->node->out[0]);
+    memcpy(a->out[0], a->in[0], (size_t)hp_shape_numel(&t->shape) * hp_dtype_size(t->dtype));
+    return HP_STATUS_OK;
+}
+
+/* y (shape of `like`) = sum of x over the broadcast axes. Parallel over output elements' rows. */
+hp_status hp__cpu_sum_to(const hp_kernel_args *a) {
+    const float *x = a->in[0];
+    float *y = a->out[0];
+    const hp_shape *sx = hp__in_shape(a, 0), *sy = hp__out_shape(a, 0);
+    int nd = sx->ndim;
+    int64_t nx = hp_shape_numel(sx), ny = hp_shape_numel(sy);
+    memset(y, 0, (size_t)ny * sizeof *y);
+    if (nd == 0 || ny == 0) {
+        if (ny) y[0] = x[0];
+        return HP_STATUS_OK;
+    }
+    int64_t sty[HP_MAX_DIMS];
+    bcast_strides(sy, nd, sty);
+    int64_t inner = sx->dim[nd - 1], rows = nx / inner;
+    if (sty[nd - 1] != 0 && ny == inner) {
+        /* Common case: bias gradient, sum over all leading rows. Column blocks per thread. */
+#pragma omp parallel for schedule(static)
+        for (int64_t c0 = 0; c0 < inner; c0 += 64) {
+            int64_t c1 = c0 + 64 < inner ? c0 + 64 : inner;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = c0; c < c1; c++) y[c] += x[r * inner + c];
+        }
+        return HP_STATUS_OK;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t oy = 0, rem = r;
+        for (int d = nd - 2; d >= 0; d--) {
+            int64_t c = rem % sx->dim[d];
+            rem /= sx->dim[d];
+            oy += c * sty[d];
+        }
+        const float *xr = x + r * inner;
+        if (sty[nd - 1])
+            for (int64_t i = 0; i < inner; i++) y[oy + i] += xr[i];
+        else {
+            double s = 0;
+            for (int64_t i = 0; i < inner; i++) s += xr[i];
+            y[oy] += (float)s;
+        }
+    }
+    return HP_STATUS_OK;
+}
+
+static hp_status reduce_kernel(const hp_kernel_args *a, bool mean) {
+    const float *x = a->in[0];
+    float *y = a->out[0];
+    const hp_shape *sx = hp__in_shape(a, 0);
+    int64_t n = hp_shape_numel(sx);
+    if (a->node->attr.i[0] == -1) {
+        double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 32768)
+        for (int64_t i = 0; i < n; i++) s += x[i];
+        y[0] = (float)(mean ? s / (double)n : s);
+        return HP_STATUS_OK;
+    }
+    int ax = (int)a->node->attr.i[0];
+    if (ax < 0) ax += sx->ndim;
+    int64_t outer = hp_shape_prod(sx, 0, ax), len = sx->dim[ax], inner = hp_shape_prod(sx, ax + 1, sx->ndim);
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            double s = 0;
+            for (int64_t k = 0; k < len; k++) s += x[(o * len + k) * inner + i];
+            y[o * inner + i] = (float)(mean ? s / (double)len : s);
+        }
+    }
+    return HP_STATUS_OK;
+}
+
+hp_status hp__cpu_sum(const hp_kernel_args *a) { return reduce_kernel(a, false); }
+hp_status hp__cpu_mean(const hp_kernel_args *a) { return reduce_kernel(a, true); }

@@ -1,0 +1,88 @@
+/* The operator registry, generated from HP_OP_LIST, and helpers shared by operator files. */
+#include "ops/op.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const hp_op_def *const g_defs[HP_OP_COUNT] = {
+#define HP_OP_ENTRY_(name, lower) [HP_OP_##name] = &hp__op_def_##lower,
+    HP_OP_LIST(HP_OP_ENTRY_)
+#undef HP_OP_ENTRY_
+};
+
+const hp_op_def *hp__op_def(hp_op op) {
+    HP_ASSERT(op >= 0 && op < HP_OP_COUNT);
+    return g_defs[op];
+}
+
+const char *hp_op_name(hp_op op) {
+    if ((int)op < 0 || op >= HP_OP_COUNT) return "?";
+    return g_defs[op]->name;
+}
+
+static hp_status nop_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    (void)g, (void)n, (void)dt, (void)s;
+    return HP_STATUS_OK;
+}
+
+const hp_op_def hp__op_def_nop = {
+    .name = "nop", .min_in = 0, .max_in = HP_MAX_NODE_INPUTS, .n_out = 0, .infer = nop_infer,
+};
+
+const char *hp__shape_s(const hp_shape *s) {
+    static char bufs[8][96];
+    static int next;
+    char *b = bufs[next++ & 7];
+    return hp_shape_str(s, b, sizeof bufs[0]);
+}
+
+hp_status hp__broadcast_shape(const hp_shape *a, const hp_shape *b, hp_shape *out) {
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    hp_shape r = hp_shape_make(nd, (int64_t[HP_MAX_DIMS]){0});
+    for (int i = 0; i < nd; i++) {
+        int ia = a->ndim - nd + i, ib = b->ndim - nd + i;
+        int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return hp_error(HP_STATUS_SHAPE, "shapes %s and %s do not broadcast (axis %d: %lld vs %lld)",
+                            hp__shape_s(a), hp__shape_s(b), i, (long long)da, (long long)db);
+        r.dim[i] = da == 1 ? db : da;
+    }
+    *out = r;
+    return HP_STATUS_OK;
+}
+
+int hp__axis(int axis, int ndim) {
+    if (axis < 0) axis += ndim;
+    return (axis >= 0 && axis < ndim) ? axis : -1;
+}
+
+hp_tid hp__grad_add(hp_graph *g, hp_tid g1, hp_tid g2) {
+    if (g1 == HP_TID_NONE) return g2;
+    if (g2 == HP_TID_NONE) return g1;
+    return hp_add(g, g1, g2);
+}
+
+static double tensor_bytes(const hp_graph *g, hp_tid t) {
+    const hp_tensor *x = hp_graph_tensor(g, t);
+    return (double)hp_shape_numel(&x->shape) * (double)hp_dtype_size(x->dtype);
+}
+
+void hp__cost_default(const hp_graph *g, const hp_node *n, double flops_per_out, hp_op_cost *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] != HP_TID_NONE) c->bytes_read += tensor_bytes(g, n->in[i]);
+    for (int j = 0; j < n->n_out; j++) c->bytes_written += tensor_bytes(g, n->out[j]);
+    if (n->n_out > 0)
+        c->flops = flops_per_out * (double)hp_shape_numel(&hp_graph_tensor(g, n->out[0])->shape);
+}
+
+hp_op_cost hp_node_cost(const hp_graph *g, int i) {
+    const hp_node *n = hp_graph_node(g, i);
+    hp_op_cost c;
+    const hp_op_def *d = hp__op_def(n->op);
+    if (d->cost)
+        d->cost(g, n, &c);
+    else
+        hp__cost_default(g, n, 0.0, &c);
+    return c;
+}
