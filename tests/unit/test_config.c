@@ -1,0 +1,224 @@
+/* Run config: defaults, a full file, every kind of error, and the YAML/JSON round trip. */
+#include "testutil.h"
+
+#include "hp/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char g_dir[64];
+static char g_path[128];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/hp_test_config_XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    snprintf(g_path, sizeof g_path, "%s/run.yaml", g_dir);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    unlink(g_path);
+    rmdir(g_dir);
+    return 0;
+}
+
+static void write_file(const char *text) {
+    FILE *f = fopen(g_path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Loads `text` from the temp file, expects `code`, and that the message names each needle. */
+static void expect_error(const char *text, hp_status code, const char *needle1, const char *needle2) {
+    write_file(text);
+    hp_run_config cfg;
+    hp_status st = hp_run_config_load(g_path, &cfg);
+    if (st != code)
+        fail_msg("loading '%s' gave %s (%s), expected %s", text, hp_status_str(st), hp_error_message(), hp_status_str(code));
+    hp_test_assert_error_contains(g_path);
+    if (needle1) hp_test_assert_error_contains(needle1);
+    if (needle2) hp_test_assert_error_contains(needle2);
+    assert_null(cfg.doc);
+    assert_int_equal(cfg.model.width, 256); /* defaults on failure */
+}
+
+static void test_defaults(void **state) {
+    (void)state;
+    hp_run_config c = hp_run_config_defaults();
+    assert_int_equal(c.model.vocab, 256);
+    assert_int_equal(c.model.context, 256);
+    assert_int_equal(c.model.layers, 4);
+    assert_false(c.model.tied_head);
+    assert_string_equal(c.data.corpus, "data/kjv.txt");
+    assert_close(c.data.val_fraction, 0.05, 0, 0);
+    assert_int_equal(c.train.steps, 1000);
+    assert_string_equal(c.train.checkpoint_dir, "runs/kjv");
+    assert_string_equal(c.train.sample_prompt, "And God said");
+    assert_close(c.optim.lr, 3.0e-3, 0, 0);
+    assert_close(c.optim.eps, 1.0e-8, 0, 0);
+    assert_null(c.strategy);
+    assert_ok(hp_run_config_validate(&c));
+    hp_run_config_free(&c);
+    hp_run_config_free(&c);
+
+    /* An empty file gives the defaults. */
+    write_file("# nothing\n");
+    assert_ok(hp_run_config_load(g_path, &c));
+    assert_int_equal(c.train.batch, 8);
+    assert_string_equal(c.source, g_path);
+    hp_run_config_free(&c);
+}
+
+static const char *k_full =
+    "model:\n"
+    "  vocab: 256\n  context: 64\n  layers: 2\n  heads: 2\n  width: 96\n  tied_head: true\n  dropout: 0.1\n"
+    "data: {corpus: /tmp/x.txt, val_fraction: 0.1}\n"
+    "train:\n"
+    "  steps: 50\n  batch: 4\n  seed: 7\n  log_every: 5\n  eval_every: 25\n  eval_batches: 2\n"
+    "  checkpoint_dir: runs/test\n  checkpoint_every: 25\n  sample_every: 10\n  sample_tokens: 64\n"
+    "  sample_prompt: \"In the: beginning\"\n  threads: 2\n"
+    "optim: {lr: 1.0e-3, min_lr: 1e-4, warmup: 5, weight_decay: 0.0, beta1: 0.8, beta2: 0.99, eps: 1e-6, grad_clip: 0}\n"
+    "strategy:\n"
+    "  mesh: {shape: [2, 4], axes: [dp, tp]}\n"
+    "  layouts:\n    - {param: \"blocks.*.mlp.fc.weight\", map: [tp, null]}\n"
+    "offload: {budget_gib: 1.5}\n"
+    "mpmd: {stages: 2, schedule: 1f1b}\n";
+
+static void check_full(const hp_run_config *c) {
+    assert_int_equal(c->model.context, 64);
+    assert_int_equal(c->model.width, 96);
+    assert_true(c->model.tied_head);
+    assert_close(c->model.dropout, 0.1, 0, 0);
+    assert_string_equal(c->data.corpus, "/tmp/x.txt");
+    assert_int_equal(c->train.steps, 50);
+    assert_int_equal(c->train.seed, 7);
+    assert_int_equal(c->train.threads, 2);
+    assert_string_equal(c->train.sample_prompt, "In the: beginning");
+    assert_string_equal(c->train.checkpoint_dir, "runs/test");
+    assert_close(c->optim.lr, 1e-3, 0, 0);
+    assert_close(c->optim.min_lr, 1e-4, 0, 0);
+    assert_close(c->optim.grad_clip, 0.0, 0, 0);
+    assert_int_equal(c->optim.warmup, 5);
+    /* The opaque sections are trees. */
+    assert_non_null(c->strategy);
+    const hp_yaml_node *shape = hp_yaml_map_get(hp_yaml_map_get(c->strategy, "mesh"), "shape");
+    assert_non_null(shape);
+    assert_int_equal(shape->kind, HP_YAML_KIND_SEQ);
+    int64_t v;
+    assert_ok(hp_yaml_as_int(hp_yaml_seq_at(shape, 1), "shape[1]", &v));
+    assert_int_equal(v, 4);
+    const hp_yaml_node *l0 = hp_yaml_seq_at(hp_yaml_map_get(c->strategy, "layouts"), 0);
+    const char *s;
+    assert_ok(hp_yaml_as_string(hp_yaml_map_get(l0, "param"), "param", &s));
+    assert_string_equal(s, "blocks.*.mlp.fc.weight");
+    assert_true(hp_yaml_is_null(hp_yaml_seq_at(hp_yaml_map_get(l0, "map"), 1)));
+    double d;
+    assert_ok(hp_yaml_as_double(hp_yaml_map_get(c->offload, "budget_gib"), "budget_gib", &d));
+    assert_close(d, 1.5, 0, 0);
+    assert_ok(hp_yaml_as_string(hp_yaml_map_get(c->mpmd, "schedule"), "schedule", &s));
+    assert_string_equal(s, "1f1b");
+}
+
+static void test_full_file_and_round_trip(void **state) {
+    (void)state;
+    write_file(k_full);
+    hp_run_config c;
+    assert_ok(hp_run_config_load(g_path, &c));
+    check_full(&c);
+    assert_int_equal(c.strategy->line, 25); /* the "mesh:" line */
+
+    char *yaml = hp_run_config_to_yaml(&c);
+    char *json = hp_run_config_to_json(&c);
+    assert_non_null(yaml);
+    assert_non_null(json);
+    hp_run_config c2, c3;
+    assert_ok(hp_run_config_load_string(yaml, strlen(yaml), "saved.yaml", &c2));
+    check_full(&c2);
+    assert_ok(hp_run_config_load_string(json, strlen(json), "saved.json", &c3));
+    check_full(&c3);
+    /* Re-serializing gives the same text. */
+    char *json2 = hp_run_config_to_json(&c3);
+    assert_string_equal(json, json2);
+    free(json2);
+    free(yaml);
+    free(json);
+    hp_run_config_free(&c);
+    hp_run_config_free(&c2);
+    hp_run_config_free(&c3);
+
+    /* write_yaml + load. */
+    c = hp_run_config_defaults();
+    c.optim.lr = 0.1 + 0.2; /* not representable in 15 digits */
+    assert_ok(hp_run_config_write_yaml(&c, g_path));
+    assert_ok(hp_run_config_load(g_path, &c2));
+    assert_true(c2.optim.lr == 0.1 + 0.2);
+    hp_run_config_free(&c2);
+}
+
+static void test_malformed_yaml(void **state) {
+    (void)state;
+    expect_error("model:\n  width: 64\n   heads: [1, 2\n", HP_STATUS_CONFIG, "malformed YAML", ":3:");
+    expect_error("model: {width: 64\n", HP_STATUS_CONFIG, "malformed YAML", NULL);
+    expect_error("model:\n  width: 64\n  width: 128\n", HP_STATUS_CONFIG, "duplicate key 'width'", ":3:");
+    expect_error("a: &x 1\nb: *x\n", HP_STATUS_CONFIG, "alias", NULL);
+    expect_error("- model\n- data\n", HP_STATUS_CONFIG, "must be a map", NULL);
+    expect_error("model: 3\n", HP_STATUS_CONFIG, "section 'model' must be a map", NULL);
+    hp_run_config c;
+    assert_int_equal(hp_run_config_load("/nonexistent/run.yaml", &c), HP_STATUS_IO);
+    hp_test_assert_error_contains("/nonexistent/run.yaml");
+}
+
+static void test_unknown_keys(void **state) {
+    (void)state;
+    expect_error("model:\n  lyers: 4\n", HP_STATUS_CONFIG, "unknown key 'lyers' in section 'model'", ":2");
+    expect_error("data: {corpse: x}\n", HP_STATUS_CONFIG, "unknown key 'corpse' in section 'data'", NULL);
+    expect_error("train:\n  step: 4\n", HP_STATUS_CONFIG, "unknown key 'step' in section 'train'", NULL);
+    expect_error("optim:\n  learning_rate: 4\n", HP_STATUS_CONFIG, "unknown key 'learning_rate' in section 'optim'", NULL);
+    expect_error("model: {}\nstrategi: {}\n", HP_STATUS_CONFIG, "unknown key 'strategi'", "top level");
+}
+
+static void test_wrong_types(void **state) {
+    (void)state;
+    expect_error("model: {width: wide}\n", HP_STATUS_CONFIG, "model.width expects an integer", "'wide'");
+    expect_error("model: {width: 64.0}\n", HP_STATUS_CONFIG, "model.width expects an integer", "'64.0'");
+    expect_error("model: {width: \"64\"}\n", HP_STATUS_CONFIG, "model.width expects an integer", "quoted");
+    expect_error("model: {tied_head: yes}\n", HP_STATUS_CONFIG, "model.tied_head expects true or false", "'yes'");
+    expect_error("optim: {lr: fast}\n", HP_STATUS_CONFIG, "optim.lr expects a number", "'fast'");
+    expect_error("optim: {lr: [1]}\n", HP_STATUS_CONFIG, "optim.lr expects a number", "sequence");
+    expect_error("optim: {lr: nan}\n", HP_STATUS_CONFIG, "optim.lr expects a number", NULL);
+    expect_error("optim: {lr: }\n", HP_STATUS_CONFIG, "optim.lr expects a number", NULL);
+    expect_error("data: {corpus: {a: 1}}\n", HP_STATUS_CONFIG, "data.corpus expects a string", "map");
+    expect_error("train: {steps: 99999999999999999999}\n", HP_STATUS_CONFIG, "train.steps expects an integer", NULL);
+}
+
+static void test_impossible_values(void **state) {
+    (void)state;
+    expect_error("model: {width: 250, heads: 4}\n", HP_STATUS_CONFIG, "model.width 250 is not divisible by model.heads 4", NULL);
+    expect_error("model: {context: 0}\n", HP_STATUS_CONFIG, "model.context 0", NULL);
+    expect_error("model: {vocab: 100}\n", HP_STATUS_CONFIG, "model.vocab 100", NULL);
+    expect_error("model: {dropout: 1.0}\n", HP_STATUS_CONFIG, "model.dropout 1", NULL);
+    expect_error("optim: {lr: 0}\n", HP_STATUS_CONFIG, "optim.lr 0 must be > 0", NULL);
+    expect_error("optim: {lr: -1e-3}\n", HP_STATUS_CONFIG, "optim.lr -0.001", NULL);
+    expect_error("optim: {lr: 1e-3, min_lr: 1e-2}\n", HP_STATUS_CONFIG, "optim.min_lr 0.01", NULL);
+    expect_error("optim: {beta2: 1.0}\n", HP_STATUS_CONFIG, "optim.beta2 1", NULL);
+    expect_error("train: {steps: 0}\n", HP_STATUS_CONFIG, "train.steps 0 must be >= 1", NULL);
+    expect_error("train: {batch: -2}\n", HP_STATUS_CONFIG, "train.batch -2", NULL);
+    expect_error("train: {eval_every: -1}\n", HP_STATUS_CONFIG, "train.eval_every -1", NULL);
+    expect_error("data: {val_fraction: 1.5}\n", HP_STATUS_CONFIG, "data.val_fraction 1.5 must be in (0, 1)", NULL);
+    expect_error("data: {val_fraction: 0}\n", HP_STATUS_CONFIG, "data.val_fraction 0", NULL);
+    expect_error("data: {corpus: \"\"}\n", HP_STATUS_CONFIG, "data.corpus", NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),          cmocka_unit_test(test_full_file_and_round_trip),
+        cmocka_unit_test(test_malformed_yaml),    cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_wrong_types),       cmocka_unit_test(test_impossible_values),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
