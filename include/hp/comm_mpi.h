@@ -1,0 +1,42 @@
+/*
+ * hp/comm_mpi.h — the MPI communicator (OpenMPI). Linked from the separate `hp_mpi` library; the
+ * core `hp` library never includes mpi.h.
+ *
+ *     int main(int argc, char **argv) {
+ *         hp_comm *world;
+ *         if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
+ *         hp_comm_mpi_world(&world);
+ *         ...                                  // hp_comm_* calls, hp_comm_split, ...
+ *         hp_comm_free(world);
+ *         hp_comm_mpi_finalize();
+ *     }
+ *
+ * Collectives map onto MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoallv,
+ * MPI_Bcast, MPI_Send/MPI_Recv and MPI_Barrier; the non-blocking variants onto the MPI_I* calls
+ * (MPI-3). bf16 travels as MPI_UINT16_T with user-defined sum/max/min operators. Counts above
+ * INT_MAX elements return HP_STATUS_UNSUPPORTED. MPI errors return HP_STATUS_COMM with MPI's text.
+ */
+#ifndef HP_COMM_MPI_H
+#define HP_COMM_MPI_H
+
+#include "hp/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Initialises MPI (MPI_Init_thread with MPI_THREAD_FUNNELED) unless already initialised, and sets
+ * MPI_ERRORS_RETURN on MPI_COMM_WORLD. Safe to call more than once. HP_STATUS_COMM on failure. */
+hp_status hp_comm_mpi_init(int *argc, char ***argv);
+
+/* A new communicator over a duplicate of MPI_COMM_WORLD (caller owns it; free with hp_comm_free
+ * before hp_comm_mpi_finalize). HP_STATUS_INVALID_ARGUMENT when MPI is not initialised. */
+hp_status hp_comm_mpi_world(hp_comm **out);
+
+/* Finalises MPI if this library initialised it. Every hp_comm from MPI must be freed first. */
+hp_status hp_comm_mpi_finalize(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HP_COMM_MPI_H */
