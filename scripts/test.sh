@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The test command: sets up the machine (dependencies + data), then builds and runs the whole
+# CTest suite (unit tests and mpirun tests) twice:
+#   1. release build (build/), `ctest --output-on-failure`;
+#   2. sanitizer build (build-sanitize/: ASan + UBSan, leak checking on), same ctest, except tests
+#      labelled `slow` (ctest -LE slow; set HP_TEST_SANITIZE_SLOW=1 to run them too).
+# Prints one summary line at the end and exits non-zero if any step failed.
+#
+#   scripts/test.sh [all|release|sanitize]     (default: all)
+#
+# Tests run in parallel with -j$(nproc) (override with HP_TEST_JOBS); mpirun tests reserve the
+# processors they need through their CTest PROCESSORS property.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+what="${1:-all}"
+case "$what" in
+    all|release|sanitize) ;;
+    *) echo "usage: scripts/test.sh [all|release|sanitize]" >&2; exit 2 ;;
+esac
+jobs="${HP_TEST_JOBS:-$(nproc)}"
+start=$SECONDS
+summary=()
+failed=0
+
+# run NAME CMD...: runs one step and records "NAME ok (Ns)" or "NAME FAILED (Ns)" in the
+# summary, followed by the step's `note` (ctest's pass count).
+run() {
+    local name="$1" t0=$SECONDS rc=0 result=ok
+    shift
+    echo "==> test.sh: $name"
+    note=""
+    "$@" || rc=$?
+    (( rc == 0 )) || { result=FAILED; failed=1; }
+    summary+=("$name $result ($((SECONDS - t0))s)${note:+: $note}")
+    return "$rc"
+}
+
+# ctest_in DIR [CTEST_ARG...]: runs the suite in DIR; a build with no tests counts as a failure.
+ctest_in() {
+    local dir="$1" log="$1/ctest.log" rc=0
+    shift
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" "$@" 2>&1 \
+        | tee "$log" || rc=$?
+    note="$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1)"
+    return "$rc"
+}
+
+sanitize_ctest() {
+    local label_args=(-LE slow)
+    [[ "${HP_TEST_SANITIZE_SLOW:-0}" == 1 ]] && label_args=()
+    # fast_unwind_on_malloc=0 records full allocation stacks through Open MPI's plugins, which
+    # tests/lsan.supp needs to recognise (and suppress) Open MPI's own leaks.
+    ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1" \
+    LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+        ctest_in build-sanitize "${label_args[@]}"
+}
+
+if ! run setup bash scripts/setup.sh; then
+    echo "test.sh: FAIL: setup failed after $((SECONDS - start))s" >&2
+    exit 1
+fi
+if [[ "$what" != sanitize ]]; then
+    run "release build" bash scripts/build.sh release && run "release ctest" ctest_in build
+fi
+if [[ "$what" != release ]]; then
+    run "sanitize build" bash scripts/build.sh sanitize && run "sanitize ctest" sanitize_ctest
+fi
+
+echo
+echo "==> test.sh summary"
+for s in "${summary[@]}"; do echo "    $s"; done
+elapsed="$((SECONDS - start))"
+if (( failed )); then
+    echo "test.sh: FAIL in $((elapsed / 60))m$((elapsed % 60))s"
+    exit 1
+fi
+echo "test.sh: PASS in $((elapsed / 60))m$((elapsed % 60))s"
