@@ -126,8 +126,8 @@ static bool write_all(int fd, const void *buf, size_t n) {
 
 hp_status hp_safetensors_write(const char *path, const hp_named_tensor *tensors, size_t n, const char *const *meta,
                                size_t n_meta) {
-    char *header;
-    size_t hlen;
+    char *header = NULL;
+    size_t hlen = 0;
     HP_CHECK(build_header(path, tensors, n, meta, n_meta, &header, &hlen));
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
