@@ -1,0 +1,341 @@
+/* Atomic checkpoints: safetensors + state.json in step directories (see hp/checkpoint.h). */
+#include "hp/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PATH_BYTES 4096
+
+hp_checkpoint_save_args hp_checkpoint_save_args_default(void) {
+    hp_checkpoint_save_args a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
+static hp_status io_error(const char *what, const char *path, int e) {
+    return hp_error(HP_STATUS_IO, "checkpoint: cannot %s '%s': %s", what, path, strerror(e));
+}
+
+static hp_status join(char *out, const char *a, const char *b) {
+    int n = snprintf(out, PATH_BYTES, "%s/%s", a, b);
+    if (n < 0 || n >= PATH_BYTES) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: path '%s/%s' is too long", a, b);
+    return HP_STATUS_OK;
+}
+
+static hp_status mkdir_p(const char *dir) {
+    char buf[PATH_BYTES];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: path '%s' is too long", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return io_error("create directory", buf, errno);
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return io_error("create directory", buf, errno);
+    struct stat sb;
+    if (stat(buf, &sb) != 0) return io_error("create directory", buf, errno);
+    if (!S_ISDIR(sb.st_mode)) return io_error("create directory", buf, ENOTDIR);
+    return HP_STATUS_OK;
+}
+
+static hp_status fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_error("open", path, errno);
+    int r = fsync(fd), e = errno;
+    close(fd);
+    if (r != 0 && e != EINVAL) return io_error("sync", path, e);
+    return HP_STATUS_OK;
+}
+
+static hp_status write_file_sync(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return io_error("create", path, errno);
+    size_t len = strlen(text), off = 0;
+    int e = 0;
+    while (off < len) {
+        ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            e = w < 0 ? errno : EIO;
+            break;
+        }
+        off += (size_t)w;
+    }
+    if (!e && fsync(fd) != 0) e = errno;
+    if (close(fd) != 0 && !e) e = errno;
+    if (e) {
+        unlink(path);
+        return io_error("write", path, e);
+    }
+    return HP_STATUS_OK;
+}
+
+/* Removes a directory and the plain files in it (checkpoint directories are flat). */
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *ent;
+        char p[PATH_BYTES];
+        while ((ent = readdir(d))) {
+            if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+            if (join(p, dir, ent->d_name) == HP_STATUS_OK) unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static char *state_json(const hp_checkpoint_save_args *a) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)a->step);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
+    bool ok = cJSON_AddStringToObject(root, "format", "hyperparallel-checkpoint") &&
+              cJSON_AddNumberToObject(root, "format_version", HP_CHECKPOINT_FORMAT_VERSION) &&
+              cJSON_AddRawToObject(root, "step", num) && cJSON_AddStringToObject(root, "seed", seed) &&
+              cJSON_AddStringToObject(root, "model_file", HP_CHECKPOINT_MODEL_FILE) &&
+              cJSON_AddStringToObject(root, "optim_file", HP_CHECKPOINT_OPTIM_FILE);
+    if (ok && a->config) {
+        char *cj = hp_run_config_to_json(a->config);
+        cJSON *c = cj ? cJSON_Parse(cj) : NULL;
+        free(cj);
+        ok = c && cJSON_AddItemToObject(root, "config", c);
+        if (!ok) cJSON_Delete(c);
+    }
+    if (ok && a->extra_json) {
+        cJSON *x = cJSON_Parse(a->extra_json);
+        ok = x && cJSON_AddItemToObject(root, "extra", x);
+        if (!ok) cJSON_Delete(x);
+    }
+    char *s = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return s;
+}
+
+static hp_status write_contents(const hp_checkpoint_save_args *a, const char *tmp) {
+    char path[PATH_BYTES], stepstr[32];
+    snprintf(stepstr, sizeof stepstr, "%lld", (long long)a->step);
+    const char *meta[] = {"format", "pt", "step", stepstr};
+    HP_CHECK(join(path, tmp, HP_CHECKPOINT_MODEL_FILE));
+    HP_CHECK(hp_safetensors_write(path, a->model, a->n_model, meta, 2));
+    HP_CHECK(join(path, tmp, HP_CHECKPOINT_OPTIM_FILE));
+    HP_CHECK(hp_safetensors_write(path, a->optim, a->n_optim, meta, 2));
+    char *js = state_json(a);
+    if (!js) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory building state.json");
+    hp_status st = join(path, tmp, HP_CHECKPOINT_STATE_FILE);
+    if (st == HP_STATUS_OK) st = write_file_sync(path, js);
+    free(js);
+    HP_CHECK(st);
+    return fsync_path(tmp);
+}
+
+static hp_status update_latest(const char *dir, const char *name) {
+    char tmp[PATH_BYTES], latest[PATH_BYTES], leaf[128], text[128];
+    snprintf(leaf, sizeof leaf, ".latest.tmp-%ld", (long)getpid());
+    HP_CHECK(join(tmp, dir, leaf));
+    HP_CHECK(join(latest, dir, "latest"));
+    snprintf(text, sizeof text, "%s\n", name);
+    HP_CHECK(write_file_sync(tmp, text));
+    if (rename(tmp, latest) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return io_error("replace", latest, e);
+    }
+    return fsync_path(dir);
+}
+
+hp_status hp_checkpoint_save(const hp_checkpoint_save_args *a, char *step_dir_out, size_t n) {
+    if (!a->dir || !a->dir[0]) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: no directory given");
+    if (a->step < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: step %lld must be >= 0", (long long)a->step);
+    if (a->extra_json) {
+        cJSON *x = cJSON_Parse(a->extra_json);
+        bool obj = cJSON_IsObject(x);
+        cJSON_Delete(x);
+        if (!obj) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: extra_json '%.80s' is not a JSON object", a->extra_json);
+    }
+    HP_CHECK(mkdir_p(a->dir));
+    char name[64], leaf[96], tmp[PATH_BYTES], final[PATH_BYTES], old[PATH_BYTES];
+    snprintf(name, sizeof name, "step_%08lld", (long long)a->step);
+    snprintf(leaf, sizeof leaf, ".tmp-%s-%ld", name, (long)getpid());
+    HP_CHECK(join(tmp, a->dir, leaf));
+    HP_CHECK(join(final, a->dir, name));
+    snprintf(leaf, sizeof leaf, ".old-%s-%ld", name, (long)getpid());
+    HP_CHECK(join(old, a->dir, leaf));
+
+    remove_dir(tmp); /* a leftover of a crashed save by a process with our pid */
+    if (mkdir(tmp, 0755) != 0) return io_error("create directory", tmp, errno);
+    hp_status st = write_contents(a, tmp);
+    if (st != HP_STATUS_OK) {
+        remove_dir(tmp);
+        return hp_error_prefix(st, "checkpoint step %lld not saved (previous checkpoints untouched): ", (long long)a->step);
+    }
+    struct stat sb;
+    bool replace = stat(final, &sb) == 0;
+    if (replace && rename(final, old) != 0) {
+        int e = errno;
+        remove_dir(tmp);
+        return io_error("move aside", final, e);
+    }
+    if (rename(tmp, final) != 0) {
+        int e = errno;
+        if (replace) rename(old, final);
+        remove_dir(tmp);
+        return io_error("rename into place", final, e);
+    }
+    if (replace) remove_dir(old);
+    HP_CHECK(fsync_path(a->dir));
+    HP_CHECK(update_latest(a->dir, name));
+    if (step_dir_out && n) snprintf(step_dir_out, n, "%s", final);
+    return HP_STATUS_OK;
+}
+
+static bool is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static bool is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static hp_status copy_out(char *out, size_t n, const char *s) {
+    if (strlen(s) >= n) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: path '%s' does not fit in %zu bytes", s, n);
+    memcpy(out, s, strlen(s) + 1);
+    return HP_STATUS_OK;
+}
+
+hp_status hp_checkpoint_resolve(const char *path, char *out, size_t n) {
+    char p[PATH_BYTES];
+    HP_CHECK(join(p, path, "latest"));
+    if (is_file(p)) {
+        FILE *f = fopen(p, "r");
+        if (!f) return io_error("open", p, errno);
+        char name[256] = "";
+        if (!fgets(name, sizeof name, f)) name[0] = 0;
+        fclose(f);
+        name[strcspn(name, "\r\n")] = 0;
+        if (!name[0] || strchr(name, '/'))
+            return hp_error(HP_STATUS_CORRUPT, "checkpoint: '%s' does not name a step directory", p);
+        char step[PATH_BYTES], state[PATH_BYTES];
+        HP_CHECK(join(step, path, name));
+        HP_CHECK(join(state, step, HP_CHECKPOINT_STATE_FILE));
+        if (!is_file(state))
+            return hp_error(HP_STATUS_CORRUPT, "checkpoint: '%s' names '%s', which holds no %s", p, name,
+                            HP_CHECKPOINT_STATE_FILE);
+        return copy_out(out, n, step);
+    }
+    HP_CHECK(join(p, path, HP_CHECKPOINT_STATE_FILE));
+    if (is_file(p)) return copy_out(out, n, path);
+    return hp_error(HP_STATUS_NOT_FOUND,
+                    "checkpoint: '%s' is neither a run directory (no 'latest' file) nor a step directory (no %s)%s", path,
+                    HP_CHECKPOINT_STATE_FILE, is_dir(path) ? "" : "; it does not exist");
+}
+
+static hp_status read_text(const char *path, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return io_error("open", path, errno);
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) break;
+        char *nb = realloc(buf, 2 * cap + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory reading '%s'", path);
+    buf[len] = 0;
+    *out = buf;
+    return HP_STATUS_OK;
+}
+
+hp_status hp_checkpoint_read_state(const char *step_dir, hp_checkpoint_state *out) {
+    memset(out, 0, sizeof *out);
+    out->config = hp_run_config_defaults();
+    char path[PATH_BYTES];
+    HP_CHECK(join(path, step_dir, HP_CHECKPOINT_STATE_FILE));
+    char *text;
+    HP_CHECK(read_text(path, &text));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    hp_status st = HP_STATUS_OK;
+    if (!cJSON_IsObject(root)) {
+        st = hp_error(HP_STATUS_CORRUPT, "'%s' is not a JSON object", path);
+        goto done;
+    }
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "format_version");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    if (!cJSON_IsNumber(ver) || !cJSON_IsNumber(step) || step->valuedouble < 0 || !cJSON_IsString(seed)) {
+        st = hp_error(HP_STATUS_CORRUPT, "'%s' lacks a numeric format_version and step or a string seed", path);
+        goto done;
+    }
+    if (ver->valueint > HP_CHECKPOINT_FORMAT_VERSION || ver->valueint < 1) {
+        st = hp_error(HP_STATUS_UNSUPPORTED, "'%s' has format_version %d; this build reads up to %d", path, ver->valueint,
+                      HP_CHECKPOINT_FORMAT_VERSION);
+        goto done;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long sv = strtoull(seed->valuestring, &end, 10);
+    if (errno || *end || !seed->valuestring[0]) {
+        st = hp_error(HP_STATUS_CORRUPT, "'%s': seed '%s' is not a decimal integer", path, seed->valuestring);
+        goto done;
+    }
+    out->format_version = ver->valueint;
+    out->step = (int64_t)step->valuedouble;
+    out->seed = (uint64_t)sv;
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    if (cfg) {
+        char *cj = cJSON_PrintUnformatted(cfg);
+        char name[PATH_BYTES + 16];
+        snprintf(name, sizeof name, "%s#config", path);
+        st = cj ? hp_run_config_load_string(cj, strlen(cj), name, &out->config)
+                : hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+        free(cj);
+        if (st != HP_STATUS_OK) goto done;
+        out->has_config = true;
+    }
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "extra");
+    if (extra) out->extra_json = cJSON_PrintUnformatted(extra);
+done:
+    cJSON_Delete(root);
+    if (st != HP_STATUS_OK) hp_checkpoint_state_free(out);
+    return st;
+}
+
+void hp_checkpoint_state_free(hp_checkpoint_state *s) {
+    hp_run_config_free(&s->config);
+    free(s->extra_json);
+    s->extra_json = NULL;
+    s->has_config = false;
+}
+
+hp_status hp_checkpoint_load_model(const char *step_dir, hp_named_tensor *tensors, size_t n) {
+    char path[PATH_BYTES];
+    HP_CHECK(join(path, step_dir, HP_CHECKPOINT_MODEL_FILE));
+    return hp_safetensors_load_into(path, tensors, n);
+}
+
+hp_status hp_checkpoint_load_optim(const char *step_dir, hp_named_tensor *tensors, size_t n) {
+    char path[PATH_BYTES];
+    HP_CHECK(join(path, step_dir, HP_CHECKPOINT_OPTIM_FILE));
+    return hp_safetensors_load_into(path, tensors, n);
+}
