@@ -1,0 +1,77 @@
+/*
+ * hp/nn.h — models built on the IR in single-device terms.
+ *
+ * GPT: a GPT-2-style decoder (Radford et al. 2019): learned token and position embeddings,
+ * pre-LayerNorm blocks x += proj(attn(ln1(x))); x += mlp.proj(gelu(mlp.fc(ln2(x)))), a final
+ * LayerNorm and a linear head (tied to the token embedding or separate). Attention uses separate
+ * q, k, v projections so that tensor parallelism can split heads by splitting the output dim.
+ *
+ * Parameter names (strategies, checkpoints and offload policies address tensors by them):
+ *   wte.weight (V, C)                      wpe.weight (context, C)
+ *   blocks.L.ln1.weight / .bias (C)        blocks.L.attn.{q,k,v,proj}.weight (C, C) / .bias (C)
+ *   blocks.L.ln2.weight / .bias (C)        blocks.L.mlp.fc.weight (4C, C) / .bias (4C)
+ *   blocks.L.mlp.proj.weight (C, 4C) / .bias (C)
+ *   ln_f.weight / .bias (C)                lm_head.weight (V, C)  (absent when tied)
+ */
+#ifndef HP_NN_H
+#define HP_NN_H
+
+#include "hp/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hp_gpt_config {
+    int vocab;      /* V: token vocabulary size */
+    int context;    /* maximum sequence length (rows of wpe) */
+    int layers;     /* L */
+    int heads;      /* H; width must be divisible by it */
+    int width;      /* C */
+    bool tied_head; /* lm_head shares wte.weight */
+} hp_gpt_config;
+
+/* Checks the shape parameters; HP_STATUS_INVALID_ARGUMENT naming the bad value. */
+hp_status hp_gpt_config_check(const hp_gpt_config *c);
+
+/* The tensors of a built GPT graph. */
+typedef struct hp_gpt {
+    hp_gpt_config cfg;
+    int batch, seq;
+    hp_tid tokens;  /* input (batch, seq) i32 */
+    hp_tid targets; /* input (batch, seq) i32, or HP_TID_NONE without loss */
+    hp_tid logits;  /* (batch, seq, V) */
+    hp_tid loss;    /* scalar mean cross-entropy, or HP_TID_NONE without loss */
+} hp_gpt;
+
+/*
+ * Builds the forward graph for (batch, seq) tokens, seq <= context, appending to `g` (normally
+ * empty). With `with_loss`, adds the targets input and the loss. Errors: bad config or seq; the
+ * graph's sticky error.
+ */
+hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, bool with_loss, hp_gpt *out);
+
+/*
+ * GPT-2 initialisation of one parameter by name: weights ~ N(0, 0.02) with residual output
+ * projections (attn.proj, mlp.proj) ~ N(0, 0.02 / sqrt(2 L)), LayerNorm weights 1, biases 0.
+ * Values are a pure function of (seed, name, element index), so a shard can be initialised alone:
+ * `first` is the flat index of data[0] within the full tensor and `n` the element count.
+ * Errors: HP_STATUS_NOT_FOUND for a name that is not a GPT parameter.
+ */
+hp_status hp_gpt_init_param(const hp_gpt_config *c, const char *name, uint64_t seed, int64_t first,
+                            int64_t n, float *data);
+
+/* Parameter count (elements), with the tied head counted once. */
+int64_t hp_gpt_n_params(const hp_gpt_config *c);
+
+/*
+ * Training FLOPs per token, nanoGPT's estimate_mfu (Karpathy; PaLM paper appendix B):
+ * 6 N + 12 L C T, with N the parameters excluding the position embedding. The attention term
+ * counts the full (unmasked) T x T products, as PyTorch's and nanoGPT's reports do.
+ */
+double hp_gpt_train_flops_per_token(const hp_gpt_config *c, int seq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

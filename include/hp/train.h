@@ -1,0 +1,103 @@
+/*
+ * hp/train.h — the training step as one graph, the learning-rate schedule, and the trainer that
+ * runs a whole job from a run config (hp/config.h).
+ *
+ * The step graph is forward + autodiff backward + global-norm clipping + AdamW, all in the IR, so
+ * that every later pass (sharding, offload, pipeline) sees the whole step:
+ *
+ *     loss ─► autodiff ─► grads ─► sumsq ─► clip_scale ─┐
+ *                           └────────────────────────────┴─► adamw(param, grad, m, v, lr, step, scale)
+ */
+#ifndef HP_TRAIN_H
+#define HP_TRAIN_H
+
+#include "hp/config.h"
+#include "hp/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Learning rate at optimizer step `step` (1-based) of `total`: linear warmup from lr/warmup to lr
+ * over `warmup` steps, then cosine decay to min_lr at step `total` (SGDR, Loshchilov & Hutter 2017,
+ * without restarts; the GPT-2/nanoGPT schedule).
+ */
+double hp_lr_at(const hp_optim_config *o, int64_t step, int64_t total);
+
+/* Tensors of the training-step graph. Arrays are owned by the graph's arena. */
+typedef struct hp_train_step {
+    hp_tid loss;     /* scalar */
+    hp_tid lr;       /* input scalar: fed hp_lr_at() each step */
+    hp_tid step;     /* input scalar: the 1-based optimizer step (AdamW bias correction) */
+    hp_tid grad_sq;  /* scalar: squared global gradient norm (before clipping) */
+    int n_params;
+    hp_tid *params, *grads, *m, *v; /* per parameter, in creation order; m, v are OPT_STATE */
+} hp_train_step;
+
+/*
+ * Appends backward, clipping (when o->grad_clip > 0) and AdamW to a forward graph whose scalar
+ * loss is `loss`. Optimizer states are named "exp_avg.<param>" and "exp_avg_sq.<param>". Weight
+ * decay applies to parameters without the no_weight_decay flag. Errors: autodiff's errors; a
+ * parameter with no gradient path is HP_STATUS_INVALID_ARGUMENT naming it.
+ */
+hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o, hp_train_step *out);
+
+/* Per-step figures reported by the trainer. */
+typedef struct hp_step_metrics {
+    int64_t step;       /* the step just completed (1-based) */
+    double loss;        /* training loss of the step's batch */
+    double lr;          /* learning rate used */
+    double grad_norm;   /* global gradient norm before clipping */
+    double seconds;     /* wall time of the step */
+    double tokens_per_s;
+} hp_step_metrics;
+
+typedef struct hp_trainer hp_trainer;
+
+/*
+ * A trainer for the run config `cfg` (copied; the YAML trees must stay alive): loads the corpus,
+ * builds the step graph and an evaluation graph, compiles programs, initialises parameters from
+ * train.seed (GPT-2 init). Errors: config, data and allocation errors with their messages.
+ */
+hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
+void hp_trainer_free(hp_trainer *t);
+
+/* Runs one optimizer step on the next batch. On error the parameters are unchanged. */
+hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
+/* Mean loss over train.eval_batches validation batches (the same batches every call). */
+hp_status hp_trainer_eval(hp_trainer *t, double *val_loss);
+/* Steps completed so far. */
+int64_t hp_trainer_steps_done(const hp_trainer *t);
+/* Unigram entropy of the training split in nats per token (the bar a model must beat). */
+double hp_trainer_unigram_entropy(const hp_trainer *t);
+
+/*
+ * Writes a checkpoint of the current state under train.checkpoint_dir (atomically; see
+ * hp/checkpoint.h). `path_out` (may be NULL) receives the step directory, `cap` bytes.
+ */
+hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap);
+/* Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir). */
+hp_status hp_trainer_resume(hp_trainer *t, const char *path);
+
+/*
+ * Samples `n_tokens` bytes after `prompt` with temperature `temp` (0: greedy) and top-k `top_k`
+ * (0: off), deterministic for `seed`. *text_out is malloc'd (caller frees): prompt + continuation.
+ */
+hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, float temp, int top_k,
+                            uint64_t seed, char **text_out);
+
+/*
+ * Rebuilds the model from a checkpoint's saved config and weights (path: a run dir or a step dir)
+ * and samples as hp_trainer_sample does. Errors: checkpoint errors naming the file.
+ */
+hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int n_tokens, float temp, int top_k,
+                                      uint64_t seed, char **text_out);
+
+/* Parameter value by name for tests and tools (NULL if unknown); `numel` receives the size. */
+const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

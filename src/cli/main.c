@@ -1,0 +1,53 @@
+/* The `hp` command: train, generate, plan. Only this layer prints and chooses exit codes. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: hp <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train RUN.yaml [--metrics FILE] [--resume [CKPT]] [--steps N]\n"
+            "                       train the model the config describes\n"
+            "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
+            "                       sample text from a checkpoint (a run dir or a step dir)\n"
+            "  plan RUN.yaml [--ranks N]\n"
+            "                       print the plan (layouts, collectives, memory) without training\n"
+            "  help                 this text\n");
+}
+
+static void log_sink(hp_log_level level, const char *line, void *user) {
+    (void)user;
+    static const char *names[] = {"debug", "info", "warning", "error"};
+    if (level >= HP_LOG_LEVEL_WARN)
+        fprintf(stderr, "hp: %s: %s\n", names[level], line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
+int hp_cli_fail(hp_status st, const char *what) {
+    fprintf(stderr, "hp: error: %s%s%s (%s)\n", what ? what : "", what ? ": " : "", hp_error_message(),
+            hp_status_str(st));
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    hp_log_set_sink(log_sink, NULL);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "train")) return hp_cli_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return hp_cli_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return hp_cli_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "hp: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

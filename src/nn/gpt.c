@@ -1,0 +1,124 @@
+/* GPT-2-style decoder built on the IR (see hp/nn.h for the architecture and parameter names). */
+#include "hp/nn.h"
+
+#include "hp/ops.h"
+#include "hp/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+hp_status hp_gpt_config_check(const hp_gpt_config *c) {
+    if (c->vocab < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.vocab must be >= 1, got %d", c->vocab);
+    if (c->context < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.context must be >= 1, got %d", c->context);
+    if (c->layers < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.layers must be >= 1, got %d", c->layers);
+    if (c->heads < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.heads must be >= 1, got %d", c->heads);
+    if (c->width < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.width must be >= 1, got %d", c->width);
+    if (c->width % c->heads)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.width %d is not divisible by model.heads %d", c->width,
+                        c->heads);
+    return HP_STATUS_OK;
+}
+
+static hp_tid linear_layer(hp_graph *g, const char *name, hp_tid x, int64_t in, int64_t out) {
+    hp_graph_push_scope(g, name);
+    hp_tid w = hp_param(g, "weight", HP_SHAPE(out, in));
+    hp_tid b = hp_param(g, "bias", HP_SHAPE(out));
+    if (b != HP_TID_NONE) hp_graph_tensor(g, b)->no_weight_decay = true;
+    hp_graph_pop_scope(g);
+    return hp_linear(g, x, w, b);
+}
+
+static hp_tid layernorm_layer(hp_graph *g, const char *name, hp_tid x, int64_t c) {
+    hp_graph_push_scope(g, name);
+    hp_tid w = hp_param(g, "weight", HP_SHAPE(c));
+    hp_tid b = hp_param(g, "bias", HP_SHAPE(c));
+    if (w != HP_TID_NONE) hp_graph_tensor(g, w)->no_weight_decay = true;
+    if (b != HP_TID_NONE) hp_graph_tensor(g, b)->no_weight_decay = true;
+    hp_graph_pop_scope(g);
+    return hp_layernorm(g, x, w, b, 1e-5f);
+}
+
+hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, bool with_loss, hp_gpt *out) {
+    HP_CHECK(hp_gpt_config_check(c));
+    if (batch < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "batch must be >= 1, got %d", batch);
+    if (seq < 1 || seq > c->context)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "sequence length %d is outside [1, context %d]", seq, c->context);
+    memset(out, 0, sizeof *out);
+    out->cfg = *c;
+    out->batch = batch;
+    out->seq = seq;
+    const int64_t C = c->width, V = c->vocab;
+    out->tokens = hp_input(g, "tokens", HP_DTYPE_I32, HP_SHAPE(batch, seq));
+    out->targets = with_loss ? hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
+    hp_tid wte = hp_param(g, "wte.weight", HP_SHAPE(V, C));
+    hp_tid wpe = hp_param(g, "wpe.weight", HP_SHAPE(c->context, C));
+    hp_tid pos = seq == c->context ? wpe : hp_slice(g, wpe, 0, 0, seq);
+    hp_tid x = hp_add(g, hp_embedding(g, wte, out->tokens), pos); /* (B, T, C) + (T, C) */
+    for (int l = 0; l < c->layers; l++) {
+        hp_graph_push_scopef(g, "blocks.%d", l);
+        hp_tid h = layernorm_layer(g, "ln1", x, C);
+        hp_graph_push_scope(g, "attn");
+        hp_tid q = linear_layer(g, "q", h, C, C);
+        hp_tid k = linear_layer(g, "k", h, C, C);
+        hp_tid v = linear_layer(g, "v", h, C, C);
+        hp_tid a = hp_attention(g, q, k, v, c->heads, true);
+        x = hp_add(g, x, linear_layer(g, "proj", a, C, C));
+        hp_graph_pop_scope(g);
+        h = layernorm_layer(g, "ln2", x, C);
+        hp_graph_push_scope(g, "mlp");
+        h = hp_gelu(g, linear_layer(g, "fc", h, C, 4 * C));
+        x = hp_add(g, x, linear_layer(g, "proj", h, 4 * C, C));
+        hp_graph_pop_scope(g);
+        hp_graph_pop_scope(g);
+    }
+    x = layernorm_layer(g, "ln_f", x, C);
+    hp_tid head = c->tied_head ? wte : hp_param(g, "lm_head.weight", HP_SHAPE(V, C));
+    out->logits = hp_linear(g, x, head, HP_TID_NONE);
+    out->loss = with_loss ? hp_cross_entropy(g, out->logits, out->targets) : HP_TID_NONE;
+    if (out->loss != HP_TID_NONE) hp_graph_set_name(g, out->loss, "loss");
+    return hp_graph_status(g);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+hp_status hp_gpt_init_param(const hp_gpt_config *c, const char *name, uint64_t seed, int64_t first, int64_t n,
+                            float *data) {
+    float value = 0.0f, std = 0.0f;
+    bool normal;
+    if (strstr(name, "ln") && (ends_with(name, ".weight") || ends_with(name, ".bias"))) {
+        normal = false;
+        value = ends_with(name, ".weight") ? 1.0f : 0.0f;
+    } else if (ends_with(name, ".bias")) {
+        normal = false;
+    } else if (ends_with(name, "proj.weight")) {
+        normal = true;
+        std = 0.02f / sqrtf(2.0f * (float)c->layers);
+    } else if (ends_with(name, ".weight")) {
+        normal = true;
+        std = 0.02f;
+    } else {
+        return hp_error(HP_STATUS_NOT_FOUND, "'%s' is not a GPT parameter", name);
+    }
+    if (!normal) {
+        for (int64_t i = 0; i < n; i++) data[i] = value;
+        return HP_STATUS_OK;
+    }
+    uint64_t key = hp_rng_hash(name) ^ (seed * 0x9e3779b97f4a7c15ull);
+    for (int64_t i = 0; i < n; i++) data[i] = std * hp_rng_normal(key, (uint64_t)(first + i));
+    return HP_STATUS_OK;
+}
+
+int64_t hp_gpt_n_params(const hp_gpt_config *c) {
+    int64_t C = c->width, V = c->vocab, L = c->layers;
+    int64_t block = 2 * C + 4 * (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+    return V * C + (int64_t)c->context * C + L * block + 2 * C + (c->tied_head ? 0 : V * C);
+}
+
+double hp_gpt_train_flops_per_token(const hp_gpt_config *c, int seq) {
+    double n = (double)(hp_gpt_n_params(c) - (int64_t)c->context * c->width);
+    return 6.0 * n + 12.0 * c->layers * (double)c->width * seq;
+}

@@ -1,0 +1,266 @@
+/* GPT model, training step, trainer: determinism, learning on the KJV, resume, bad input. */
+#include "testutil.h"
+
+#include "hp/checkpoint.h"
+#include "hp/config.h"
+#include "hp/nn.h"
+#include "hp/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *kjv(void) { return hp_test_source_path("data/kjv.txt"); }
+
+static hp_run_config tiny_config(const char *ckdir) {
+    hp_run_config c = hp_run_config_defaults();
+    c.model.vocab = 256;
+    c.model.context = 32;
+    c.model.layers = 2;
+    c.model.heads = 2;
+    c.model.width = 32;
+    c.train.batch = 4;
+    c.train.steps = 20;
+    c.train.seed = 7;
+    c.train.eval_batches = 2;
+    c.optim.lr = 3e-3;
+    c.optim.warmup = 5;
+    c.optim.min_lr = 3e-4;
+    snprintf(c.data.corpus, sizeof c.data.corpus, "%s", kjv());
+    snprintf(c.train.checkpoint_dir, sizeof c.train.checkpoint_dir, "%s", ckdir ? ckdir : "/tmp/unused");
+    return c;
+}
+
+static void test_lr_schedule(void **state) {
+    (void)state;
+    hp_optim_config o = hp_run_config_defaults().optim;
+    o.lr = 1.0;
+    o.min_lr = 0.1;
+    o.warmup = 10;
+    assert_close(hp_lr_at(&o, 1, 110), 0.1, 1e-12, 0);
+    assert_close(hp_lr_at(&o, 10, 110), 1.0, 1e-12, 0);
+    assert_close(hp_lr_at(&o, 60, 110), 0.55, 1e-9, 0); /* halfway through the cosine */
+    assert_close(hp_lr_at(&o, 110, 110), 0.1, 1e-12, 0);
+}
+
+/* Gradients of every GPT parameter against central differences of the loss. */
+static void test_gpt_param_gradients(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_gpt_config c = {16, 6, 1, 2, 8, false};
+    hp_gpt gpt;
+    assert_ok(hp_gpt_build(g, &c, 2, 6, true, &gpt));
+    int n = hp_graph_params(g, NULL, 0);
+    hp_tid params[32], grads[32], keep[33];
+    hp_graph_params(g, params, n);
+    assert_ok(hp_autodiff(g, gpt.loss, params, n, grads));
+    keep[0] = gpt.loss;
+    for (int i = 0; i < n; i++) keep[i + 1] = grads[i];
+    hp_program *p;
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = keep;
+    o.n_keep = n + 1;
+    assert_ok(hp_program_new(g, &o, &p));
+    for (int i = 0; i < n; i++) {
+        const hp_tensor *x = hp_graph_tensor(g, params[i]);
+        hp_test_fill_uniform(hp_program_data(p, params[i]), (size_t)hp_shape_numel(&x->shape), 3 + (uint64_t)i,
+                             -0.4f, 0.4f);
+    }
+    int32_t *tok = hp_program_data(p, gpt.tokens), *tgt = hp_program_data(p, gpt.targets);
+    for (int i = 0; i < 12; i++) {
+        tok[i] = (i * 7 + 3) % 16;
+        tgt[i] = (i * 5 + 1) % 16;
+    }
+    assert_ok(hp_program_run(p));
+    float *snap[32];
+    for (int i = 0; i < n; i++) {
+        size_t k = (size_t)hp_shape_numel(&hp_graph_tensor(g, params[i])->shape);
+        snap[i] = malloc(k * sizeof(float));
+        memcpy(snap[i], hp_program_data(p, grads[i]), k * sizeof(float));
+    }
+    const float h = 1e-2f;
+    for (int i = 0; i < n; i++) {
+        const hp_tensor *x = hp_graph_tensor(g, params[i]);
+        int64_t k = hp_shape_numel(&x->shape);
+        float *w = hp_program_data(p, params[i]);
+        for (int64_t e = 0; e < k; e += (k > 8 ? k / 8 : 1)) {
+            float w0 = w[e];
+            w[e] = w0 + h;
+            assert_ok(hp_program_run(p));
+            double fp = *(float *)hp_program_data(p, gpt.loss);
+            w[e] = w0 - h;
+            assert_ok(hp_program_run(p));
+            double fm = *(float *)hp_program_data(p, gpt.loss);
+            w[e] = w0;
+            double fd = (fp - fm) / (2 * h);
+            if (fabs(fd - snap[i][e]) > 2e-3 + 3e-2 * fabs(fd))
+                fail_msg("%s[%lld]: analytic %.6g vs finite difference %.6g", x->name, (long long)e, (double)snap[i][e],
+                         fd);
+        }
+        free(snap[i]);
+    }
+    hp_program_free(p);
+    hp_graph_free(g);
+}
+
+static void run_steps(hp_trainer *t, int n, double *losses) {
+    for (int i = 0; i < n; i++) {
+        hp_step_metrics m;
+        assert_ok(hp_trainer_step(t, &m));
+        losses[i] = m.loss;
+    }
+}
+
+static void test_deterministic_for_seed(void **state) {
+    (void)state;
+    hp_run_config c = tiny_config(NULL);
+    double a[5], b[5];
+    hp_trainer *t1, *t2;
+    assert_ok(hp_trainer_new(&c, &t1));
+    run_steps(t1, 5, a);
+    assert_ok(hp_trainer_new(&c, &t2));
+    run_steps(t2, 5, b);
+    for (int i = 0; i < 5; i++) assert_true(a[i] == b[i]);
+    int64_t n1, n2;
+    const float *w1 = hp_trainer_param(t1, "blocks.1.mlp.fc.weight", &n1);
+    const float *w2 = hp_trainer_param(t2, "blocks.1.mlp.fc.weight", &n2);
+    assert_non_null(w1);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(w1, w2, (size_t)n1 * sizeof(float));
+    hp_trainer_free(t1);
+    hp_trainer_free(t2);
+    /* another seed gives other numbers */
+    c.train.seed = 8;
+    assert_ok(hp_trainer_new(&c, &t1));
+    run_steps(t1, 1, b);
+    assert_true(b[0] != a[0]);
+    hp_trainer_free(t1);
+}
+
+static void test_learns_kjv(void **state) {
+    (void)state;
+    hp_run_config c = tiny_config(NULL);
+    c.model.context = 64;
+    c.model.width = 64;
+    c.model.heads = 4;
+    c.train.batch = 16;
+    c.train.steps = 300;
+    c.train.eval_batches = 4;
+    c.optim.warmup = 20;
+    hp_trainer *t;
+    assert_ok(hp_trainer_new(&c, &t));
+    double before, after, losses[300];
+    assert_ok(hp_trainer_eval(t, &before));
+    run_steps(t, 300, losses);
+    assert_ok(hp_trainer_eval(t, &after));
+    double h = hp_trainer_unigram_entropy(t);
+    print_message("val loss %.3f -> %.3f, unigram entropy %.3f nats\n", before, after, h);
+    assert_true(before > log(256.0) - 0.5);
+    assert_true(after < 0.8 * h);
+    char *text;
+    assert_ok(hp_trainer_sample(t, "And God", 40, 0.8f, 40, 1, &text));
+    assert_int_equal(strlen(text), strlen("And God") + 40);
+    free(text);
+    hp_trainer_free(t);
+}
+
+static char *make_tmpdir(void) {
+    char *d = strdup("/tmp/hp-test-train-XXXXXX");
+    assert_non_null(mkdtemp(d));
+    return d;
+}
+
+static void rm_rf(const char *d) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_resume_matches_uninterrupted(void **state) {
+    (void)state;
+    char *dir = make_tmpdir();
+    hp_run_config c = tiny_config(dir);
+    double full[12], part[12];
+    hp_trainer *t;
+    assert_ok(hp_trainer_new(&c, &t));
+    run_steps(t, 12, full);
+    hp_trainer_free(t);
+
+    assert_ok(hp_trainer_new(&c, &t));
+    run_steps(t, 6, part);
+    assert_ok(hp_trainer_save(t, NULL, 0));
+    hp_trainer_free(t);
+    assert_ok(hp_trainer_new(&c, &t));
+    assert_ok(hp_trainer_resume(t, dir));
+    assert_int_equal(hp_trainer_steps_done(t), 6);
+    run_steps(t, 6, part + 6);
+    for (int i = 0; i < 12; i++)
+        if (full[i] != part[i]) fail_msg("step %d: %.9g uninterrupted vs %.9g resumed", i + 1, full[i], part[i]);
+
+    /* generation from the checkpoint works and is deterministic */
+    char *a, *b;
+    assert_ok(hp_generate_from_checkpoint(dir, "In the", 20, 0.8f, 40, 3, &a));
+    assert_ok(hp_generate_from_checkpoint(dir, "In the", 20, 0.8f, 40, 3, &b));
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    hp_trainer_free(t);
+    rm_rf(dir);
+    free(dir);
+}
+
+static void test_bad_inputs(void **state) {
+    (void)state;
+    hp_trainer *t = NULL;
+    hp_run_config c = tiny_config(NULL);
+    snprintf(c.data.corpus, sizeof c.data.corpus, "/nonexistent/corpus.txt");
+    assert_int_not_equal(hp_trainer_new(&c, &t), HP_STATUS_OK);
+    hp_test_assert_error_contains("/nonexistent/corpus.txt");
+    assert_null(t);
+
+    c = tiny_config(NULL);
+    c.model.heads = 3; /* width 32 not divisible by 3 */
+    assert_int_equal(hp_trainer_new(&c, &t), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("heads 3");
+
+    /* a checkpoint of a different model shape: resume names the tensor and both shapes */
+    char *dir = make_tmpdir();
+    c = tiny_config(dir);
+    assert_ok(hp_trainer_new(&c, &t));
+    assert_ok(hp_trainer_save(t, NULL, 0));
+    hp_trainer_free(t);
+    c.model.width = 48;
+    assert_ok(hp_trainer_new(&c, &t));
+    assert_int_equal(hp_trainer_resume(t, dir), HP_STATUS_SHAPE);
+    hp_test_assert_error_contains("wte.weight");
+    assert_int_equal(hp_trainer_steps_done(t), 0);
+    hp_trainer_free(t);
+
+    /* a corrupt checkpoint: truncate the weights */
+    c.model.width = 32;
+    char path[700], step_dir[600];
+    assert_ok(hp_checkpoint_resolve(dir, step_dir, sizeof step_dir));
+    snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
+    assert_int_equal(truncate(path, 100), 0);
+    assert_ok(hp_trainer_new(&c, &t));
+    assert_int_not_equal(hp_trainer_resume(t, dir), HP_STATUS_OK);
+    hp_test_assert_error_contains("model.safetensors");
+    hp_trainer_free(t);
+    rm_rf(dir);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_gpt_param_gradients),
+        cmocka_unit_test(test_deterministic_for_seed),
+        cmocka_unit_test(test_learns_kjv),
+        cmocka_unit_test(test_resume_matches_uninterrupted),
+        cmocka_unit_test(test_bad_inputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
