@@ -194,6 +194,29 @@ static void test_unigram_entropy(void **state) {
     hp_corpus_free(c);
 }
 
+/* The default corpus, when scripts/get-data.sh has been run (skipped otherwise). */
+static void test_kjv_corpus(void **state) {
+    (void)state;
+    const char *path = hp_test_source_path("data/kjv.txt");
+    if (access(path, R_OK) != 0) skip();
+    hp_corpus *c;
+    assert_ok(hp_corpus_load(path, &c));
+    size_t n = hp_corpus_size(c);
+    assert_true(n > 4000000);
+    hp_loader_options o = hp_loader_options_default();
+    hp_loader *ld;
+    assert_ok(hp_loader_new(c, &o, &ld));
+    /* Unigram entropy of English bytes: about 3.03 nats (4.37 bits) per token. */
+    double h = hp_corpus_unigram_entropy(c, 0, hp_loader_train_tokens(ld));
+    assert_true(h > 2.8 && h < 3.3);
+    const char *prefix = "Genesis\n\nChapter 1\nIn the beginning God created";
+    char head[64];
+    assert_ok(hp_byte_decode(hp_corpus_tokens(c), strlen(prefix), head));
+    assert_memory_equal(head, prefix, strlen(prefix));
+    hp_loader_free(ld);
+    hp_corpus_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_round_trip),
@@ -201,6 +224,7 @@ int main(void) {
         cmocka_unit_test(test_val_split),
         cmocka_unit_test(test_missing_and_empty_files),
         cmocka_unit_test(test_unigram_entropy),
+        cmocka_unit_test(test_kjv_corpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
