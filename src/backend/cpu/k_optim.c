@@ -1,0 +1,67 @@
+/* CPU kernels for the optimizer operators: SUMSQ, CLIP_SCALE, ADAMW. */
+#include "backend/cpu/cpu.h"
+
+#include <math.h>
+
+/*
+ * Sum of squares in double over a fixed number of chunks, the partial sums added in chunk order:
+ * the result does not depend on the thread count.
+ */
+#define SUMSQ_CHUNKS 64
+
+static double sumsq1(const float *x, int64_t n) {
+    double part[SUMSQ_CHUNKS];
+    int64_t per = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int c = 0; c < SUMSQ_CHUNKS; c++) {
+        int64_t lo = (int64_t)c * per, hi = lo + per < n ? lo + per : n;
+        double s = 0.0;
+        for (int64_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+        part[c] = s;
+    }
+    double s = 0.0;
+    for (int c = 0; c < SUMSQ_CHUNKS; c++) s += part[c];
+    return s;
+}
+
+hp_status hp__cpu_sumsq(const hp_kernel_args *a) {
+    double s = 0.0;
+    for (int i = 0; i < a->node->n_in; i++) s += sumsq1(a->in[i], hp_shape_numel(hp__in_shape(a, i)));
+    *(float *)a->out[0] = (float)s;
+    return HP_STATUS_OK;
+}
+
+hp_status hp__cpu_clip_scale(const hp_kernel_args *a) {
+    double ss = *(const float *)a->in[0], max_norm = a->node->attr.f[0];
+    if (!(ss >= 0.0) || isinf(ss))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "clip_scale: sum of squares is %g (gradients overflowed?)", ss);
+    double s = max_norm / (sqrt(ss) + 1e-6);
+    *(float *)a->out[0] = (float)(s < 1.0 ? s : 1.0);
+    return HP_STATUS_OK;
+}
+
+hp_status hp__cpu_adamw(const hp_kernel_args *a) {
+    float *p = a->in[0], *m = a->in[2], *v = a->in[3];
+    const float *gr = a->in[1];
+    const float lr = *(const float *)a->in[4], t = *(const float *)a->in[5];
+    const float sc = (a->node->n_in > 6 && a->in[6]) ? *(const float *)a->in[6] : 1.0f;
+    const float b1 = a->node->attr.f[0], b2 = a->node->attr.f[1], eps = a->node->attr.f[2];
+    const float wd = a->node->attr.f[3];
+    if (!(t >= 1.0f))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: step must be >= 1 (counts from 1), is %g", (double)t);
+    if (!isfinite(lr) || !isfinite(sc))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: lr %g and scale %g must be finite", (double)lr, (double)sc);
+    const float c1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
+    const float c2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
+    const int64_t n = hp_shape_numel(hp__in_shape(a, 0));
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gr[i] * sc;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * (mi * c1 / (sqrtf(vi * c2) + eps) + wd * p[i]);
+    }
+    return HP_STATUS_OK;
+}

@@ -1,0 +1,121 @@
+/*
+ * Optimizer operators: SUMSQ (global gradient norm), CLIP_SCALE (global-norm clipping factor) and
+ * ADAMW (in-place update, Loshchilov & Hutter 2019, decoupled weight decay). None is
+ * differentiable: they run after autodiff, on gradients.
+ */
+#include "ops/op.h"
+
+#include <string.h>
+
+/* ---- builders ---- */
+
+hp_tid hp_sumsq(hp_graph *g, const hp_tid *xs, int n) {
+    if (n < 1 || n > HP_MAX_NODE_INPUTS) {
+        hp_graph_fail(g, HP_STATUS_INVALID_ARGUMENT, "sumsq takes 1 to %d tensors, got %d", HP_MAX_NODE_INPUTS, n);
+        return HP_TID_NONE;
+    }
+    return hp_graph_add_node(g, HP_OP_SUMSQ, xs, n, NULL);
+}
+
+hp_tid hp_clip_scale(hp_graph *g, hp_tid sumsq, float max_norm) {
+    hp_attrs at = {0};
+    at.f[0] = max_norm;
+    return hp_graph_add_node(g, HP_OP_CLIP_SCALE, &sumsq, 1, &at);
+}
+
+hp_status hp_adamw(hp_graph *g, hp_tid param, hp_tid grad, hp_tid m, hp_tid v, hp_tid lr, hp_tid step,
+                   hp_tid scale, const hp_adamw_params *p) {
+    hp_adamw_params hp = p ? *p : HP_ADAMW_PARAMS_DEFAULT;
+    hp_attrs at = {0};
+    at.f[0] = hp.beta1;
+    at.f[1] = hp.beta2;
+    at.f[2] = hp.eps;
+    at.f[3] = hp.weight_decay;
+    /* Parameters the model marked as excluded from decay (biases, norm weights) get none. */
+    if (param >= 0 && param < hp_graph_n_tensors(g) && hp_graph_tensor(g, param)->no_weight_decay) at.f[3] = 0.0f;
+    hp_tid in[7] = {param, grad, m, v, lr, step, scale};
+    int before = hp_graph_n_nodes(g);
+    hp_graph_add_node(g, HP_OP_ADAMW, in, 7, &at);
+    if (hp_graph_status(g) == HP_STATUS_OK && hp_graph_n_nodes(g) == before + 1)
+        hp_graph_node(g, hp_graph_n_nodes(g) - 1)->flags |= HP_NODE_FLAG_INPLACE;
+    return hp_graph_status(g);
+}
+
+/* ---- shape inference ---- */
+
+static hp_status need_f32(const hp_graph *g, const hp_node *n, int i, const char *what) {
+    if (n->in[i] == HP_TID_NONE) return hp_error(HP_STATUS_SHAPE, "%s (input %d) is missing", what, i);
+    const hp_tensor *t = hp_graph_tensor(g, n->in[i]);
+    if (t->dtype != HP_DTYPE_F32)
+        return hp_error(HP_STATUS_SHAPE, "%s (input %d) must be f32, is %s", what, i, hp_dtype_name(t->dtype));
+    return HP_STATUS_OK;
+}
+
+static hp_status need_scalar(const hp_graph *g, const hp_node *n, int i, const char *what) {
+    HP_CHECK(need_f32(g, n, i, what));
+    const hp_shape *s = hp__shp(g, n->in[i]);
+    if (hp_shape_numel(s) != 1)
+        return hp_error(HP_STATUS_SHAPE, "%s (input %d) must be a scalar, is %s", what, i, hp__shape_s(s));
+    return HP_STATUS_OK;
+}
+
+static hp_status sumsq_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    for (int i = 0; i < n->n_in; i++) HP_CHECK(need_f32(g, n, i, "sumsq operand"));
+    dt[0] = HP_DTYPE_F32;
+    s[0] = HP_SHAPE_SCALAR;
+    return HP_STATUS_OK;
+}
+
+static hp_status clip_scale_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(need_scalar(g, n, 0, "sum of squares"));
+    if (!(n->attr.f[0] > 0.0f))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "clip_scale max_norm must be > 0, is %g", (double)n->attr.f[0]);
+    dt[0] = HP_DTYPE_F32;
+    s[0] = HP_SHAPE_SCALAR;
+    return HP_STATUS_OK;
+}
+
+static hp_status adamw_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    (void)dt, (void)s;
+    static const char *names[4] = {"param", "grad", "m", "v"};
+    for (int i = 0; i < 4; i++) HP_CHECK(need_f32(g, n, i, names[i]));
+    const hp_shape *p = hp__shp(g, n->in[0]);
+    for (int i = 1; i < 4; i++)
+        if (!hp_shape_equal(p, hp__shp(g, n->in[i])))
+            return hp_error(HP_STATUS_SHAPE, "adamw %s is %s, param is %s", names[i], hp__shape_s(hp__shp(g, n->in[i])),
+                            hp__shape_s(p));
+    HP_CHECK(need_scalar(g, n, 4, "lr"));
+    HP_CHECK(need_scalar(g, n, 5, "step"));
+    if (n->n_in > 6 && n->in[6] != HP_TID_NONE) HP_CHECK(need_scalar(g, n, 6, "scale"));
+    const float *f = n->attr.f;
+    if (!(f[0] >= 0.0f && f[0] < 1.0f) || !(f[1] >= 0.0f && f[1] < 1.0f))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw betas must be in [0, 1), are %g, %g", (double)f[0],
+                        (double)f[1]);
+    if (!(f[2] > 0.0f) || !(f[3] >= 0.0f))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw eps must be > 0 and weight_decay >= 0, are %g, %g",
+                        (double)f[2], (double)f[3]);
+    return HP_STATUS_OK;
+}
+
+/* ---- cost ---- */
+
+static void sumsq_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
+    hp__cost_default(g, n, 0.0, c);
+    double e = 0;
+    for (int i = 0; i < n->n_in; i++) e += (double)hp_shape_numel(hp__shp(g, n->in[i]));
+    c->flops = 2.0 * e;
+}
+
+static void clip_scale_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) { hp__cost_default(g, n, 4.0, c); }
+
+/* Per element: scale the gradient, two moment updates, bias corrections, sqrt, divide, decay. */
+static void adamw_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
+    hp__cost_default(g, n, 0.0, c);
+    double e = (double)hp_shape_numel(hp__shp(g, n->in[0]));
+    c->flops = 16.0 * e;
+    c->bytes_written = 3.0 * 4.0 * e; /* param, m, v in place */
+}
+
+const hp_op_def hp__op_def_sumsq = {"sumsq", 1, HP_MAX_NODE_INPUTS, 1, sumsq_infer, NULL, sumsq_cost, NULL};
+const hp_op_def hp__op_def_clip_scale = {"clip_scale", 1, 1, 1, clip_scale_infer, NULL, clip_scale_cost, NULL};
+const hp_op_def hp__op_def_adamw = {"adamw", 6, 7, 0, adamw_infer, NULL, adamw_cost, NULL};
