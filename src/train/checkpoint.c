@@ -271,7 +271,7 @@ hp_status hp_checkpoint_read_state(const char *step_dir, hp_checkpoint_state *ou
     out->config = hp_run_config_defaults();
     char path[PATH_BYTES];
     HP_CHECK(join(path, step_dir, HP_CHECKPOINT_STATE_FILE));
-    char *text;
+    char *text = NULL;
     HP_CHECK(read_text(path, &text));
     cJSON *root = cJSON_Parse(text);
     free(text);

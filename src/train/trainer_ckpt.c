@@ -22,7 +22,7 @@ static hp_named_tensor *named_views(hp_trainer *t, int which) {
 hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     int n = t->step.n_params;
     hp_named_tensor *model = named_views(t, 0), *m = named_views(t, 1), *v = named_views(t, 2);
-    hp_named_tensor *optim = calloc((size_t)(2 * n ? 2 * n : 1), sizeof *optim);
+    hp_named_tensor *optim = calloc((size_t)(n > 0 ? 2 * n : 1), sizeof *optim);
     hp_status st;
     if (!model || !m || !v || !optim) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
@@ -60,7 +60,7 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint %s is at step %lld, beyond train.steps %lld", dir,
                         (long long)step, (long long)t->cfg.train.steps);
     int n = t->step.n_params;
-    hp_named_tensor *model = named_views(t, 0), *optim = calloc((size_t)(2 * n ? 2 * n : 1), sizeof *optim);
+    hp_named_tensor *model = named_views(t, 0), *optim = calloc((size_t)(n > 0 ? 2 * n : 1), sizeof *optim);
     hp_named_tensor *m = named_views(t, 1), *v = named_views(t, 2);
     hp_status st = HP_STATUS_OK;
     if (!model || !optim || !m || !v) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "resume: out of memory");
