@@ -11,14 +11,22 @@
  *     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
  *     o.keep = &loss; o.n_keep = 1;
  *     HP_CHECK(hp_program_new(g, &o, &p));
- *     memcpy(hp_program_data(p, tokens), batch, bytes);
+ *     HP_CHECK(hp_program_set_input(p, tokens, batch, bytes));
  *     HP_CHECK(hp_program_run(p));
- *     float l = *(float *)hp_program_data(p, loss);
+ *     float l;
+ *     HP_CHECK(hp_program_get_output(p, loss, &l, sizeof l));
+ *
+ * hp_program_data gives the storage pointer itself; it is host memory on the CPU backend only, so
+ * code that may run on another backend copies with hp_program_set_input / hp_program_get_output.
  */
 #ifndef HP_RUNTIME_H
 #define HP_RUNTIME_H
 
+#include "hp/backend.h"
 #include "hp/ir.h"
+#include "hp/liveness.h"
+
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,26 +39,59 @@ typedef struct hp_program_opts {
     int n_keep;
     bool plan_memory;   /* true: activations share one liveness-planned arena; false: one buffer each */
     bool profile;       /* time every node (seconds per operator kind in the stats) */
+    bool view_reshape;  /* with plan_memory: a RESHAPE output shares its input's storage (no copy)
+                           when both are planned activations that no node writes in place */
+    hp_backend_t backend; /* where data lives and nodes run; NULL: a CPU backend owned by the program.
+                             A caller's backend is borrowed and must outlive the program. */
 } hp_program_opts;
-#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false})
+#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL})
 
 /*
- * Compiles `g` (which must verify) into a program: allocates persistent buffers (zeroed) and the
- * activation arena. The graph must outlive the program and must not change after this call.
- * Errors: the graph's sticky error; HP_STATUS_OUT_OF_MEMORY naming the bytes requested.
+ * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after
+ * dead-code elimination, plans the activation arena (64-byte aligned offsets, greedy by size with
+ * best fit; tensors whose lifetimes overlap never share bytes, so no node's output aliases its
+ * inputs), allocates persistent buffers (zeroed), the arena and the largest kernel workspace, and
+ * binds every node's pointers, so hp_program_run allocates nothing. Every persistent tensor gets
+ * storage, used or not. The graph must outlive the program and must not change after this call.
+ * Errors: the graph's sticky error; HP_STATUS_INVALID_ARGUMENT naming a bad keep id;
+ * HP_STATUS_UNSUPPORTED naming a node the backend cannot run; HP_STATUS_OUT_OF_MEMORY naming the
+ * bytes requested.
  */
 hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out);
 /* Frees all buffers. NULL is allowed. */
 void hp_program_free(hp_program *p);
 
 /*
- * Storage of tensor t: valid for persistent and kept tensors for the program's lifetime; NULL for
- * planned activations (their storage is reused).
+ * Storage of tensor t (backend memory; host memory on the CPU backend): valid for persistent and
+ * kept tensors for the program's lifetime; NULL for planned activations (their storage is reused;
+ * with plan_memory false every live activation has its own buffer and it is returned), for dead
+ * tensors and for ids out of range.
  */
 void *hp_program_data(hp_program *p, hp_tid t);
 
-/* Runs every node once in program order. Errors: the first kernel error, prefixed with the node. */
+/*
+ * Copies `bytes` from host memory `src` into tensor t's storage (through the backend).
+ * Errors: HP_STATUS_INVALID_ARGUMENT when t is out of range or has no storage of its own (a planned
+ * activation), or when `bytes` differs from the tensor's size (both sizes are named).
+ */
+hp_status hp_program_set_input(hp_program *p, hp_tid t, const void *src, size_t bytes);
+/* Copies tensor t's storage into host memory `dst`; the same checks as hp_program_set_input. */
+hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes);
+
+/*
+ * Runs every live node once in program order and waits for the backend. Allocates nothing.
+ * Errors: the first kernel error, prefixed with the node index, operator and scope.
+ */
 hp_status hp_program_run(hp_program *p);
+
+/* The program's def-use chains and liveness (owned by the program; valid for its lifetime). */
+const hp_liveness *hp_program_liveness(const hp_program *p);
+
+/*
+ * Where planned activation t lives: true and its byte offset in the arena, or false when t is not
+ * planned (persistent, kept, dead, or plan_memory is false). For tests and memory reports.
+ */
+bool hp_program_arena_offset(const hp_program *p, hp_tid t, size_t *offset);
 
 typedef struct hp_program_stats {
     size_t persistent_bytes; /* params, optimizer state, inputs, kept tensors */
@@ -60,9 +101,21 @@ typedef struct hp_program_stats {
     int n_nodes;             /* nodes run per step (after dead-code elimination) */
     double op_seconds[HP_OP_COUNT]; /* with opts.profile: accumulated time per operator kind */
     int op_calls[HP_OP_COUNT];
+    double op_flops[HP_OP_COUNT];   /* with opts.profile: accumulated flops (hp_node_cost) */
+    int n_runs;                     /* hp_program_run calls that succeeded */
+    int n_planned;                  /* activations placed in the arena */
+    int n_views;                    /* RESHAPE outputs sharing their input's storage (not run) */
 } hp_program_stats;
 
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s);
+
+/*
+ * Writes the profile (opts.profile) to `f`, one line per operator kind by decreasing time: calls,
+ * total and per-call milliseconds, GFLOP/s from the operators' cost rules, share of the total;
+ * then the memory plan (arena vs naive bytes). Without profiling it writes the memory lines only.
+ * The caller owns `f`. Errors: HP_STATUS_IO when writing fails.
+ */
+hp_status hp_program_profile_report(const hp_program *p, FILE *f);
 
 #ifdef __cplusplus
 }

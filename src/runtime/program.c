@@ -1,23 +1,39 @@
 /*
- * Programs: storage binding and in-order execution of a graph with the CPU kernels.
- * First version: one buffer per tensor (the liveness-planned arena replaces this).
+ * Programs: storage binding from a static memory plan, and in-order execution through a backend.
+ *
+ * hp_program_new does all the work that can be done once (ggml's gallocr reserve + alloc_graph):
+ * liveness and dead-code elimination (liveness.c), the arena plan (memplan.c), buffers, and every
+ * live node's argument block with its data pointers bound. hp_program_run then only walks the
+ * bound nodes and calls the backend: no allocation, no lookups.
  */
 #include "hp/runtime.h"
 
-#include "backend/cpu/cpu.h"
+#include "hp/ops.h"
 #include "ops/op.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#define HP_ARENA_ALIGN 64
+
 struct hp_program {
     const hp_graph *g;
     hp_program_opts opts;
-    void **data;     /* per tensor */
-    size_t *bytes;   /* per tensor allocation size (0 for none) */
-    bool *live;      /* node is needed */
+    hp_backend_t be;
+    bool own_be;
+    hp_liveness lv;
+    void **data;         /* per tensor: its storage, or NULL when dead */
+    size_t *bytes;       /* per tensor: its size in bytes */
+    bool *own;           /* per tensor: has a buffer of its own (persistent, or reference mode) */
+    size_t *offset;      /* per tensor: arena offset, SIZE_MAX when not planned */
+    void *arena;
+    size_t arena_alloc;  /* bytes requested for the arena */
     void *workspace;
+    int n_exec;
+    hp_node_args *exec;  /* bound arguments of the nodes to run, in program order */
+    int32_t *exec_node;  /* their node indices */
+    double *exec_flops;  /* their flops (hp_node_cost), for the profile */
     hp_program_stats stats;
 };
 
@@ -27,91 +43,242 @@ static size_t tensor_bytes(const hp_tensor *t) {
 
 void hp_program_free(hp_program *p) {
     if (!p) return;
-    int nt = hp_graph_n_tensors(p->g);
-    for (int t = 0; t < nt; t++) hp_mem_free(HP_TIER_DEVICE, p->data[t], p->bytes[t]);
-    hp_mem_free(HP_TIER_DEVICE, p->workspace, p->stats.workspace_bytes);
+    if (p->data) {
+        for (int t = 0; t < p->lv.n_tensors; t++)
+            if (p->own[t]) hp_backend_buffer_free(p->be, p->data[t], p->bytes[t]);
+    }
+    if (p->be) {
+        hp_backend_buffer_free(p->be, p->arena, p->arena_alloc);
+        hp_backend_buffer_free(p->be, p->workspace, p->stats.workspace_bytes);
+        if (p->own_be) hp_backend_free(p->be);
+    }
+    hp_liveness_free(&p->lv);
     free(p->data);
     free(p->bytes);
-    free(p->live);
+    free(p->own);
+    free(p->offset);
+    free(p->exec);
+    free(p->exec_node);
+    free(p->exec_flops);
     free(p);
+}
+
+/* Union-find root of a RESHAPE view chain (views[t] is the tensor whose storage t shares, or t). */
+static hp_tid view_root(const hp_tid *views, hp_tid t) {
+    while (views[t] != t) t = views[t];
+    return t;
+}
+
+static bool written_in_place(const hp_graph *g, const hp_tensor_liveness *l) {
+    for (int k = 0; k < l->n_uses; k++)
+        if (hp_graph_node(g, l->uses[k])->flags & HP_NODE_FLAG_INPLACE) return true;
+    return false;
+}
+
+/*
+ * Plans the arena: every live, non-persistent activation is one block over its lifetime; a RESHAPE
+ * output (opts.view_reshape) joins its input's block, whose lifetime grows to cover both. The
+ * kernel-level guarantee that a node's outputs never alias its inputs follows from the intervals:
+ * a node's outputs start at the node, and its inputs are live through it.
+ */
+static hp_status plan_arena(hp_program *p) {
+    const hp_graph *g = p->g;
+    const hp_liveness *lv = &p->lv;
+    int nt = lv->n_tensors;
+    hp_status st = HP_STATUS_OK;
+    hp_tid *views = malloc(((size_t)nt + 1) * sizeof *views);
+    int *block_of = malloc(((size_t)nt + 1) * sizeof *block_of);
+    hp_mem_interval *blocks = calloc((size_t)nt + 1, sizeof *blocks);
+    if (!views || !block_of || !blocks) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory planning %d tensors", nt);
+        goto done;
+    }
+    for (int t = 0; t < nt; t++) {
+        views[t] = t;
+        block_of[t] = -1;
+    }
+    if (p->opts.view_reshape) {
+        for (int i = 0; i < lv->n_nodes; i++) {
+            const hp_node *n = hp_graph_node(g, i);
+            if (!lv->node_live[i] || n->op != HP_OP_RESHAPE) continue;
+            hp_tid x = n->in[0], y = n->out[0];
+            const hp_tensor_liveness *lx = &lv->t[x], *ly = &lv->t[y];
+            if (lx->persistent || ly->persistent || p->bytes[x] != p->bytes[y]) continue;
+            if (written_in_place(g, lx) || written_in_place(g, ly)) continue;
+            views[y] = view_root(views, x);
+            p->stats.n_views++;
+        }
+    }
+    int nb = 0;
+    for (int t = 0; t < nt; t++) {
+        const hp_tensor_liveness *l = &lv->t[t];
+        if (!l->live || l->persistent) continue;
+        hp_tid r = view_root(views, t);
+        if (block_of[r] < 0) {
+            block_of[r] = nb;
+            blocks[nb] = (hp_mem_interval){p->bytes[r], lv->t[r].start, lv->t[r].end, 0};
+            nb++;
+        }
+        hp_mem_interval *b = &blocks[block_of[r]];
+        if (l->start < b->start) b->start = l->start;
+        if (l->end > b->end) b->end = l->end;
+        p->stats.naive_bytes += p->bytes[t];
+        p->stats.n_planned++;
+    }
+    HP_CHECK_GOTO(hp_memplan_assign(blocks, nb, HP_ARENA_ALIGN, &p->stats.arena_bytes), st, done);
+    for (int t = 0; t < nt; t++) {
+        const hp_tensor_liveness *l = &lv->t[t];
+        if (l->live && !l->persistent) p->offset[t] = blocks[block_of[view_root(views, t)]].offset;
+    }
+done:
+    free(views);
+    free(block_of);
+    free(blocks);
+    return st;
+}
+
+/* Allocates buffers: own ones for persistent tensors (all of them, used or not) and, in reference
+ * mode, for live activations; one arena for the planned activations. */
+static hp_status bind_storage(hp_program *p) {
+    const hp_liveness *lv = &p->lv;
+    for (int t = 0; t < lv->n_tensors; t++) {
+        const hp_tensor_liveness *l = &lv->t[t];
+        const hp_tensor *x = hp_graph_tensor(p->g, t);
+        bool persistent = x->kind != HP_TENSOR_KIND_ACTIVATION || l->persistent;
+        if (!persistent && !l->live) continue;
+        if (!persistent && p->opts.plan_memory) continue;
+        hp_status st = hp_backend_alloc(p->be, p->bytes[t], &p->data[t]);
+        if (st != HP_STATUS_OK)
+            return hp_error_prefix(st, "program: %zu bytes for tensor %d ('%s'): ", p->bytes[t], t,
+                                   x->name ? x->name : "");
+        p->own[t] = true;
+        if (persistent) p->stats.persistent_bytes += p->bytes[t];
+        else p->stats.naive_bytes += p->bytes[t];
+    }
+    if (!p->opts.plan_memory) {
+        p->stats.arena_bytes = p->stats.naive_bytes;
+        return HP_STATUS_OK;
+    }
+    HP_CHECK(plan_arena(p));
+    p->arena_alloc = p->stats.arena_bytes;
+    hp_status st = hp_backend_alloc(p->be, p->arena_alloc, &p->arena);
+    if (st != HP_STATUS_OK) return hp_error_prefix(st, "program: activation arena of %zu bytes: ", p->arena_alloc);
+    for (int t = 0; t < lv->n_tensors; t++)
+        if (p->offset[t] != SIZE_MAX) p->data[t] = (char *)p->arena + p->offset[t];
+    return HP_STATUS_OK;
+}
+
+/* Binds the argument block of every node to run; sizes the shared workspace. */
+static hp_status bind_nodes(hp_program *p) {
+    const hp_graph *g = p->g;
+    int nn = p->lv.n_nodes;
+    p->exec = calloc((size_t)nn + 1, sizeof *p->exec);
+    p->exec_node = calloc((size_t)nn + 1, sizeof *p->exec_node);
+    p->exec_flops = calloc((size_t)nn + 1, sizeof *p->exec_flops);
+    if (!p->exec || !p->exec_node || !p->exec_flops)
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
+    size_t ws = 0;
+    for (int i = 0; i < nn; i++) {
+        if (!p->lv.node_live[i]) continue;
+        const hp_node *n = hp_graph_node(g, i);
+        /* A RESHAPE whose output shares its input's storage has nothing to do. */
+        if (n->op == HP_OP_RESHAPE && p->data[n->in[0]] == p->data[n->out[0]] && p->bytes[n->out[0]] > 0) continue;
+        if (!hp_backend_supports_op(p->be, g, n))
+            return hp_error(HP_STATUS_UNSUPPORTED, "program: backend %s cannot run node %d (%s in '%s')",
+                            hp_backend_name(p->be), i, hp_op_name(n->op), n->scope ? n->scope : "");
+        const hp_op_def *d = hp__op_def(n->op);
+        if (d->workspace) {
+            size_t w = d->workspace(g, n);
+            if (w > ws) ws = w;
+        }
+        hp_node_args *a = &p->exec[p->n_exec];
+        a->g = g;
+        a->node = n;
+        for (int k = 0; k < n->n_in; k++) a->in[k] = n->in[k] == HP_TID_NONE ? NULL : p->data[n->in[k]];
+        for (int j = 0; j < n->n_out; j++) a->out[j] = p->data[n->out[j]];
+        p->exec_node[p->n_exec] = i;
+        p->exec_flops[p->n_exec] = hp_node_cost(g, i).flops;
+        p->n_exec++;
+    }
+    p->stats.n_nodes = p->n_exec;
+    if (ws) {
+        hp_status st = hp_backend_alloc(p->be, ws, &p->workspace);
+        if (st != HP_STATUS_OK) return hp_error_prefix(st, "program: workspace of %zu bytes: ", ws);
+        p->stats.workspace_bytes = ws;
+    }
+    for (int e = 0; e < p->n_exec; e++) {
+        p->exec[e].workspace = p->workspace;
+        p->exec[e].workspace_bytes = ws;
+    }
+    return HP_STATUS_OK;
 }
 
 hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out) {
     *out = NULL;
     HP_CHECK(hp_graph_verify(g));
     hp_program *p = calloc(1, sizeof *p);
-    int nt = hp_graph_n_tensors(g), nn = hp_graph_n_nodes(g);
     if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory");
     p->g = g;
     p->opts = opts ? *opts : HP_PROGRAM_OPTS_DEFAULT;
-    p->data = calloc((size_t)nt, sizeof *p->data);
-    p->bytes = calloc((size_t)nt, sizeof *p->bytes);
-    p->live = calloc((size_t)nn + 1, sizeof *p->live);
-    if (!p->data || !p->bytes || !p->live) {
-        hp_program_free(p);
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d tensors", nt);
-    }
-    /* Dead-code elimination: a node is live if it writes in place, or some live node or the
-     * caller (keep) uses one of its outputs. */
-    bool *used = calloc((size_t)nt, 1);
-    if (!used) {
-        hp_program_free(p);
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory");
-    }
-    for (int k = 0; k < p->opts.n_keep; k++) used[p->opts.keep[k]] = true;
-    for (int i = nn - 1; i >= 0; i--) {
-        const hp_node *n = hp_graph_node(g, i);
-        bool live = (n->flags & HP_NODE_FLAG_INPLACE) || n->n_out == 0;
-        for (int j = 0; j < n->n_out; j++) live |= used[n->out[j]];
-        p->live[i] = live;
-        if (live)
-            for (int k = 0; k < n->n_in; k++)
-                if (n->in[k] != HP_TID_NONE) used[n->in[k]] = true;
-    }
     hp_status st = HP_STATUS_OK;
+    if (p->opts.backend) {
+        p->be = p->opts.backend;
+    } else {
+        HP_CHECK_GOTO(hp_backend_cpu_new(&p->be), st, fail);
+        p->own_be = true;
+    }
+    HP_CHECK_GOTO(hp_liveness_compute(g, p->opts.keep, p->opts.n_keep, &p->lv), st, fail);
+    int nt = p->lv.n_tensors;
+    p->data = calloc((size_t)nt + 1, sizeof *p->data);
+    p->bytes = calloc((size_t)nt + 1, sizeof *p->bytes);
+    p->own = calloc((size_t)nt + 1, sizeof *p->own);
+    p->offset = malloc(((size_t)nt + 1) * sizeof *p->offset);
+    if (!p->data || !p->bytes || !p->own || !p->offset) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d tensors", nt);
+        goto fail;
+    }
     for (int t = 0; t < nt; t++) {
-        const hp_tensor *x = hp_graph_tensor(g, t);
-        bool persistent = x->kind != HP_TENSOR_KIND_ACTIVATION;
-        if (!persistent && !used[t] && !(x->producer >= 0 && p->live[x->producer])) continue;
-        size_t b = tensor_bytes(x);
-        p->data[t] = hp_mem_alloc(HP_TIER_DEVICE, b);
-        if (!p->data[t]) {
-            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: cannot allocate %zu bytes for tensor %d", b, t);
-            break;
-        }
-        p->bytes[t] = b;
-        memset(p->data[t], 0, b);
-        if (persistent) p->stats.persistent_bytes += b;
-        else p->stats.naive_bytes += b;
+        p->bytes[t] = tensor_bytes(hp_graph_tensor(g, t));
+        p->offset[t] = SIZE_MAX;
     }
-    free(used);
-    size_t ws = 0;
-    for (int i = 0; i < nn && st == HP_STATUS_OK; i++) {
-        const hp_node *n = hp_graph_node(g, i);
-        const hp_op_def *d = hp__op_def(n->op);
-        if (p->live[i] && d->workspace) {
-            size_t w = d->workspace(g, n);
-            if (w > ws) ws = w;
-        }
-        if (p->live[i]) p->stats.n_nodes++;
-    }
-    if (st == HP_STATUS_OK && ws) {
-        p->workspace = hp_mem_alloc(HP_TIER_DEVICE, ws);
-        if (!p->workspace) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: cannot allocate %zu bytes of workspace", ws);
-        else p->stats.workspace_bytes = ws;
-    }
-    p->stats.arena_bytes = p->stats.naive_bytes;
-    if (st != HP_STATUS_OK) {
-        hp_program_free(p);
-        return st;
-    }
+    HP_CHECK_GOTO(bind_storage(p), st, fail);
+    HP_CHECK_GOTO(bind_nodes(p), st, fail);
     *out = p;
     return HP_STATUS_OK;
+fail:
+    hp_program_free(p);
+    return st;
 }
 
 void *hp_program_data(hp_program *p, hp_tid t) {
-    if (t < 0 || t >= hp_graph_n_tensors(p->g)) return NULL;
+    if (t < 0 || t >= p->lv.n_tensors || !p->own[t]) return NULL;
     return p->data[t];
+}
+
+static hp_status check_io(const hp_program *p, hp_tid t, size_t bytes, const char *what) {
+    if (t < 0 || t >= p->lv.n_tensors)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s: tensor id %d out of range (graph has %d)", what, t,
+                        p->lv.n_tensors);
+    const hp_tensor *x = hp_graph_tensor(p->g, t);
+    if (!p->own[t])
+        return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                        "%s: tensor %d ('%s') has no storage of its own (a planned or dead activation; "
+                        "list it in opts.keep)", what, t, x->name ? x->name : "");
+    if (bytes != p->bytes[t])
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s: %zu bytes given for tensor %d ('%s'), which holds %zu",
+                        what, bytes, t, x->name ? x->name : "", p->bytes[t]);
+    return HP_STATUS_OK;
+}
+
+hp_status hp_program_set_input(hp_program *p, hp_tid t, const void *src, size_t bytes) {
+    HP_CHECK(check_io(p, t, bytes, "hp_program_set_input"));
+    return hp_backend_set(p->be, p->data[t], src, bytes);
+}
+
+hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes) {
+    HP_CHECK(check_io(p, t, bytes, "hp_program_get_output"));
+    HP_CHECK(hp_backend_get(p->be, dst, p->data[t], bytes));
+    return hp_backend_synchronize(p->be);
 }
 
 static double now_s(void) {
@@ -121,29 +288,73 @@ static double now_s(void) {
 }
 
 hp_status hp_program_run(hp_program *p) {
-    const hp_graph *g = p->g;
-    int nn = hp_graph_n_nodes(g);
-    for (int i = 0; i < nn; i++) {
-        if (!p->live[i]) continue;
-        const hp_node *n = hp_graph_node(g, i);
-        hp_kernel_args a;
-        memset(&a, 0, sizeof a);
-        a.g = g;
-        a.node = n;
-        for (int k = 0; k < n->n_in; k++) a.in[k] = n->in[k] == HP_TID_NONE ? NULL : p->data[n->in[k]];
-        for (int j = 0; j < n->n_out; j++) a.out[j] = p->data[n->out[j]];
-        a.workspace = p->workspace;
-        a.workspace_bytes = p->stats.workspace_bytes;
-        double t0 = p->opts.profile ? now_s() : 0;
-        hp_status st = hp__cpu_kernel(n->op)(&a);
-        if (st != HP_STATUS_OK)
-            return hp_error_prefix(st, "node %d (%s in '%s'): ", i, hp_op_name(n->op), n->scope ? n->scope : "");
-        if (p->opts.profile) {
-            p->stats.op_seconds[n->op] += now_s() - t0;
-            p->stats.op_calls[n->op]++;
+    bool prof = p->opts.profile;
+    for (int e = 0; e < p->n_exec; e++) {
+        const hp_node_args *a = &p->exec[e];
+        double t0 = prof ? now_s() : 0;
+        hp_status st = hp_backend_run_node(p->be, a);
+        if (st == HP_STATUS_OK && prof) st = hp_backend_synchronize(p->be);
+        if (st != HP_STATUS_OK) {
+            const hp_node *n = a->node;
+            return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[e], hp_op_name(n->op),
+                                   n->scope ? n->scope : "");
+        }
+        if (prof) {
+            hp_op op = a->node->op;
+            p->stats.op_seconds[op] += now_s() - t0;
+            p->stats.op_calls[op]++;
+            p->stats.op_flops[op] += p->exec_flops[e];
         }
     }
+    HP_CHECK(hp_backend_synchronize(p->be));
+    p->stats.n_runs++;
     return HP_STATUS_OK;
 }
 
+const hp_liveness *hp_program_liveness(const hp_program *p) { return &p->lv; }
+
+bool hp_program_arena_offset(const hp_program *p, hp_tid t, size_t *offset) {
+    if (t < 0 || t >= p->lv.n_tensors || p->offset[t] == SIZE_MAX) return false;
+    *offset = p->offset[t];
+    return true;
+}
+
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s) { *s = p->stats; }
+
+hp_status hp_program_profile_report(const hp_program *p, FILE *f) {
+    const hp_program_stats *s = &p->stats;
+    int ops[HP_OP_COUNT], n = 0;
+    double total = 0;
+    for (int op = 0; op < HP_OP_COUNT; op++)
+        if (s->op_calls[op] > 0) {
+            ops[n++] = op;
+            total += s->op_seconds[op];
+        }
+    for (int i = 1; i < n; i++) /* insertion sort by decreasing time: at most HP_OP_COUNT kinds */
+        for (int j = i; j > 0 && s->op_seconds[ops[j]] > s->op_seconds[ops[j - 1]]; j--) {
+            int tmp = ops[j];
+            ops[j] = ops[j - 1];
+            ops[j - 1] = tmp;
+        }
+    bool ok = true;
+    if (n > 0) {
+        ok &= fprintf(f, "%-24s %8s %11s %10s %9s %6s\n", "operator", "calls", "total ms", "ms/call", "GFLOP/s",
+                      "share") > 0;
+        for (int i = 0; i < n; i++) {
+            int op = ops[i];
+            double sec = s->op_seconds[op];
+            ok &= fprintf(f, "%-24s %8d %11.3f %10.4f %9.2f %5.1f%%\n", hp_op_name((hp_op)op), s->op_calls[op],
+                          1e3 * sec, 1e3 * sec / s->op_calls[op], sec > 0 ? 1e-9 * s->op_flops[op] / sec : 0.0,
+                          total > 0 ? 100.0 * sec / total : 0.0) > 0;
+        }
+        ok &= fprintf(f, "%-24s %8s %11.3f   (%d runs, %.3f ms per run)\n", "total", "", 1e3 * total, s->n_runs,
+                      s->n_runs ? 1e3 * total / s->n_runs : 0.0) > 0;
+    }
+    ok &= fprintf(f, "memory: arena %zu bytes for %d activations (naive %zu, %.1f%%), persistent %zu, "
+                     "workspace %zu, %d reshape views, %d nodes per run\n",
+                  s->arena_bytes, s->n_planned, s->naive_bytes,
+                  s->naive_bytes ? 100.0 * (double)s->arena_bytes / (double)s->naive_bytes : 100.0,
+                  s->persistent_bytes, s->workspace_bytes, s->n_views, s->n_nodes) > 0;
+    if (!ok) return hp_error(HP_STATUS_IO, "profile report: write failed");
+    return HP_STATUS_OK;
+}

@@ -1,0 +1,93 @@
+/*
+ * hp/backend.h — the compute backend interface: where tensor data lives and who runs the kernels.
+ *
+ * A backend is a struct of function pointers plus a context (ggml's ggml_backend_i): the runtime
+ * allocates data buffers through it, copies between host memory and backend memory, asks whether
+ * it supports a node and runs nodes on it. The CPU backend (host memory, OpenMP/OpenBLAS kernels)
+ * is always built; a CUDA backend is another instance chosen at run time, built only with
+ * -DHP_CUDA=ON. Core code sees only this header, never CUDA or BLAS headers.
+ *
+ *     hp_backend_t be;
+ *     HP_CHECK(hp_backend_cpu_new(&be));
+ *     void *buf;
+ *     HP_CHECK(hp_backend_alloc(be, bytes, &buf));      // zeroed, 64-byte aligned
+ *     HP_CHECK(hp_backend_set(be, buf, host, bytes));   // host -> backend
+ *     ...
+ *     hp_backend_buffer_free(be, buf, bytes);
+ *     hp_backend_free(be);
+ *
+ * A backend object is used by one thread at a time (the program that owns it).
+ */
+#ifndef HP_BACKEND_H
+#define HP_BACKEND_H
+
+#include "hp/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hp_backend *hp_backend_t;
+
+/*
+ * Storage of one node, bound by the runtime: backend pointers to the data of each input (NULL for
+ * an absent optional input) and output, and the node's scratch (sized by the operator's workspace
+ * rule, 64-byte aligned). Nodes flagged HP_NODE_FLAG_INPLACE write through their input pointers.
+ */
+typedef struct hp_node_args {
+    const hp_graph *g;
+    const hp_node *node;
+    void *in[HP_MAX_NODE_INPUTS];
+    void *out[HP_MAX_NODE_OUTPUTS];
+    void *workspace;
+    size_t workspace_bytes;
+} hp_node_args;
+
+/*
+ * The interface. Methods marked optional may be NULL; the public wrappers below supply the default.
+ * Errors are returned as hp_status with the message recorded by hp_error.
+ */
+typedef struct hp_backend_i {
+    /* "cpu", "cuda:0", ... ; static or context-owned storage. */
+    const char *(*get_name)(hp_backend_t b);
+    /* Frees the context (not the struct itself; hp_backend_free does that). Optional. */
+    void (*free)(hp_backend_t b);
+    /* `bytes` of zeroed, 64-byte-aligned backend memory (bytes may be 0: a valid unique pointer). */
+    hp_status (*buffer_alloc)(hp_backend_t b, size_t bytes, void **out);
+    /* Frees a buffer from buffer_alloc; `bytes` is the size requested. NULL data is allowed. */
+    void (*buffer_free)(hp_backend_t b, void *data, size_t bytes);
+    /* Copies host -> backend and backend -> host (may be asynchronous; see synchronize). */
+    hp_status (*set)(hp_backend_t b, void *dst, const void *src_host, size_t bytes);
+    hp_status (*get)(hp_backend_t b, void *dst_host, const void *src, size_t bytes);
+    /* Whether run_node can run this node. Optional (default: true). */
+    bool (*supports_op)(hp_backend_t b, const hp_graph *g, const hp_node *n);
+    /* Runs one node (kernel dispatch). May be asynchronous. */
+    hp_status (*run_node)(hp_backend_t b, const hp_node_args *a);
+    /* Waits until every queued operation is done. Optional (default: nothing to wait for). */
+    hp_status (*synchronize)(hp_backend_t b);
+} hp_backend_i;
+
+struct hp_backend {
+    hp_backend_i iface;
+    void *context;
+};
+
+/* The CPU backend: host memory counted against HP_TIER_DEVICE, kernels of src/backend/cpu/. */
+hp_status hp_backend_cpu_new(hp_backend_t *out);
+
+/* Public wrappers (they check arguments and supply the defaults of optional methods). */
+const char *hp_backend_name(hp_backend_t b);
+/* Frees the backend; NULL is allowed. Buffers must have been freed first. */
+void hp_backend_free(hp_backend_t b);
+hp_status hp_backend_alloc(hp_backend_t b, size_t bytes, void **out);
+void hp_backend_buffer_free(hp_backend_t b, void *data, size_t bytes);
+hp_status hp_backend_set(hp_backend_t b, void *dst, const void *src_host, size_t bytes);
+hp_status hp_backend_get(hp_backend_t b, void *dst_host, const void *src, size_t bytes);
+bool hp_backend_supports_op(hp_backend_t b, const hp_graph *g, const hp_node *n);
+hp_status hp_backend_run_node(hp_backend_t b, const hp_node_args *a);
+hp_status hp_backend_synchronize(hp_backend_t b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HP_BACKEND_H */

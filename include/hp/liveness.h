@@ -1,0 +1,82 @@
+/*
+ * hp/liveness.h — def-use chains and liveness over a graph, and an interval memory planner.
+ *
+ * Both the runtime's static memory plan and the HyperOffload residency planner start from the same
+ * facts: which node defines each tensor, which nodes use it (in program order), and hence the
+ * interval of program points over which its storage must exist. hp_liveness_compute derives them
+ * once (after dead-code elimination); hp_memplan_assign packs lifetime intervals into one arena.
+ *
+ *     hp_liveness lv;
+ *     HP_CHECK(hp_liveness_compute(g, keep, n_keep, &lv));
+ *     for (hp_tid t = 0; t < lv.n_tensors; t++)
+ *         if (lv.t[t].live && !lv.t[t].persistent)
+ *             ... storage needed from lv.t[t].start to lv.t[t].end (node indices, inclusive)
+ *     hp_liveness_free(&lv);
+ */
+#ifndef HP_LIVENESS_H
+#define HP_LIVENESS_H
+
+#include "hp/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Def-use facts of one tensor. Node indices are positions in the graph's program order. */
+typedef struct hp_tensor_liveness {
+    int32_t def;        /* the node that writes it; -1 for leaves (params, inputs, constants) */
+    int32_t n_uses;     /* live nodes that read it or write it in place (HP_NODE_FLAG_INPLACE) */
+    const int32_t *uses; /* their indices, strictly increasing (a node using it twice counts once) */
+    int32_t first_use;  /* uses[0], or -1 when unused */
+    int32_t last_use;   /* uses[n_uses - 1], or -1 when unused */
+    int32_t start, end; /* storage interval [start, end], inclusive: def (or first use for a leaf)
+                           to max(def, last_use), or to the last node for a kept tensor (the
+                           caller reads it after the run); both -1 when the tensor is not live */
+    bool live;          /* a live node defines or uses it, or it is persistent and kept */
+    bool persistent;    /* not planned: kind != ACTIVATION, a leaf, or listed in keep */
+    bool kept;          /* listed in keep */
+} hp_tensor_liveness;
+
+typedef struct hp_liveness {
+    int n_tensors, n_nodes;
+    int n_live_nodes;
+    bool *node_live;       /* per node: survives dead-code elimination */
+    hp_tensor_liveness *t; /* per tensor id */
+    int32_t *use_buf;      /* backing store of every uses[] list */
+} hp_liveness;
+
+/*
+ * Computes def-use chains and liveness of `g` after dead-code elimination: a node is live when it
+ * writes in place (HP_NODE_FLAG_INPLACE), has no outputs, or some live node or `keep` uses one of
+ * its outputs. In-place writes count as uses of the written inputs, so a tensor stays live until
+ * its last in-place update. keep[0..n_keep) may be NULL when n_keep is 0.
+ * Errors: the graph's sticky error; HP_STATUS_INVALID_ARGUMENT naming a keep id out of range;
+ * HP_STATUS_OUT_OF_MEMORY. On success free `out` with hp_liveness_free.
+ */
+hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep, hp_liveness *out);
+/* Frees the tables; zeroes *lv. NULL or an already freed value is allowed. */
+void hp_liveness_free(hp_liveness *lv);
+
+/* One block to place in an arena: live over node indices [start, end] (inclusive). */
+typedef struct hp_mem_interval {
+    size_t bytes;  /* requested size; 0 is allowed (placed at offset 0, overlapping nothing) */
+    int32_t start, end;
+    size_t offset; /* out: byte offset in the arena, a multiple of the alignment */
+} hp_mem_interval;
+
+/*
+ * Static arena planning, greedy by size with best fit (the "greedy by size" strategy of
+ * TensorFlow Lite's ArenaPlanner / SimpleMemoryArena, Pisarchyk & Lee, "Efficient Memory Management
+ * for Deep Neural Net Inference", 2020; ggml's gallocr does the same online, with a free list):
+ * blocks are placed in order of decreasing size (ties: earlier start, then lower index); each goes
+ * into the smallest gap between already placed blocks whose intervals overlap its own, or above
+ * them all. Blocks whose intervals intersect never share bytes. `align` is a power of two; sizes
+ * are rounded up to it. Writes every offset and the arena size in *arena_bytes.
+ * O(n^2) time. Errors: HP_STATUS_INVALID_ARGUMENT (bad align or interval), HP_STATUS_OUT_OF_MEMORY.
+ */
+hp_status hp_memplan_assign(hp_mem_interval *blocks, int n, size_t align, size_t *arena_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HP_LIVENESS_H */

@@ -1,0 +1,77 @@
+/* The CPU backend (hp/backend.h): host memory counted against HP_TIER_DEVICE (the CPU's compute
+ * tier), synchronous copies, and dispatch to the kernels of cpu.h. */
+#include "hp/backend.h"
+
+#include "backend/cpu/cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *cpu_get_name(hp_backend_t b) {
+    (void)b;
+    return "cpu";
+}
+
+static hp_status cpu_buffer_alloc(hp_backend_t b, size_t bytes, void **out) {
+    (void)b;
+    void *p = hp_mem_alloc(HP_TIER_DEVICE, bytes);
+    if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", bytes);
+    memset(p, 0, bytes);
+    *out = p;
+    return HP_STATUS_OK;
+}
+
+static void cpu_buffer_free(hp_backend_t b, void *data, size_t bytes) {
+    (void)b;
+    hp_mem_free(HP_TIER_DEVICE, data, bytes);
+}
+
+static hp_status cpu_copy(hp_backend_t b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    if (dst != src) memmove(dst, src, bytes);
+    return HP_STATUS_OK;
+}
+
+static bool cpu_supports_op(hp_backend_t b, const hp_graph *g, const hp_node *n) {
+    (void)b, (void)g;
+    return n->op >= 0 && n->op < HP_OP_COUNT;
+}
+
+/* hp_kernel_args mirrors hp_node_args field for field; the copy keeps cpu.h free of the public
+ * interface (kernels stay backend-internal). */
+static hp_status cpu_run_node(hp_backend_t b, const hp_node_args *a) {
+    (void)b;
+    hp_kernel_args k;
+    k.g = a->g;
+    k.node = a->node;
+    memcpy(k.in, a->in, sizeof k.in);
+    memcpy(k.out, a->out, sizeof k.out);
+    k.workspace = a->workspace;
+    k.workspace_bytes = a->workspace_bytes;
+    return hp__cpu_kernel(a->node->op)(&k);
+}
+
+_Static_assert(sizeof(((hp_kernel_args *)0)->in) == sizeof(((hp_node_args *)0)->in), "input slots differ");
+_Static_assert(sizeof(((hp_kernel_args *)0)->out) == sizeof(((hp_node_args *)0)->out), "output slots differ");
+
+static const hp_backend_i cpu_iface = {
+    /* .get_name     = */ cpu_get_name,
+    /* .free         = */ NULL,
+    /* .buffer_alloc = */ cpu_buffer_alloc,
+    /* .buffer_free  = */ cpu_buffer_free,
+    /* .set          = */ cpu_copy,
+    /* .get          = */ cpu_copy,
+    /* .supports_op  = */ cpu_supports_op,
+    /* .run_node     = */ cpu_run_node,
+    /* .synchronize  = */ NULL,
+};
+
+hp_status hp_backend_cpu_new(hp_backend_t *out) {
+    *out = NULL;
+    hp_backend_t b = calloc(1, sizeof *b);
+    if (!b) return hp_error(HP_STATUS_OUT_OF_MEMORY, "cpu backend: out of memory");
+    b->iface = cpu_iface;
+    b->context = NULL;
+    *out = b;
+    return HP_STATUS_OK;
+}
