@@ -1,0 +1,79 @@
+/*
+ * EMBEDDING (row gather) and EMBEDDING_BACKWARD (scatter-add of output-gradient rows into a
+ * table-shaped gradient). Inputs of EMBEDDING: table (V, C) f32, ids (...) i32 -> (..., C).
+ * EMBEDDING_BACKWARD: dy (..., C), ids (...), like (V, C) (only its shape is used) -> (V, C).
+ */
+#include "ops/op.h"
+
+hp_tid hp_embedding(hp_graph *g, hp_tid table, hp_tid ids) {
+    hp_tid in[2] = {table, ids};
+    return hp_graph_add_node(g, HP_OP_EMBEDDING, in, 2, NULL);
+}
+
+static hp_status check_table_ids(const hp_graph *g, hp_tid table, hp_tid ids) {
+    if (table == HP_TID_NONE || ids == HP_TID_NONE) return hp_error(HP_STATUS_SHAPE, "table and ids are required");
+    const hp_tensor *t = hp_graph_tensor(g, table), *d = hp_graph_tensor(g, ids);
+    if (t->dtype != HP_DTYPE_F32 || t->shape.ndim != 2)
+        return hp_error(HP_STATUS_SHAPE, "table must be f32 (V, C), is %s %s", hp_dtype_name(t->dtype),
+                        hp__shape_s(&t->shape));
+    if (d->dtype != HP_DTYPE_I32)
+        return hp_error(HP_STATUS_SHAPE, "ids must be i32, are %s %s", hp_dtype_name(d->dtype), hp__shape_s(&d->shape));
+    if (d->shape.ndim >= HP_MAX_DIMS)
+        return hp_error(HP_STATUS_SHAPE, "ids %s have too many dims for an (..., C) output", hp__shape_s(&d->shape));
+    return HP_STATUS_OK;
+}
+
+/* (..., C) from ids (...) and table (V, C). */
+static hp_shape rows_shape(const hp_shape *ids, int64_t c) {
+    hp_shape s = *ids;
+    s.dim[s.ndim++] = c;
+    return s;
+}
+
+static hp_status embedding_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(check_table_ids(g, n->in[0], n->in[1]));
+    dt[0] = HP_DTYPE_F32;
+    s[0] = rows_shape(hp__shp(g, n->in[1]), hp__shp(g, n->in[0])->dim[1]);
+    return HP_STATUS_OK;
+}
+
+static hp_status embedding_backward_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(check_table_ids(g, n->in[2], n->in[1]));
+    const hp_tensor *dy = hp_graph_tensor(g, n->in[0]);
+    hp_shape want = rows_shape(hp__shp(g, n->in[1]), hp__shp(g, n->in[2])->dim[1]);
+    if (dy->dtype != HP_DTYPE_F32 || !hp_shape_equal(&dy->shape, &want))
+        return hp_error(HP_STATUS_SHAPE, "dy is %s %s, expected f32 %s (ids %s, table %s)", hp_dtype_name(dy->dtype),
+                        hp__shape_s(&dy->shape), hp__shape_s(&want), hp__shape_s(hp__shp(g, n->in[1])),
+                        hp__shape_s(hp__shp(g, n->in[2])));
+    dt[0] = HP_DTYPE_F32;
+    s[0] = *hp__shp(g, n->in[2]);
+    return HP_STATUS_OK;
+}
+
+static hp_status embedding_grad(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din) {
+    hp_node n = *hp_graph_node(g, node);
+    if (need[0]) {
+        hp_tid in[3] = {dout[0], n.in[1], n.in[0]};
+        din[0] = hp_graph_add_node(g, HP_OP_EMBEDDING_BACKWARD, in, 3, NULL);
+    }
+    return hp_graph_status(g); /* ids are integers: no gradient */
+}
+
+/* Gather: no flops; reads the ids and the gathered rows (not the whole table). */
+static void embedding_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
+    hp__cost_default(g, n, 0.0, c);
+    double out = (double)hp_shape_numel(hp__shp(g, n->out[0])) * 4.0;
+    c->bytes_read = (double)hp_shape_numel(hp__shp(g, n->in[1])) * 4.0 + out;
+}
+
+/* Scatter-add: one add per dy element; reads dy and ids, writes the whole table gradient. */
+static void embedding_backward_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
+    hp__cost_default(g, n, 0.0, c);
+    double e = (double)hp_shape_numel(hp__shp(g, n->in[0]));
+    c->flops = e;
+    c->bytes_read = e * 4.0 + (double)hp_shape_numel(hp__shp(g, n->in[1])) * 4.0;
+}
+
+const hp_op_def hp__op_def_embedding = {"embedding", 2, 2, 1, embedding_infer, embedding_grad, embedding_cost, NULL};
+const hp_op_def hp__op_def_embedding_backward = {"embedding_backward", 3, 3, 1, embedding_backward_infer, NULL,
+                                                 embedding_backward_cost, NULL};

@@ -1,0 +1,348 @@
+/*
+ * nn operators: EMBEDDING, GELU, LAYERNORM, SOFTMAX, CROSS_ENTROPY. Finite-difference gradient
+ * checks on a few shapes (odd sizes, 1-sized dims, 3-D inputs), forward values against naive double
+ * references, and shape/kernel errors.
+ */
+#include "gradcheck.h"
+#include "hp/runtime.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- helpers ---- */
+
+/* Integer inputs (ids, targets) made in a build callback and filled in init. */
+typedef struct int_input {
+    hp_shape shape; /* of the ids */
+    int64_t range;  /* values in [0, range) */
+    hp_tid tid;
+} int_input;
+
+static void fill_ints(int32_t *d, int64_t n, int64_t range, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        d[i] = (int32_t)((s >> 33) % (uint64_t)range);
+    }
+}
+
+static void init_ints(hp_graph *g, hp_program *p, void *user) {
+    (void)g;
+    int_input *u = user;
+    fill_ints(hp_program_data(p, u->tid), hp_shape_numel(&u->shape), u->range, 5);
+}
+
+static hp_program *compile(hp_graph *g, hp_tid *keep, int nk) {
+    assert_ok(hp_graph_status(g));
+    hp_program *p;
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = keep;
+    o.n_keep = nk;
+    assert_ok(hp_program_new(g, &o, &p));
+    return p;
+}
+
+/* ---- EMBEDDING ---- */
+
+static hp_tid b_embedding(hp_graph *g, const hp_tid *p, void *user) {
+    int_input *u = user;
+    u->tid = hp_input(g, "ids", HP_DTYPE_I32, u->shape);
+    return hp_embedding(g, p[0], u->tid);
+}
+
+static void test_embedding_grad(void **state) {
+    (void)state;
+    struct {
+        hp_shape table, ids;
+    } cases[] = {{HP_SHAPE(7, 5), HP_SHAPE(2, 3)}, {HP_SHAPE(3, 1), HP_SHAPE(9)}, {HP_SHAPE(11, 37), HP_SHAPE(2, 1, 13)}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int_input u = {cases[i].ids, cases[i].table.dim[0], HP_TID_NONE};
+        hp_gc_spec s = {.n = 1, .shapes = {cases[i].table}, .lo = -1, .hi = 1, .build = b_embedding,
+                        .init = init_ints, .user = &u};
+        hp_gradcheck(&s);
+    }
+}
+
+static void test_embedding_values_and_errors(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_tid t = hp_param(g, "wte", HP_SHAPE(50, 24));
+    hp_tid ids = hp_input(g, "ids", HP_DTYPE_I32, HP_SHAPE(3, 40));
+    hp_tid y = hp_embedding(g, t, ids);
+    hp_shape want = HP_SHAPE(3, 40, 24);
+    assert_true(hp_shape_equal(&hp_graph_tensor(g, y)->shape, &want));
+    hp_tid dy = hp_input(g, "dy", HP_DTYPE_F32, HP_SHAPE(3, 40, 24));
+    hp_tid in[3] = {dy, ids, t};
+    hp_tid dt = hp_graph_add_node(g, HP_OP_EMBEDDING_BACKWARD, in, 3, NULL);
+    hp_tid keep[2] = {y, dt};
+    hp_program *p = compile(g, keep, 2);
+    float *pt = hp_program_data(p, t), *pdy = hp_program_data(p, dy);
+    int32_t *pid = hp_program_data(p, ids);
+    hp_test_fill_uniform(pt, 50 * 24, 1, -1, 1);
+    hp_test_fill_uniform(pdy, 120 * 24, 2, -1, 1);
+    fill_ints(pid, 120, 50, 3);
+    assert_ok(hp_program_run(p));
+    const float *py = hp_program_data(p, y), *pdt = hp_program_data(p, dt);
+    static double ref[50 * 24];
+    memset(ref, 0, sizeof ref);
+    for (int r = 0; r < 120; r++)
+        for (int c = 0; c < 24; c++) {
+            assert_true(py[r * 24 + c] == pt[pid[r] * 24 + c]);
+            ref[pid[r] * 24 + c] += pdy[r * 24 + c];
+        }
+    for (int k = 0; k < 50 * 24; k++) assert_close(pdt[k], ref[k], 1e-5, 1e-6);
+    /* an id outside [0, V) is a kernel error naming the id and its position */
+    pid[77] = 50;
+    assert_int_equal(hp_program_run(p), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("id 50 at position 77");
+    pid[77] = -3;
+    assert_int_equal(hp_program_run(p), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("id -3");
+    hp_program_free(p);
+    hp_graph_free(g);
+
+    g = hp_graph_new();
+    t = hp_param(g, "wte", HP_SHAPE(50, 24));
+    hp_tid fids = hp_input(g, "fids", HP_DTYPE_F32, HP_SHAPE(4));
+    assert_int_equal(hp_embedding(g, t, fids), HP_TID_NONE);
+    assert_int_equal(hp_graph_status(g), HP_STATUS_SHAPE);
+    hp_test_assert_error_contains("ids must be i32");
+    hp_graph_free(g);
+    g = hp_graph_new();
+    t = hp_param(g, "wte", HP_SHAPE(50, 24, 2));
+    ids = hp_input(g, "ids", HP_DTYPE_I32, HP_SHAPE(4));
+    assert_int_equal(hp_embedding(g, t, ids), HP_TID_NONE);
+    hp_test_assert_error_contains("[50, 24, 2]");
+    hp_graph_free(g);
+}
+
+/* ---- GELU ---- */
+
+static hp_tid b_gelu(hp_graph *g, const hp_tid *p, void *u) { (void)u; return hp_gelu(g, p[0]); }
+
+static void test_gelu(void **state) {
+    (void)state;
+    hp_shape shapes[3] = {HP_SHAPE(4, 7), HP_SHAPE(1, 1, 3), HP_SHAPE(2, 3, 5)};
+    for (int i = 0; i < 3; i++) {
+        hp_gc_spec s = {.n = 1, .shapes = {shapes[i]}, .lo = -3, .hi = 3, .build = b_gelu};
+        hp_gradcheck(&s);
+    }
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(1001));
+    hp_tid y = hp_gelu(g, x);
+    hp_program *p = compile(g, &y, 1);
+    float *px = hp_program_data(p, x);
+    for (int i = 0; i < 1001; i++) px[i] = -10.0f + 0.02f * (float)i;
+    assert_ok(hp_program_run(p));
+    const float *py = hp_program_data(p, y);
+    for (int i = 0; i < 1001; i++) {
+        double v = px[i], ref = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+        assert_close(py[i], ref, 1e-5, 1e-6);
+    }
+    hp_program_free(p);
+    hp_graph_free(g);
+}
+
+/* ---- LAYERNORM ---- */
+
+static hp_tid b_layernorm(hp_graph *g, const hp_tid *p, void *u) {
+    (void)u;
+    return hp_layernorm(g, p[0], p[1], p[2], 1e-5f);
+}
+
+static void test_layernorm_grad(void **state) {
+    (void)state;
+    int64_t cs[3] = {7, 6, 33};
+    hp_shape xs[3] = {HP_SHAPE(1, 7), HP_SHAPE(3, 2, 6), HP_SHAPE(5, 33)};
+    for (int i = 0; i < 3; i++) {
+        hp_gc_spec s = {.n = 3, .shapes = {xs[i], HP_SHAPE(cs[i]), HP_SHAPE(cs[i])}, .lo = -1, .hi = 1,
+                        .build = b_layernorm};
+        hp_gradcheck(&s);
+    }
+}
+
+static void test_layernorm_values_and_errors(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(2, 5, 64));
+    hp_tid w = hp_param(g, "w", HP_SHAPE(64)), b = hp_param(g, "b", HP_SHAPE(64));
+    hp_tid y = hp_layernorm(g, x, w, b, 1e-5f);
+    const hp_node *n = hp_graph_node(g, hp_graph_n_nodes(g) - 1);
+    hp_tid mean = n->out[1], rstd = n->out[2];
+    hp_shape want = HP_SHAPE(2, 5);
+    assert_true(hp_shape_equal(&hp_graph_tensor(g, mean)->shape, &want));
+    hp_tid keep[3] = {y, mean, rstd};
+    hp_program *p = compile(g, keep, 3);
+    float *px = hp_program_data(p, x), *pw = hp_program_data(p, w), *pb = hp_program_data(p, b);
+    hp_test_fill_uniform(px, 640, 9, -3, 5);
+    for (int i = 0; i < 64; i++) pw[i] = 1.0f, pb[i] = 0.0f;
+    assert_ok(hp_program_run(p));
+    const float *py = hp_program_data(p, y), *pm = hp_program_data(p, mean), *pr = hp_program_data(p, rstd);
+    for (int r = 0; r < 10; r++) {
+        double m = 0, v = 0, xm = 0, xv = 0;
+        for (int i = 0; i < 64; i++) m += py[r * 64 + i], xm += px[r * 64 + i];
+        m /= 64, xm /= 64;
+        for (int i = 0; i < 64; i++) v += (py[r * 64 + i] - m) * (py[r * 64 + i] - m);
+        for (int i = 0; i < 64; i++) xv += (px[r * 64 + i] - xm) * (px[r * 64 + i] - xm);
+        v /= 64, xv /= 64;
+        assert_close(m, 0.0, 0, 1e-5);
+        assert_close(v, 1.0, 1e-4, 0); /* var + eps in the denominator */
+        assert_close(pm[r], xm, 1e-5, 1e-6);
+        assert_close(pr[r], 1.0 / sqrt(xv + 1e-5), 1e-5, 0);
+    }
+    hp_program_free(p);
+    hp_graph_free(g);
+
+    g = hp_graph_new();
+    x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(4, 8));
+    w = hp_param(g, "w", HP_SHAPE(7));
+    b = hp_param(g, "b", HP_SHAPE(8));
+    assert_int_equal(hp_layernorm(g, x, w, b, 1e-5f), HP_TID_NONE);
+    assert_int_equal(hp_graph_status(g), HP_STATUS_SHAPE);
+    hp_test_assert_error_contains("gamma must be (C) = [8] for x [4, 8], is [7]");
+    hp_graph_free(g);
+}
+
+/* ---- SOFTMAX ---- */
+
+static hp_tid b_softmax(hp_graph *g, const hp_tid *p, void *u) { (void)u; return hp_softmax(g, p[0]); }
+
+static void test_softmax(void **state) {
+    (void)state;
+    hp_shape shapes[4] = {HP_SHAPE(3, 7), HP_SHAPE(2, 1, 5), HP_SHAPE(4, 1), HP_SHAPE(2, 2, 9)};
+    for (int i = 0; i < 4; i++) {
+        hp_gc_spec s = {.n = 1, .shapes = {shapes[i]}, .lo = -2, .hi = 2, .build = b_softmax};
+        hp_gradcheck(&s);
+    }
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(5, 1000));
+    hp_tid y = hp_softmax(g, x);
+    hp_program *p = compile(g, &y, 1);
+    float *px = hp_program_data(p, x);
+    hp_test_fill_uniform(px, 5000, 4, -30, 30);
+    assert_ok(hp_program_run(p));
+    const float *py = hp_program_data(p, y);
+    for (int r = 0; r < 5; r++) {
+        double m = -INFINITY, s = 0, t = 0;
+        for (int i = 0; i < 1000; i++) m = fmax(m, px[r * 1000 + i]);
+        for (int i = 0; i < 1000; i++) s += exp(px[r * 1000 + i] - m);
+        for (int i = 0; i < 1000; i++) {
+            assert_close(py[r * 1000 + i], exp(px[r * 1000 + i] - m) / s, 1e-5, 1e-9);
+            t += py[r * 1000 + i];
+        }
+        assert_close(t, 1.0, 1e-5, 0);
+    }
+    hp_program_free(p);
+    hp_graph_free(g);
+    g = hp_graph_new();
+    x = hp_input(g, "x", HP_DTYPE_I32, HP_SHAPE(5, 3));
+    assert_int_equal(hp_softmax(g, x), HP_TID_NONE);
+    hp_test_assert_error_contains("i32 [5, 3]");
+    hp_graph_free(g);
+}
+
+/* ---- CROSS_ENTROPY ---- */
+
+static hp_tid b_xent(hp_graph *g, const hp_tid *p, void *user) {
+    int_input *u = user;
+    u->tid = hp_input(g, "targets", HP_DTYPE_I32, u->shape);
+    return hp_cross_entropy(g, p[0], u->tid);
+}
+
+static void test_cross_entropy_grad(void **state) {
+    (void)state;
+    struct {
+        hp_shape logits, targets;
+    } cases[] = {{HP_SHAPE(2, 3, 11), HP_SHAPE(2, 3)}, {HP_SHAPE(4, 1), HP_SHAPE(4)}, {HP_SHAPE(1, 2000), HP_SHAPE(1)},
+                 {HP_SHAPE(5, 7), HP_SHAPE(5)}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const hp_shape *l = &cases[i].logits;
+        int_input u = {cases[i].targets, l->dim[l->ndim - 1], HP_TID_NONE};
+        hp_gc_spec s = {.n = 1, .shapes = {*l}, .lo = -2, .hi = 2, .build = b_xent, .init = init_ints, .user = &u};
+        hp_gradcheck(&s);
+    }
+}
+
+/* Reference loss in double. */
+static double ref_xent(const float *x, const int32_t *t, int64_t rows, int64_t v) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * v;
+        double m = -INFINITY, s = 0;
+        for (int64_t i = 0; i < v; i++) m = fmax(m, xr[i]);
+        for (int64_t i = 0; i < v; i++) s += exp(xr[i] - m);
+        sum += log(s) + m - xr[t[r]];
+    }
+    return sum / (double)rows;
+}
+
+static void test_cross_entropy_values_and_errors(void **state) {
+    (void)state;
+    const int64_t rows = 6, v = 50257;
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_param(g, "logits", HP_SHAPE(2, 3, 50257));
+    hp_tid t = hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(2, 3));
+    hp_tid loss = hp_cross_entropy(g, x, t);
+    hp_tid grad;
+    assert_ok(hp_autodiff(g, loss, &x, 1, &grad));
+    hp_tid keep[2] = {loss, grad};
+    hp_program *p = compile(g, keep, 2);
+    float *px = hp_program_data(p, x);
+    int32_t *pt = hp_program_data(p, t);
+    fill_ints(pt, rows, v, 11);
+    pt[0] = 0, pt[5] = (int32_t)v - 1;
+    /* uniform logits: loss = log V, gradient (1/V - onehot) / N */
+    for (int64_t i = 0; i < rows * v; i++) px[i] = 0.25f;
+    assert_ok(hp_program_run(p));
+    assert_close(*(float *)hp_program_data(p, loss), log((double)v), 1e-6, 0);
+    const float *pg = hp_program_data(p, grad);
+    for (int64_t r = 0; r < rows; r++) {
+        assert_close(pg[r * v + (pt[r] + 1) % v], 1.0 / (double)v / (double)rows, 1e-5, 0);
+        assert_close(pg[r * v + pt[r]], (1.0 / (double)v - 1.0) / (double)rows, 1e-5, 0);
+    }
+    /* random logits of a wide range against the double reference */
+    hp_test_fill_uniform(px, (size_t)(rows * v), 12, -20, 20);
+    assert_ok(hp_program_run(p));
+    assert_close(*(float *)hp_program_data(p, loss), ref_xent(px, pt, rows, v), 1e-6, 0);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = px + r * v;
+        double m = -INFINITY, s = 0, gsum = 0;
+        for (int64_t i = 0; i < v; i++) m = fmax(m, xr[i]);
+        for (int64_t i = 0; i < v; i++) s += exp(xr[i] - m);
+        for (int64_t i = 0; i < v; i += 97) {
+            double ref = (exp(xr[i] - m) / s - (i == pt[r])) / (double)rows;
+            assert_close(pg[r * v + i], ref, 1e-5, 1e-12);
+        }
+        for (int64_t i = 0; i < v; i++) gsum += pg[r * v + i];
+        assert_close(gsum, 0.0, 0, 1e-6); /* softmax sums to 1, minus the one-hot */
+    }
+    /* a target outside [0, V) is a kernel error naming it */
+    pt[4] = (int32_t)v;
+    assert_int_equal(hp_program_run(p), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("target 50257 at position 4");
+    hp_program_free(p);
+    hp_graph_free(g);
+
+    g = hp_graph_new();
+    x = hp_param(g, "logits", HP_SHAPE(4, 10));
+    t = hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(5));
+    assert_int_equal(hp_cross_entropy(g, x, t), HP_TID_NONE);
+    assert_int_equal(hp_graph_status(g), HP_STATUS_SHAPE);
+    hp_test_assert_error_contains("targets [5] must match the leading dims of logits [4, 10]");
+    hp_graph_free(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embedding_grad),
+        cmocka_unit_test(test_embedding_values_and_errors),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_layernorm_grad),
+        cmocka_unit_test(test_layernorm_values_and_errors),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_cross_entropy_grad),
+        cmocka_unit_test(test_cross_entropy_values_and_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
