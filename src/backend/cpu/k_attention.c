@@ -1,0 +1,199 @@
+/*
+ * CPU kernels for ATTENTION and ATTENTION_BACKWARD (FlashAttention-style, Dao et al. 2022).
+ *
+ * q, k, v (B, T, H*D): head h of batch b is the (T, D) matrix at q + b*T*C + h*D with row stride C,
+ * which cblas_sgemm reads directly (lda = C), so nothing is packed. Work is split into query blocks
+ * of BQ rows. For a block [i0, i1) the scores against keys [0, L) (L = i1 when causal, else T) are
+ * one GEMM into the thread's scratch, then a row softmax (fast vectorized exp), then one GEMM into o.
+ *
+ * Forward: OpenMP over (b, h, block), largest (causal) blocks first; each GEMM is single-threaded
+ * inside the parallel region (OpenBLAS's OpenMP build checks omp_in_parallel()).
+ * Backward: OpenMP over (b, h) pairs, each owned by one thread, which walks its query blocks and
+ * accumulates dK and dV in place: recompute P = exp(S - lse), dV += P^T dO, dP = dO V^T,
+ * dS = P (dP - rowsum(dO o O)), dQ = scale dS K, dK += scale dS^T Q. With fewer (b, h) pairs than
+ * threads the pairs run in sequence with threaded GEMMs instead.
+ */
+#include "backend/cpu/cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Query rows per block; keep in sync with src/ops/attention.c (it sizes the workspace). */
+#define BQ 64
+
+/* exp(x) for x <= 0 (arguments here are s - max or s - lse), vectorizable: Cephes' expf
+ * polynomial after the range reduction x = n ln2 + r, |r| <= ln2/2; relative error ~2e-7. Inputs
+ * are clamped to [-87, 88], so very negative ones give exp(-87) ~ 1.6e-38 (masked entries are
+ * zeroed explicitly). */
+static inline float fast_exp(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, sizeof s);
+    return p * s;
+}
+
+typedef struct attn_dims {
+    int64_t B, T, C, H, D;
+    bool causal;
+    float scale;
+} attn_dims;
+
+static attn_dims dims_of(const hp_kernel_args *a, int qi) {
+    const hp_shape *q = hp__in_shape(a, qi);
+    attn_dims d;
+    d.B = q->dim[0];
+    d.T = q->dim[1];
+    d.C = q->dim[2];
+    d.H = a->node->attr.i[0];
+    d.D = d.C / d.H;
+    d.causal = a->node->attr.i[1] != 0;
+    d.scale = 1.0f / sqrtf((float)d.D);
+    return d;
+}
+
+/* Floats of scratch per thread, rounded to 64 bytes (the same rule as the workspace size). */
+static size_t per_thread_floats(int64_t T, int nbuf, bool with_vec) {
+    int64_t rows = T < BQ ? T : BQ;
+    size_t bytes = (size_t)(nbuf * rows * T + (with_vec ? T : 0)) * sizeof(float);
+    bytes = (bytes + 63) & ~(size_t)63;
+    return bytes / sizeof(float);
+}
+
+static hp_status threads_for(const hp_kernel_args *a, size_t per_thread, int *nt) {
+    size_t avail = a->workspace_bytes / (per_thread * sizeof(float));
+    if (avail == 0 || !a->workspace)
+        return hp_error(HP_STATUS_INTERNAL, "attention: workspace of %zu bytes is smaller than one thread's %zu",
+                        a->workspace_bytes, per_thread * sizeof(float));
+    int max = omp_get_max_threads();
+    *nt = (size_t)max < avail ? max : (int)avail;
+    return HP_STATUS_OK;
+}
+
+/* Row softmax of s[0, valid) in place with lse out; zeroes s[valid, L). */
+static float softmax_row(float *s, int64_t valid, int64_t L) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < valid; j++) m = s[j] > m ? s[j] : m;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < valid; j++) {
+        float e = fast_exp(s[j] - m);
+        s[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < valid; j++) s[j] *= inv;
+    if (valid < L) memset(s + valid, 0, sizeof(float) * (size_t)(L - valid));
+    return m + logf(sum);
+}
+
+hp_status hp__cpu_attention(const hp_kernel_args *a) {
+    attn_dims d = dims_of(a, 0);
+    const float *q = a->in[0], *k = a->in[1], *v = a->in[2];
+    float *o = a->out[0], *lse = a->out[1];
+    if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
+    size_t pt = per_thread_floats(d.T, 1, false);
+    int nt = 1;
+    HP_CHECK(threads_for(a, pt, &nt));
+    int64_t nblk = (d.T + BQ - 1) / BQ, items = d.B * d.H * nblk;
+    int C = (int)d.C, D = (int)d.D;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t it = 0; it < items; it++) {
+        /* Block index varies slowest and descending: the costly causal blocks are handed out first. */
+        int64_t blk = nblk - 1 - it / (d.B * d.H), bh = it % (d.B * d.H), b = bh / d.H, h = bh % d.H;
+        float *S = (float *)a->workspace + (size_t)omp_get_thread_num() * pt;
+        int64_t i0 = blk * BQ, i1 = i0 + BQ < d.T ? i0 + BQ : d.T, rows = i1 - i0;
+        int64_t L = d.causal ? i1 : d.T;
+        const float *Q = q + (b * d.T + i0) * d.C + h * d.D;
+        const float *K = k + b * d.T * d.C + h * d.D, *V = v + b * d.T * d.C + h * d.D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, D, d.scale, Q, C, K, C, 0.0f, S,
+                    (int)L);
+        float *lrow = lse + (b * d.H + h) * d.T + i0;
+        for (int64_t r = 0; r < rows; r++)
+            lrow[r] = softmax_row(S + r * L, d.causal ? i0 + r + 1 : L, L);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)L, 1.0f, S, (int)L, V, C, 0.0f,
+                    o + (b * d.T + i0) * d.C + h * d.D, C);
+    }
+    return HP_STATUS_OK;
+}
+
+/* Backward of one (b, h) pair with scratch `ws` (two BQ x T buffers and T floats). */
+static void backward_head(const attn_dims *d, int64_t b, int64_t h, const float *dout, const float *q,
+                          const float *k, const float *v, const float *o, const float *lse, float *dq, float *dk,
+                          float *dv, float *ws) {
+    int64_t T = d->T, C = d->C, D = d->D, rows0 = T < BQ ? T : BQ;
+    float *P = ws, *dP = ws + rows0 * T, *Dv = ws + 2 * rows0 * T;
+    size_t base = (size_t)(b * T * C + h * D);
+    const float *Q = q + base, *K = k + base, *V = v + base, *dO = dout + base, *O = o + base;
+    float *dQ = dq + base, *dK = dk + base, *dV = dv + base;
+    const float *l = lse + (b * d->H + h) * T;
+    for (int64_t i = 0; i < T; i++) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < D; j++) s += dO[i * C + j] * O[i * C + j];
+        Dv[i] = s;
+        memset(dK + i * C, 0, sizeof(float) * (size_t)D);
+        memset(dV + i * C, 0, sizeof(float) * (size_t)D);
+    }
+    for (int64_t i0 = 0; i0 < T; i0 += BQ) {
+        int64_t i1 = i0 + BQ < T ? i0 + BQ : T, rows = i1 - i0, L = d->causal ? i1 : T;
+        const float *Qb = Q + i0 * C, *dOb = dO + i0 * C;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, (int)D, d->scale, Qb, (int)C, K,
+                    (int)C, 0.0f, P, (int)L);
+        for (int64_t r = 0; r < rows; r++) {
+            float *pr = P + r * L, li = l[i0 + r];
+            int64_t valid = d->causal ? i0 + r + 1 : L;
+#pragma omp simd
+            for (int64_t j = 0; j < valid; j++) pr[j] = fast_exp(pr[j] - li);
+            if (valid < L) memset(pr + valid, 0, sizeof(float) * (size_t)(L - valid));
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L, (int)D, (int)rows, 1.0f, P, (int)L, dOb, (int)C,
+                    1.0f, dV, (int)C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, (int)D, 1.0f, dOb, (int)C, V, (int)C,
+                    0.0f, dP, (int)L);
+        for (int64_t r = 0; r < rows; r++) {
+            float *pr = P + r * L, *gr = dP + r * L, di = Dv[i0 + r];
+#pragma omp simd
+            for (int64_t j = 0; j < L; j++) gr[j] = pr[j] * (gr[j] - di);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)L, d->scale, dP, (int)L, K,
+                    (int)C, 0.0f, dQ + i0 * C, (int)C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L, (int)D, (int)rows, d->scale, dP, (int)L, Qb,
+                    (int)C, 1.0f, dK, (int)C);
+    }
+}
+
+hp_status hp__cpu_attention_backward(const hp_kernel_args *a) {
+    attn_dims d = dims_of(a, 1);
+    const float *dout = a->in[0], *q = a->in[1], *k = a->in[2], *v = a->in[3], *o = a->in[4], *lse = a->in[5];
+    float *dq = a->out[0], *dk = a->out[1], *dv = a->out[2];
+    if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
+    size_t pt = per_thread_floats(d.T, 2, true);
+    int nt = 1;
+    HP_CHECK(threads_for(a, pt, &nt));
+    int64_t pairs = d.B * d.H;
+    float *ws = a->workspace;
+    if (pairs < nt) { /* too few pairs to share out: run them in turn with threaded GEMMs */
+        for (int64_t bh = 0; bh < pairs; bh++)
+            backward_head(&d, bh / d.H, bh % d.H, dout, q, k, v, o, lse, dq, dk, dv, ws);
+        return HP_STATUS_OK;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t bh = 0; bh < pairs; bh++)
+        backward_head(&d, bh / d.H, bh % d.H, dout, q, k, v, o, lse, dq, dk, dv,
+                      ws + (size_t)omp_get_thread_num() * pt);
+    return HP_STATUS_OK;
+}
