@@ -98,6 +98,7 @@ typedef struct hp_program_stats {
     size_t arena_bytes;      /* the planned activation arena */
     size_t workspace_bytes;  /* the largest kernel scratch */
     size_t naive_bytes;      /* what the activations would take with one buffer each */
+    size_t peak_live_bytes;  /* the most planned bytes live at one node: a lower bound for arena_bytes */
     int n_nodes;             /* nodes run per step (after dead-code elimination) */
     double op_seconds[HP_OP_COUNT]; /* with opts.profile: accumulated time per operator kind */
     int op_calls[HP_OP_COUNT];

@@ -126,6 +126,28 @@ static hp_status plan_arena(hp_program *p) {
         p->stats.n_planned++;
     }
     HP_CHECK_GOTO(hp_memplan_assign(blocks, nb, HP_ARENA_ALIGN, &p->stats.arena_bytes), st, done);
+    /* The lower bound: the largest sum of (aligned) block sizes live at one node, from a
+     * difference array over program points. */
+    size_t *delta = calloc((size_t)lv->n_nodes + 2, sizeof *delta);
+    size_t *undo = calloc((size_t)lv->n_nodes + 2, sizeof *undo);
+    if (!delta || !undo) {
+        free(delta);
+        free(undo);
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", lv->n_nodes);
+        goto done;
+    }
+    for (int k = 0; k < nb; k++) {
+        size_t sz = (blocks[k].bytes + HP_ARENA_ALIGN - 1) & ~(size_t)(HP_ARENA_ALIGN - 1);
+        delta[blocks[k].start] += sz;
+        undo[blocks[k].end + 1] += sz;
+    }
+    size_t live = 0;
+    for (int i = 0; i <= lv->n_nodes; i++) {
+        live = live + delta[i] - undo[i];
+        if (live > p->stats.peak_live_bytes) p->stats.peak_live_bytes = live;
+    }
+    free(delta);
+    free(undo);
     for (int t = 0; t < nt; t++) {
         const hp_tensor_liveness *l = &lv->t[t];
         if (l->live && !l->persistent) p->offset[t] = blocks[block_of[view_root(views, t)]].offset;
@@ -350,10 +372,11 @@ hp_status hp_program_profile_report(const hp_program *p, FILE *f) {
         ok &= fprintf(f, "%-24s %8s %11.3f   (%d runs, %.3f ms per run)\n", "total", "", 1e3 * total, s->n_runs,
                       s->n_runs ? 1e3 * total / s->n_runs : 0.0) > 0;
     }
-    ok &= fprintf(f, "memory: arena %zu bytes for %d activations (naive %zu, %.1f%%), persistent %zu, "
-                     "workspace %zu, %d reshape views, %d nodes per run\n",
+    ok &= fprintf(f, "memory: arena %zu bytes for %d activations (naive %zu, %.1f%%; peak live %zu), "
+                     "persistent %zu, workspace %zu, %d reshape views, %d nodes per run\n",
                   s->arena_bytes, s->n_planned, s->naive_bytes,
                   s->naive_bytes ? 100.0 * (double)s->arena_bytes / (double)s->naive_bytes : 100.0,
+                  s->peak_live_bytes,
                   s->persistent_bytes, s->workspace_bytes, s->n_views, s->n_nodes) > 0;
     if (!ok) return hp_error(HP_STATUS_IO, "profile report: write failed");
     return HP_STATUS_OK;

@@ -2,8 +2,10 @@
 #include "testutil.h"
 
 #include "hp/liveness.h"
+#include "hp/nn.h"
 #include "hp/ops.h"
 #include "hp/runtime.h"
+#include "hp/train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +188,7 @@ static void test_chain_arena_smaller(void **state) {
     assert_int_equal(s.n_planned, 19); /* the last one is kept */
     assert_int_equal(s.naive_bytes, 19 * one);
     assert_int_equal(s.arena_bytes, 2 * one); /* ping-pong: a producer and its consumer */
+    assert_int_equal(s.peak_live_bytes, 2 * one);
     assert_int_equal(s.persistent_bytes, 2 * one);
     check_no_overlap(p, g);
     hp_program_free(p);
@@ -290,7 +293,7 @@ static void free_snapshot(snapshot *s) {
 
 static void test_plan_matches_reference(void **state) {
     (void)state;
-    size_t tot_naive = 0, tot_arena = 0, tot_arena_noview = 0;
+    size_t tot_naive = 0, tot_arena = 0, tot_arena_noview = 0, tot_peak = 0;
     for (uint64_t seed = 1; seed <= 12; seed++) {
         rand_graph r = build_random(seed, 40 + 5 * (int)seed);
         assert_ok(hp_graph_status(r.g));
@@ -308,10 +311,12 @@ static void test_plan_matches_reference(void **state) {
         assert_same(&s_ref, &s_twice, seed);
         assert_int_equal(st_ref.naive_bytes, st_plan.naive_bytes);
         assert_true(st_plan.arena_bytes < st_plan.naive_bytes);
+        assert_true(st_plan.arena_bytes >= st_plan.peak_live_bytes);
         assert_true(st_plan.arena_bytes <= st_noview.arena_bytes + 4096);
         assert_int_equal(st_plan.n_nodes + st_plan.n_views, st_ref.n_nodes);
         tot_naive += st_plan.naive_bytes;
         tot_arena += st_plan.arena_bytes;
+        tot_peak += st_plan.peak_live_bytes;
         tot_arena_noview += st_noview.arena_bytes;
         free_snapshot(&s_ref);
         free_snapshot(&s_plan);
@@ -319,8 +324,96 @@ static void test_plan_matches_reference(void **state) {
         free_snapshot(&s_twice);
         hp_graph_free(r.g);
     }
-    print_message("random graphs: naive %zu bytes, arena %zu (reshape views) / %zu (copies)\n", tot_naive, tot_arena,
-                  tot_arena_noview);
+    print_message("random graphs: naive %zu bytes, arena %zu (reshape views) / %zu (copies), peak live %zu\n",
+                  tot_naive, tot_arena, tot_arena_noview, tot_peak);
+}
+
+/* ---------------------------------------------------------------- a GPT training step */
+
+typedef struct {
+    float loss[2], grad_sq[2];
+    float *params; /* every parameter after two steps, concatenated */
+    size_t n;
+    hp_program_stats st;
+} gpt_result;
+
+static void run_gpt(hp_graph *g, const hp_gpt *m, const hp_train_step *ts, hp_program_opts o, gpt_result *r) {
+    hp_tid keep[2] = {ts->loss, ts->grad_sq};
+    o.keep = keep;
+    o.n_keep = 2;
+    hp_program *p;
+    assert_ok(hp_program_new(g, &o, &p));
+    if (o.plan_memory) check_no_overlap(p, g);
+    r->n = 0;
+    for (int i = 0; i < ts->n_params; i++) {
+        const hp_tensor *t = hp_graph_tensor(g, ts->params[i]);
+        int64_t n = hp_shape_numel(&t->shape);
+        assert_ok(hp_gpt_init_param(&m->cfg, t->name, 42, 0, n, hp_program_data(p, ts->params[i])));
+        r->n += (size_t)n;
+    }
+    int32_t tok[2 * 16], tgt[2 * 16];
+    for (int i = 0; i < 32; i++) {
+        tok[i] = (int32_t)((i * 7 + 3) % m->cfg.vocab);
+        tgt[i] = (int32_t)((i * 5 + 1) % m->cfg.vocab);
+    }
+    assert_ok(hp_program_set_input(p, m->tokens, tok, sizeof tok));
+    assert_ok(hp_program_set_input(p, m->targets, tgt, sizeof tgt));
+    float lr = 1e-3f;
+    assert_ok(hp_program_set_input(p, ts->lr, &lr, sizeof lr));
+    for (int k = 0; k < 2; k++) {
+        float step = (float)(k + 1);
+        assert_ok(hp_program_set_input(p, ts->step, &step, sizeof step));
+        assert_ok(hp_program_run(p));
+        assert_ok(hp_program_get_output(p, ts->loss, &r->loss[k], sizeof(float)));
+        assert_ok(hp_program_get_output(p, ts->grad_sq, &r->grad_sq[k], sizeof(float)));
+    }
+    r->params = malloc(r->n * sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < ts->n_params; i++) {
+        size_t n = (size_t)hp_shape_numel(&hp_graph_tensor(g, ts->params[i])->shape);
+        assert_ok(hp_program_get_output(p, ts->params[i], r->params + at, n * sizeof(float)));
+        at += n;
+    }
+    hp_program_get_stats(p, &r->st);
+    hp_program_free(p);
+}
+
+static void test_gpt_step_plan_matches_reference(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_gpt_config c = {.vocab = 64, .context = 16, .layers = 2, .heads = 2, .width = 32, .tied_head = true};
+    hp_gpt m;
+    hp_status st = hp_gpt_build(g, &c, 2, 16, true, &m);
+    hp_train_step ts;
+    hp_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    if (st == HP_STATUS_OK) st = hp_train_step_build(g, m.loss, &oc, &ts);
+    if (st == HP_STATUS_UNSUPPORTED) { /* an operator still being written */
+        hp_graph_free(g);
+        skip();
+    }
+    assert_ok(st);
+    hp_program_opts ref = HP_PROGRAM_OPTS_DEFAULT, plan = HP_PROGRAM_OPTS_DEFAULT;
+    ref.plan_memory = false;
+    gpt_result a, b;
+    run_gpt(g, &m, &ts, ref, &a);
+    run_gpt(g, &m, &ts, plan, &b);
+    for (int k = 0; k < 2; k++) {
+        assert_memory_equal(&a.loss[k], &b.loss[k], sizeof(float));
+        assert_memory_equal(&a.grad_sq[k], &b.grad_sq[k], sizeof(float));
+    }
+    assert_true(a.loss[1] < a.loss[0]);
+    assert_int_equal(a.n, b.n);
+    assert_memory_equal(a.params, b.params, a.n * sizeof(float));
+    assert_true(b.st.arena_bytes < b.st.naive_bytes / 2);
+    assert_true(b.st.arena_bytes >= b.st.peak_live_bytes);
+    print_message("GPT L2 C32 B2 T16 step (%d nodes, %d activations): naive %zu bytes, arena %zu (%.1f%%), "
+                  "peak live %zu, persistent %zu, %d reshape views\n",
+                  b.st.n_nodes, b.st.n_planned, b.st.naive_bytes, b.st.arena_bytes,
+                  100.0 * (double)b.st.arena_bytes / (double)b.st.naive_bytes, b.st.peak_live_bytes,
+                  b.st.persistent_bytes, b.st.n_views);
+    free(a.params);
+    free(b.params);
+    hp_graph_free(g);
 }
 
 /* ---------------------------------------------------------------- API and errors */
@@ -421,6 +514,7 @@ int main(void) {
         cmocka_unit_test(test_memplan_random_intervals),
         cmocka_unit_test(test_chain_arena_smaller),
         cmocka_unit_test(test_plan_matches_reference),
+        cmocka_unit_test(test_gpt_step_plan_matches_reference),
         cmocka_unit_test(test_program_api),
         cmocka_unit_test(test_errors),
     };
