@@ -22,8 +22,8 @@
  *
  * Alignment. Offsets given to read/write must be multiples of HP_DISK_ALIGN. Any length and any
  * buffer address are accepted: when the buffer or the length is not aligned the store goes through
- * an aligned bounce buffer. A write whose length is not a multiple of HP_DISK_ALIGN zero-fills the
- * rest of its last block, so write whole extents or block-multiple pieces of them.
+ * an aligned bounce buffer. With O_DIRECT, a write whose length is not a multiple of HP_DISK_ALIGN
+ * zero-fills the rest of its last block, so write whole extents or block-multiple pieces of them.
  *
  * Faults. Every I/O error returns HP_STATUS_IO with the file's path and strerror text. The store
  * grows its file when an extent beyond the current end is allocated (ftruncate); at that point it
