@@ -25,3 +25,169 @@ static hp_status reshape_grad(hp_graph *g, int node, const hp_tid *dout, const b
 }
 
 const hp_op_def hp__op_def_reshape = {"reshape", 1, 1, 1, reshape_infer, reshape_grad, NULL, NULL};
+
+/* ---- shared checks ---- */
+
+/* Normalized axis of `s` (negative counts from the end), or an HP_STATUS_SHAPE error naming it. */
+static hp_status axis_of(int64_t axis, const hp_shape *s, int *out) {
+    int ax = axis < -s->ndim || axis >= s->ndim ? -1 : hp__axis((int)axis, s->ndim);
+    if (ax < 0) return hp_error(HP_STATUS_SHAPE, "axis %lld out of range for %s", (long long)axis, hp__shape_s(s));
+    *out = ax;
+    return HP_STATUS_OK;
+}
+
+static hp_status present(const hp_node *n, int i) {
+    if (n->in[i] == HP_TID_NONE) return hp_error(HP_STATUS_SHAPE, "input %d is required", i);
+    return HP_STATUS_OK;
+}
+
+/* Pure data movement: no flops, bytes of inputs read and outputs written. */
+static void move_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) { hp__cost_default(g, n, 0.0, c); }
+
+/* ---- TRANSPOSE: swap axes i[0], i[1] ---- */
+
+hp_tid hp_transpose(hp_graph *g, hp_tid a, int d0, int d1) {
+    hp_attrs at = {0};
+    at.i[0] = d0;
+    at.i[1] = d1;
+    return hp_graph_add_node(g, HP_OP_TRANSPOSE, &a, 1, &at);
+}
+
+static hp_status transpose_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(present(n, 0));
+    const hp_shape *a = hp__shp(g, n->in[0]);
+    int d0 = 0, d1 = 0;
+    HP_CHECK(axis_of(n->attr.i[0], a, &d0));
+    HP_CHECK(axis_of(n->attr.i[1], a, &d1));
+    hp_shape r = *a;
+    r.dim[d0] = a->dim[d1];
+    r.dim[d1] = a->dim[d0];
+    dt[0] = hp_graph_tensor(g, n->in[0])->dtype;
+    s[0] = r;
+    return HP_STATUS_OK;
+}
+
+static hp_status transpose_grad(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din) {
+    hp_node n = *hp_graph_node(g, node);
+    if (need[0]) din[0] = hp_transpose(g, dout[0], (int)n.attr.i[0], (int)n.attr.i[1]);
+    return hp_graph_status(g);
+}
+
+/* ---- SLICE: a[..., start:start+len, ...] along axis i[0], start i[1], length i[2] ---- */
+
+hp_tid hp_slice(hp_graph *g, hp_tid a, int axis, int64_t start, int64_t len) {
+    hp_attrs at = {0};
+    at.i[0] = axis;
+    at.i[1] = start;
+    at.i[2] = len;
+    return hp_graph_add_node(g, HP_OP_SLICE, &a, 1, &at);
+}
+
+static hp_status slice_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(present(n, 0));
+    const hp_shape *a = hp__shp(g, n->in[0]);
+    int ax = 0;
+    HP_CHECK(axis_of(n->attr.i[0], a, &ax));
+    int64_t start = n->attr.i[1], len = n->attr.i[2];
+    if (start < 0 || len < 1 || start + len > a->dim[ax])
+        return hp_error(HP_STATUS_SHAPE, "slice [%lld, %lld) of axis %d is outside %s", (long long)start,
+                        (long long)(start + len), ax, hp__shape_s(a));
+    hp_shape r = *a;
+    r.dim[ax] = len;
+    dt[0] = hp_graph_tensor(g, n->in[0])->dtype;
+    s[0] = r;
+    return HP_STATUS_OK;
+}
+
+static hp_status slice_grad(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din) {
+    hp_node n = *hp_graph_node(g, node);
+    const hp_shape *a = hp__shp(g, n.in[0]);
+    int ax = hp__axis((int)n.attr.i[0], a->ndim);
+    if (need[0]) din[0] = hp_pad(g, dout[0], ax, n.attr.i[1], a->dim[ax]);
+    return hp_graph_status(g);
+}
+
+/* ---- PAD: zero-pad axis i[0] to length i[2], the input placed at offset i[1] ---- */
+
+hp_tid hp_pad(hp_graph *g, hp_tid a, int axis, int64_t start, int64_t full) {
+    hp_attrs at = {0};
+    at.i[0] = axis;
+    at.i[1] = start;
+    at.i[2] = full;
+    return hp_graph_add_node(g, HP_OP_PAD, &a, 1, &at);
+}
+
+static hp_status pad_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(present(n, 0));
+    const hp_shape *a = hp__shp(g, n->in[0]);
+    int ax = 0;
+    HP_CHECK(axis_of(n->attr.i[0], a, &ax));
+    int64_t start = n->attr.i[1], full = n->attr.i[2];
+    if (start < 0 || start + a->dim[ax] > full)
+        return hp_error(HP_STATUS_SHAPE, "pad of %s at offset %lld on axis %d does not fit length %lld", hp__shape_s(a),
+                        (long long)start, ax, (long long)full);
+    hp_shape r = *a;
+    r.dim[ax] = full;
+    dt[0] = hp_graph_tensor(g, n->in[0])->dtype;
+    s[0] = r;
+    return HP_STATUS_OK;
+}
+
+static hp_status pad_grad(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din) {
+    hp_node n = *hp_graph_node(g, node);
+    const hp_shape *a = hp__shp(g, n.in[0]);
+    int ax = hp__axis((int)n.attr.i[0], a->ndim);
+    if (need[0]) din[0] = hp_slice(g, dout[0], ax, n.attr.i[1], a->dim[ax]);
+    return hp_graph_status(g);
+}
+
+/* ---- CONCAT: n inputs along axis i[0] ---- */
+
+hp_tid hp_concat(hp_graph *g, const hp_tid *xs, int n, int axis) {
+    if (n < 1 || n > HP_MAX_NODE_INPUTS) {
+        hp_graph_fail(g, HP_STATUS_INVALID_ARGUMENT, "concat takes 1 to %d tensors, got %d", HP_MAX_NODE_INPUTS, n);
+        return HP_TID_NONE;
+    }
+    hp_attrs at = {0};
+    at.i[0] = axis;
+    return hp_graph_add_node(g, HP_OP_CONCAT, xs, n, &at);
+}
+
+static hp_status concat_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    for (int i = 0; i < n->n_in; i++) HP_CHECK(present(n, i));
+    const hp_shape *a = hp__shp(g, n->in[0]);
+    hp_dtype d = hp_graph_tensor(g, n->in[0])->dtype;
+    int ax = 0;
+    HP_CHECK(axis_of(n->attr.i[0], a, &ax));
+    hp_shape r = *a;
+    for (int i = 1; i < n->n_in; i++) {
+        const hp_shape *b = hp__shp(g, n->in[i]);
+        bool ok = b->ndim == a->ndim && hp_graph_tensor(g, n->in[i])->dtype == d;
+        for (int k = 0; ok && k < a->ndim; k++) ok = k == ax || b->dim[k] == a->dim[k];
+        if (!ok)
+            return hp_error(HP_STATUS_SHAPE, "input %d %s %s does not match input 0 %s %s except on axis %d", i,
+                            hp_dtype_name(hp_graph_tensor(g, n->in[i])->dtype), hp__shape_s(b), hp_dtype_name(d),
+                            hp__shape_s(a), ax);
+        r.dim[ax] += b->dim[ax];
+    }
+    dt[0] = d;
+    s[0] = r;
+    return HP_STATUS_OK;
+}
+
+static hp_status concat_grad(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din) {
+    hp_node n = *hp_graph_node(g, node);
+    int ax = hp__axis((int)n.attr.i[0], hp__shp(g, n.in[0])->ndim);
+    int64_t off = 0;
+    for (int i = 0; i < n.n_in; i++) {
+        int64_t len = hp__shp(g, n.in[i])->dim[ax];
+        if (need[i]) din[i] = hp_slice(g, dout[0], ax, off, len);
+        off += len;
+    }
+    return hp_graph_status(g);
+}
+
+const hp_op_def hp__op_def_transpose = {"transpose", 1, 1, 1, transpose_infer, transpose_grad, move_cost, NULL};
+const hp_op_def hp__op_def_slice = {"slice", 1, 1, 1, slice_infer, slice_grad, move_cost, NULL};
+const hp_op_def hp__op_def_pad = {"pad", 1, 1, 1, pad_infer, pad_grad, move_cost, NULL};
+const hp_op_def hp__op_def_concat = {"concat", 1, HP_MAX_NODE_INPUTS, 1, concat_infer, concat_grad, move_cost, NULL};
