@@ -76,6 +76,21 @@ static size_t xent_workspace(const hp_graph *g, const hp_node *n) {
     return (size_t)hp_shape_numel(hp__shp(g, n->in[1])) * sizeof(double);
 }
 
-const hp_op_def hp__op_def_cross_entropy = {"cross_entropy", 2, 2, 1, xent_infer, xent_grad, xent_cost, xent_workspace};
-const hp_op_def hp__op_def_cross_entropy_backward = {"cross_entropy_backward", 3, 3, 1, xent_backward_infer, NULL,
-                                                     xent_backward_cost, NULL};
+const hp_op_def hp__op_def_cross_entropy = {
+    .name = "cross_entropy",
+    .min_in = 2,
+    .max_in = 2,
+    .n_out = 1,
+    .infer = xent_infer,
+    .grad = xent_grad,
+    .cost = xent_cost,
+    .workspace = xent_workspace,
+};
+const hp_op_def hp__op_def_cross_entropy_backward = {
+    .name = "cross_entropy_backward",
+    .min_in = 3,
+    .max_in = 3,
+    .n_out = 1,
+    .infer = xent_backward_infer,
+    .cost = xent_backward_cost,
+};

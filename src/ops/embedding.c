@@ -74,6 +74,20 @@ static void embedding_backward_cost(const hp_graph *g, const hp_node *n, hp_op_c
     c->bytes_read = e * 4.0 + (double)hp_shape_numel(hp__shp(g, n->in[1])) * 4.0;
 }
 
-const hp_op_def hp__op_def_embedding = {"embedding", 2, 2, 1, embedding_infer, embedding_grad, embedding_cost, NULL};
-const hp_op_def hp__op_def_embedding_backward = {"embedding_backward", 3, 3, 1, embedding_backward_infer, NULL,
-                                                 embedding_backward_cost, NULL};
+const hp_op_def hp__op_def_embedding = {
+    .name = "embedding",
+    .min_in = 2,
+    .max_in = 2,
+    .n_out = 1,
+    .infer = embedding_infer,
+    .grad = embedding_grad,
+    .cost = embedding_cost,
+};
+const hp_op_def hp__op_def_embedding_backward = {
+    .name = "embedding_backward",
+    .min_in = 3,
+    .max_in = 3,
+    .n_out = 1,
+    .infer = embedding_backward_infer,
+    .cost = embedding_backward_cost,
+};

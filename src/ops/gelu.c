@@ -49,6 +49,20 @@ static void gelu_backward_cost(const hp_graph *g, const hp_node *n, hp_op_cost *
     hp__cost_default(g, n, 26.0, c);
 }
 
-const hp_op_def hp__op_def_gelu = {"gelu", 1, 1, 1, gelu_infer, gelu_grad, gelu_cost, NULL};
-const hp_op_def hp__op_def_gelu_backward = {"gelu_backward", 2, 2, 1, gelu_backward_infer, NULL, gelu_backward_cost,
-                                            NULL};
+const hp_op_def hp__op_def_gelu = {
+    .name = "gelu",
+    .min_in = 1,
+    .max_in = 1,
+    .n_out = 1,
+    .infer = gelu_infer,
+    .grad = gelu_grad,
+    .cost = gelu_cost,
+};
+const hp_op_def hp__op_def_gelu_backward = {
+    .name = "gelu_backward",
+    .min_in = 2,
+    .max_in = 2,
+    .n_out = 1,
+    .infer = gelu_backward_infer,
+    .cost = gelu_backward_cost,
+};

@@ -100,6 +100,20 @@ static void layernorm_backward_cost(const hp_graph *g, const hp_node *n, hp_op_c
     hp__cost_default(g, n, 12.0, c);
 }
 
-const hp_op_def hp__op_def_layernorm = {"layernorm", 3, 3, 3, layernorm_infer, layernorm_grad, layernorm_cost, NULL};
-const hp_op_def hp__op_def_layernorm_backward = {"layernorm_backward", 5, 5, 3, layernorm_backward_infer, NULL,
-                                                 layernorm_backward_cost, NULL};
+const hp_op_def hp__op_def_layernorm = {
+    .name = "layernorm",
+    .min_in = 3,
+    .max_in = 3,
+    .n_out = 3,
+    .infer = layernorm_infer,
+    .grad = layernorm_grad,
+    .cost = layernorm_cost,
+};
+const hp_op_def hp__op_def_layernorm_backward = {
+    .name = "layernorm_backward",
+    .min_in = 5,
+    .max_in = 5,
+    .n_out = 3,
+    .infer = layernorm_backward_infer,
+    .cost = layernorm_backward_cost,
+};

@@ -116,6 +116,27 @@ static void adamw_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     c->bytes_written = 3.0 * 4.0 * e; /* param, m, v in place */
 }
 
-const hp_op_def hp__op_def_sumsq = {"sumsq", 1, HP_MAX_NODE_INPUTS, 1, sumsq_infer, NULL, sumsq_cost, NULL};
-const hp_op_def hp__op_def_clip_scale = {"clip_scale", 1, 1, 1, clip_scale_infer, NULL, clip_scale_cost, NULL};
-const hp_op_def hp__op_def_adamw = {"adamw", 6, 7, 0, adamw_infer, NULL, adamw_cost, NULL};
+const hp_op_def hp__op_def_sumsq = {
+    .name = "sumsq",
+    .min_in = 1,
+    .max_in = HP_MAX_NODE_INPUTS,
+    .n_out = 1,
+    .infer = sumsq_infer,
+    .cost = sumsq_cost,
+};
+const hp_op_def hp__op_def_clip_scale = {
+    .name = "clip_scale",
+    .min_in = 1,
+    .max_in = 1,
+    .n_out = 1,
+    .infer = clip_scale_infer,
+    .cost = clip_scale_cost,
+};
+const hp_op_def hp__op_def_adamw = {
+    .name = "adamw",
+    .min_in = 6,
+    .max_in = 7,
+    .n_out = 0,
+    .infer = adamw_infer,
+    .cost = adamw_cost,
+};

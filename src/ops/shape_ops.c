@@ -24,7 +24,14 @@ static hp_status reshape_grad(hp_graph *g, int node, const hp_tid *dout, const b
     return hp_graph_status(g);
 }
 
-const hp_op_def hp__op_def_reshape = {"reshape", 1, 1, 1, reshape_infer, reshape_grad, NULL, NULL};
+const hp_op_def hp__op_def_reshape = {
+    .name = "reshape",
+    .min_in = 1,
+    .max_in = 1,
+    .n_out = 1,
+    .infer = reshape_infer,
+    .grad = reshape_grad,
+};
 
 /* ---- shared checks ---- */
 
@@ -187,7 +194,39 @@ static hp_status concat_grad(hp_graph *g, int node, const hp_tid *dout, const bo
     return hp_graph_status(g);
 }
 
-const hp_op_def hp__op_def_transpose = {"transpose", 1, 1, 1, transpose_infer, transpose_grad, move_cost, NULL};
-const hp_op_def hp__op_def_slice = {"slice", 1, 1, 1, slice_infer, slice_grad, move_cost, NULL};
-const hp_op_def hp__op_def_pad = {"pad", 1, 1, 1, pad_infer, pad_grad, move_cost, NULL};
-const hp_op_def hp__op_def_concat = {"concat", 1, HP_MAX_NODE_INPUTS, 1, concat_infer, concat_grad, move_cost, NULL};
+const hp_op_def hp__op_def_transpose = {
+    .name = "transpose",
+    .min_in = 1,
+    .max_in = 1,
+    .n_out = 1,
+    .infer = transpose_infer,
+    .grad = transpose_grad,
+    .cost = move_cost,
+};
+const hp_op_def hp__op_def_slice = {
+    .name = "slice",
+    .min_in = 1,
+    .max_in = 1,
+    .n_out = 1,
+    .infer = slice_infer,
+    .grad = slice_grad,
+    .cost = move_cost,
+};
+const hp_op_def hp__op_def_pad = {
+    .name = "pad",
+    .min_in = 1,
+    .max_in = 1,
+    .n_out = 1,
+    .infer = pad_infer,
+    .grad = pad_grad,
+    .cost = move_cost,
+};
+const hp_op_def hp__op_def_concat = {
+    .name = "concat",
+    .min_in = 1,
+    .max_in = HP_MAX_NODE_INPUTS,
+    .n_out = 1,
+    .infer = concat_infer,
+    .grad = concat_grad,
+    .cost = move_cost,
+};

@@ -47,6 +47,20 @@ static void softmax_backward_cost(const hp_graph *g, const hp_node *n, hp_op_cos
     hp__cost_default(g, n, 4.0, c);
 }
 
-const hp_op_def hp__op_def_softmax = {"softmax", 1, 1, 1, softmax_infer, softmax_grad, softmax_cost, NULL};
-const hp_op_def hp__op_def_softmax_backward = {"softmax_backward", 2, 2, 1, softmax_backward_infer, NULL,
-                                               softmax_backward_cost, NULL};
+const hp_op_def hp__op_def_softmax = {
+    .name = "softmax",
+    .min_in = 1,
+    .max_in = 1,
+    .n_out = 1,
+    .infer = softmax_infer,
+    .grad = softmax_grad,
+    .cost = softmax_cost,
+};
+const hp_op_def hp__op_def_softmax_backward = {
+    .name = "softmax_backward",
+    .min_in = 2,
+    .max_in = 2,
+    .n_out = 1,
+    .infer = softmax_backward_infer,
+    .cost = softmax_backward_cost,
+};

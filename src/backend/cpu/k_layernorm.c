@@ -16,9 +16,11 @@ hp_status hp__cpu_layernorm(const hp_kernel_args *a) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
         float s = 0.0f;
+#pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < c; i++) s += xr[i];
         float m = s / (float)c;
         float v = 0.0f;
+#pragma omp simd reduction(+ : v)
         for (int64_t i = 0; i < c; i++) {
             float d = xr[i] - m;
             v += d * d;
@@ -48,6 +50,7 @@ hp_status hp__cpu_layernorm_backward(const hp_kernel_args *a) {
         float *dxr = dx + r * c;
         const float m = mean[r], rs = rstd[r];
         float sg = 0.0f, sgx = 0.0f;
+#pragma omp simd reduction(+ : sg, sgx)
         for (int64_t i = 0; i < c; i++) {
             float gi = dyr[i] * gamma[i];
             sg += gi;

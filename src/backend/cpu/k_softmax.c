@@ -19,12 +19,14 @@ static void row_stats(const float *x, int64_t n, float *max_out, float *sum_out)
     for (int64_t b = 0; b < n; b += ROW_BLK) {
         int64_t e = b + ROW_BLK < n ? b + ROW_BLK : n;
         float bm = -INFINITY;
+#pragma omp simd reduction(max : bm)
         for (int64_t i = b; i < e; i++) bm = x[i] > bm ? x[i] : bm;
         if (bm > m) {
             s *= expf(m - bm);
             m = bm;
         }
         float bs = 0.0f;
+#pragma omp simd reduction(+ : bs)
         for (int64_t i = b; i < e; i++) bs += hp__exp_fast(x[i] - m);
         s += bs;
     }
@@ -42,8 +44,10 @@ hp_status hp__cpu_softmax(const hp_kernel_args *a) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
         float m = -INFINITY;
+#pragma omp simd reduction(max : m)
         for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
         float s = 0.0f;
+#pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; i++) {
             yr[i] = hp__exp_fast(xr[i] - m);
             s += yr[i];
@@ -64,6 +68,7 @@ hp_status hp__cpu_softmax_backward(const hp_kernel_args *a) {
         const float *dyr = dy + r * n, *yr = y + r * n;
         float *dxr = dx + r * n;
         float s = 0.0f;
+#pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; i++) s += dyr[i] * yr[i];
         for (int64_t i = 0; i < n; i++) dxr[i] = yr[i] * (dyr[i] - s);
     }
