@@ -119,10 +119,19 @@ hp_status hp__cpu_cross_entropy_backward(const hp_kernel_args *a) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * v;
         float *dr = dx + r * v;
-        float m, s;
-        row_stats(xr, v, &m, &s);
+        /* max, then exponentials written and summed, then scaled in place while the row is in
+         * cache: one exponential per logit */
+        float m = -INFINITY, s = 0.0f;
+#pragma omp simd reduction(max : m)
+        for (int64_t i = 0; i < v; i++) m = xr[i] > m ? xr[i] : m;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < v; i++) {
+            dr[i] = hp__exp_fast(xr[i] - m);
+            s += dr[i];
+        }
         const float k = scale / s;
-        for (int64_t i = 0; i < v; i++) dr[i] = k * hp__exp_fast(xr[i] - m);
+#pragma omp simd
+        for (int64_t i = 0; i < v; i++) dr[i] *= k;
         dr[t[r]] -= scale;
     }
     return HP_STATUS_OK;
