@@ -32,14 +32,15 @@ hp_tid hp_fill(hp_graph *g, hp_shape shape, float value);
 /* A copy of a (same shape and dtype). Passes use COPY nodes as the carrier of moves. */
 hp_tid hp_copy(hp_graph *g, hp_tid a);
 
-/* ---------------------------------------------------------------- reductions (reduce.c) */
+/* ---------------------------------------------------------------- reductions (reduce.c, optim.c) */
 
 /* a summed down to the shape of `like` (the adjoint of broadcasting a `like`-shaped tensor). */
 hp_tid hp_sum_to(hp_graph *g, hp_tid a, hp_tid like);
 /* Sum / mean over `axis` (the axis is removed); axis -1 reduces everything to a scalar. */
 hp_tid hp_sum(hp_graph *g, hp_tid a, int axis);
 hp_tid hp_mean(hp_graph *g, hp_tid a, int axis);
-/* Scalar sum of squares of all elements of all n tensors (global gradient norm). n <= 8. */
+/* Scalar sum of squares of all elements of all n tensors (global gradient norm). n <= 8.
+ * Accumulated in double over fixed chunks: the result does not depend on the thread count. */
 hp_tid hp_sumsq(hp_graph *g, const hp_tid *xs, int n);
 /* Scalar min(1, max_norm / (sqrt(sumsq) + 1e-6)): the global-norm clipping factor. */
 hp_tid hp_clip_scale(hp_graph *g, hp_tid sumsq, float max_norm);
@@ -70,15 +71,26 @@ hp_tid hp_linear(hp_graph *g, hp_tid x, hp_tid w, hp_tid bias);
 
 /* ---------------------------------------------------------------- nn (one file each) */
 
-/* table (V, C), ids (...) i32 -> (..., C). An id outside [0, V) is a kernel error naming it. */
+/*
+ * table (V, C), ids (...) i32 -> (..., C). An id outside [0, V) is a kernel error
+ * (HP_STATUS_INVALID_ARGUMENT) naming the id and its position. The table's gradient is
+ * EMBEDDING_BACKWARD(dy, ids, table), a deterministic scatter-add; ids get no gradient.
+ */
 hp_tid hp_embedding(hp_graph *g, hp_tid table, hp_tid ids);
 /* GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2). */
 hp_tid hp_gelu(hp_graph *g, hp_tid x);
-/* LayerNorm over the last axis: x (..., C), gamma (C), beta (C) -> (..., C) (Ba et al. 2016). */
+/*
+ * LayerNorm over the last axis: x (..., C), gamma (C), beta (C) -> (..., C) (Ba et al. 2016).
+ * The node's outputs 1 and 2 are mean and rstd (...), saved for the backward; gradients flow only
+ * through y (autodiff reports HP_STATUS_UNSUPPORTED if the loss depends on mean or rstd).
+ */
 hp_tid hp_layernorm(hp_graph *g, hp_tid x, hp_tid gamma, hp_tid beta, float eps);
 /* Softmax over the last axis. */
 hp_tid hp_softmax(hp_graph *g, hp_tid x);
-/* logits (..., V) f32, targets (...) i32 -> scalar mean of -log softmax(logits)[target]. */
+/*
+ * logits (..., V) f32, targets (...) i32 -> scalar mean of -log softmax(logits)[target]. A target
+ * outside [0, V) is a kernel error naming it. The backward recomputes the softmax from the logits.
+ */
 hp_tid hp_cross_entropy(hp_graph *g, hp_tid logits, hp_tid targets);
 /*
  * Multi-head self-attention core, fused: q, k, v (B, T, H*D) with heads interleaved as (H, D) in the
@@ -88,7 +100,7 @@ hp_tid hp_cross_entropy(hp_graph *g, hp_tid logits, hp_tid targets);
  */
 hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool causal);
 
-/* ---------------------------------------------------------------- optimizer (adamw.c) */
+/* ---------------------------------------------------------------- optimizer (optim.c) */
 
 /* AdamW hyper-parameters (Loshchilov & Hutter 2019, decoupled weight decay). */
 typedef struct hp_adamw_params {
@@ -100,7 +112,9 @@ typedef struct hp_adamw_params {
  * In place: m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
  * + wd p), where g' = grad * scale. lr and step are scalar f32 INPUT tensors fed every step (step
  * t counts from 1); scale is a scalar (the clipping factor) or HP_TID_NONE for 1. m and v are
- * OPT_STATE tensors shaped like param. Returns HP_STATUS_OK or the graph's sticky error status.
+ * OPT_STATE tensors shaped like param. A param whose tensor has no_weight_decay set is updated with
+ * weight_decay 0. The ADAMW node has no outputs and carries HP_NODE_FLAG_INPLACE. A step value
+ * below 1 is a kernel error. Returns HP_STATUS_OK or the graph's sticky error status.
  */
 hp_status hp_adamw(hp_graph *g, hp_tid param, hp_tid grad, hp_tid m, hp_tid v, hp_tid lr,
                    hp_tid step, hp_tid scale, const hp_adamw_params *p);
