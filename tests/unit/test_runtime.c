@@ -363,6 +363,14 @@ static void run_gpt(hp_graph *g, const hp_gpt *m, const hp_train_step *ts, hp_pr
     for (int k = 0; k < 2; k++) {
         float step = (float)(k + 1);
         assert_ok(hp_program_set_input(p, ts->step, &step, sizeof step));
+        /* Poison every activation (NaN bytes) before the step: a kernel that reads an output
+         * before writing it, or accumulates into it without clearing, shows up as a mismatch. */
+        for (hp_tid t = 0; t < hp_graph_n_tensors(g); t++) {
+            void *d = hp_program_data(p, t);
+            const hp_tensor *x = hp_graph_tensor(g, t);
+            if (d && x->kind == HP_TENSOR_KIND_ACTIVATION)
+                memset(d, 0xff, (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype));
+        }
         assert_ok(hp_program_run(p));
         assert_ok(hp_program_get_output(p, ts->loss, &r->loss[k], sizeof(float)));
         assert_ok(hp_program_get_output(p, ts->grad_sq, &r->grad_sq[k], sizeof(float)));
