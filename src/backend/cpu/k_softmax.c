@@ -13,16 +13,17 @@
 
 #define ROW_BLK 1024
 
-/* Max and sum of exp(x - max) of one row. */
-static void row_stats(const float *x, int64_t n, float *max_out, float *sum_out) {
-    float m = -INFINITY, s = 0.0f;
+/* Max and sum of exp(x - max) of one row (block sums in float, their total in double). */
+static void row_stats(const float *x, int64_t n, float *max_out, double *sum_out) {
+    float m = -INFINITY;
+    double s = 0.0;
     for (int64_t b = 0; b < n; b += ROW_BLK) {
         int64_t e = b + ROW_BLK < n ? b + ROW_BLK : n;
         float bm = -INFINITY;
 #pragma omp simd reduction(max : bm)
         for (int64_t i = b; i < e; i++) bm = x[i] > bm ? x[i] : bm;
         if (bm > m) {
-            s *= expf(m - bm);
+            s *= exp((double)m - (double)bm);
             m = bm;
         }
         float bs = 0.0f;
@@ -34,6 +35,29 @@ static void row_stats(const float *x, int64_t n, float *max_out, float *sum_out)
     *sum_out = s;
 }
 
+static float row_max(const float *x, int64_t n) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* y = exp(x - m); returns the sum (block sums in float, their total in double). */
+static double exp_write_sum(const float *x, float *y, int64_t n, float m) {
+    double s = 0.0;
+    for (int64_t b = 0; b < n; b += ROW_BLK) {
+        int64_t e = b + ROW_BLK < n ? b + ROW_BLK : n;
+        float bs = 0.0f;
+#pragma omp simd reduction(+ : bs)
+        for (int64_t i = b; i < e; i++) {
+            y[i] = hp__exp_fast(x[i] - m);
+            bs += y[i];
+        }
+        s += bs;
+    }
+    return s;
+}
+
 hp_status hp__cpu_softmax(const hp_kernel_args *a) {
     const float *x = a->in[0];
     float *y = a->out[0];
@@ -43,16 +67,9 @@ hp_status hp__cpu_softmax(const hp_kernel_args *a) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
-        float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-        for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < n; i++) {
-            yr[i] = hp__exp_fast(xr[i] - m);
-            s += yr[i];
-        }
-        float inv = 1.0f / s;
+        const float m = row_max(xr, n);
+        const double s = exp_write_sum(xr, yr, n, m);
+        const float inv = (float)(1.0 / s);
         for (int64_t i = 0; i < n; i++) yr[i] *= inv;
     }
     return HP_STATUS_OK;
@@ -96,9 +113,10 @@ hp_status hp__cpu_cross_entropy(const hp_kernel_args *a) {
 #pragma omp parallel for schedule(static) if (rows * v > 16384)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * v;
-        float m, s;
+        float m;
+        double s;
         row_stats(xr, v, &m, &s);
-        loss[r] = (double)logf(s) + (double)m - (double)xr[t[r]];
+        loss[r] = log(s) + (double)m - (double)xr[t[r]];
     }
     double sum = 0.0;
     for (int64_t r = 0; r < rows; r++) sum += loss[r];
@@ -121,15 +139,9 @@ hp_status hp__cpu_cross_entropy_backward(const hp_kernel_args *a) {
         float *dr = dx + r * v;
         /* max, then exponentials written and summed, then scaled in place while the row is in
          * cache: one exponential per logit */
-        float m = -INFINITY, s = 0.0f;
-#pragma omp simd reduction(max : m)
-        for (int64_t i = 0; i < v; i++) m = xr[i] > m ? xr[i] : m;
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < v; i++) {
-            dr[i] = hp__exp_fast(xr[i] - m);
-            s += dr[i];
-        }
-        const float k = scale / s;
+        const float m = row_max(xr, v);
+        const double s = exp_write_sum(xr, dr, v, m);
+        const float k = (float)(scale / s);
 #pragma omp simd
         for (int64_t i = 0; i < v; i++) dr[i] *= k;
         dr[t[r]] -= scale;
