@@ -73,7 +73,9 @@ typedef int32_t hp_tid;
     X(CLIP_SCALE, clip_scale)       /* scalar min(1, f[0] / (sqrt(a) + 1e-6)) */                   \
     X(ADAMW, adamw)                 /* in place: param, m, v updated from grad */                  \
     X(FILL, fill)                   /* y = f[0] everywhere (seeds the loss gradient) */            \
-    X(COPY, copy)                   /* y = a; also the hook for prefetch/offload/redistribute */
+    X(COPY, copy)                   /* y = a; also the hook for prefetch/offload/redistribute */    \
+    X(REDISTRIBUTE, redistribute)   /* per-rank graphs: change of layout (collectives); extra = plan */\
+    X(ASSIGN, assign)               /* in place: in[0] = in[1] (write-back after in-place updates) */
 
 typedef enum hp_op {
 #define HP_OP_ENUM_(name, lower) HP_OP_##name,
@@ -138,6 +140,7 @@ typedef struct hp_node {
     hp_attrs attr;
     const char *scope; /* name scope when built ("blocks.3.attn"), arena-owned; may be "" */
     uint32_t flags;
+    void *extra;       /* pass-owned data in the graph's arena (a REDISTRIBUTE node's plan) */
 } hp_node;
 
 typedef struct hp_graph hp_graph;
@@ -175,7 +178,9 @@ void hp_graph_pop_scope(hp_graph *g);
 
 /*
  * Leaf tensors. `name` is joined to the current scope; a duplicate full name is a sticky
- * HP_STATUS_INVALID_ARGUMENT. hp_param makes an f32 PARAM with requires_grad.
+ * HP_STATUS_INVALID_ARGUMENT; a negative dimension is a sticky HP_STATUS_SHAPE (zero is allowed:
+ * a rank's shard of an unevenly split tensor may be empty). hp_param makes an f32 PARAM with
+ * requires_grad.
  */
 hp_tid hp_param(hp_graph *g, const char *name, hp_shape shape);
 hp_tid hp_input(hp_graph *g, const char *name, hp_dtype dtype, hp_shape shape);

@@ -217,8 +217,8 @@ void hp__graph_set_abs_name(hp_graph *g, hp_tid t, const char *name) {
 hp_tid hp_leaf(hp_graph *g, const char *name, hp_tensor_kind kind, hp_dtype dtype, hp_shape shape) {
     if (g->status != HP_STATUS_OK) return HP_TID_NONE;
     for (int i = 0; i < shape.ndim; i++) {
-        if (shape.dim[i] <= 0) {
-            hp_graph_fail(g, HP_STATUS_SHAPE, "tensor '%s%s%s' has non-positive dimension %lld in %s",
+        if (shape.dim[i] < 0) {
+            hp_graph_fail(g, HP_STATUS_SHAPE, "tensor '%s%s%s' has negative dimension %lld in %s",
                           g->scope_str, g->n_scopes ? "." : "", name ? name : "",
                           (long long)shape.dim[i], hp__shape_s(&shape));
             return HP_TID_NONE;

@@ -106,12 +106,89 @@ static hp_status copy_grad(hp_graph *g, int node, const hp_tid *dout, const bool
     return hp_graph_status(g);
 }
 
+/* ---- sharding rules ---- */
+
+/* Layout of input k when the output is laid out as `o`. */
+static hp_layout operand(const hp_graph *g, const hp_node *n, int k, const hp_layout *o) {
+    return hp__lay_broadcast_operand(o, hp__shp(g, n->out[0]), hp__shp(g, n->in[k]));
+}
+
+/* The output layout input k implies (its splits on the dims it shares with the output). */
+static hp_layout expand(const hp_graph *g, const hp_node *n, int k, const hp_layout *l) {
+    const hp_shape *so = hp__shp(g, n->out[0]), *si = hp__shp(g, n->in[k]);
+    hp_layout o = hp__lay_replicated(so->ndim);
+    for (int i = 0; i < si->ndim; i++) {
+        int d = so->ndim - si->ndim + i;
+        if (si->dim[i] == so->dim[d] && si->dim[i] != 1) hp__lay_copy_dim(&o, d, l, i);
+    }
+    return o;
+}
+
+static int64_t total_cost(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, const hp_layout *req) {
+    int64_t s = 0;
+    for (int k = 0; k < n->n_in; k++)
+        s += hp__lay_cost(c, &in[k], &req[k], hp__shp(c->g, n->in[k]), HP_DTYPE_F32);
+    return s;
+}
+
+/*
+ * ADD, SUB, MUL: the output follows one operand's splits and the other operand is redistributed,
+ * whichever moves fewer bytes. Pending sums pass through where the operator is linear in them:
+ * ADD/SUB of two operands partial on the same axes, MUL with one partial operand.
+ */
+static hp_status binary_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                              hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    const hp_graph *g = c->g;
+    int64_t best = -1;
+    for (int cand = 0; cand < 2; cand++) {
+        hp_layout o = expand(g, n, cand, &in[cand]);
+        uint32_t keep = 0; /* partial axes kept */
+        if (n->op != HP_OP_MUL && in[0].partial && in[0].partial == in[1].partial &&
+            in[0].partial_op == HP_REDUCE_SUM && in[1].partial_op == HP_REDUCE_SUM)
+            keep = in[0].partial;
+        if (n->op == HP_OP_MUL && (in[cand].partial != 0) != (in[1 - cand].partial != 0) && in[cand].partial &&
+            in[cand].partial_op == HP_REDUCE_SUM)
+            keep = in[cand].partial;
+        hp__lay_drop_axes(&o, keep);
+        hp_layout r[2];
+        for (int k = 0; k < 2; k++) {
+            r[k] = operand(g, n, k, &o);
+            if (keep && (n->op != HP_OP_MUL || in[k].partial)) hp__lay_set_partial(&r[k], keep, HP_REDUCE_SUM);
+        }
+        int64_t cost = total_cost(c, n, in, r);
+        if (best < 0 || cost < best) {
+            best = cost;
+            req[0] = r[0];
+            req[1] = r[1];
+            out[0] = o;
+            hp__lay_set_partial(&out[0], keep, HP_REDUCE_SUM);
+        }
+    }
+    return HP_STATUS_OK;
+}
+
+/* SCALE, COPY: the output has the input's layout, pending reductions included. */
+static hp_status same_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                            hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)c, (void)n, (void)req, (void)local, (void)drop;
+    out[0] = in[0];
+    return HP_STATUS_OK;
+}
+
 static void cost1(const hp_graph *g, const hp_node *n, hp_op_cost *c) { hp__cost_default(g, n, 1.0, c); }
 static void cost0(const hp_graph *g, const hp_node *n, hp_op_cost *c) { hp__cost_default(g, n, 0.0, c); }
 
-const hp_op_def hp__op_def_add = {"add", 2, 2, 1, binary_infer, add_grad, cost1, NULL};
-const hp_op_def hp__op_def_sub = {"sub", 2, 2, 1, binary_infer, sub_grad, cost1, NULL};
-const hp_op_def hp__op_def_mul = {"mul", 2, 2, 1, binary_infer, mul_grad, cost1, NULL};
-const hp_op_def hp__op_def_scale = {"scale", 1, 1, 1, scale_infer, scale_grad, cost1, NULL};
-const hp_op_def hp__op_def_fill = {"fill", 0, 0, 1, fill_infer, NULL, cost0, NULL};
-const hp_op_def hp__op_def_copy = {"copy", 1, 1, 1, unary_infer, copy_grad, cost0, NULL};
+const hp_op_def hp__op_def_add = {.name = "add", .min_in = 2, .max_in = 2, .n_out = 1, .infer = binary_infer,
+                                  .grad = add_grad, .cost = cost1, .shard = binary_shard};
+const hp_op_def hp__op_def_sub = {.name = "sub", .min_in = 2, .max_in = 2, .n_out = 1, .infer = binary_infer,
+                                  .grad = sub_grad, .cost = cost1, .shard = binary_shard};
+const hp_op_def hp__op_def_mul = {.name = "mul", .min_in = 2, .max_in = 2, .n_out = 1, .infer = binary_infer,
+                                  .grad = mul_grad, .cost = cost1, .shard = binary_shard};
+const hp_op_def hp__op_def_scale = {.name = "scale", .min_in = 1, .max_in = 1, .n_out = 1, .infer = scale_infer,
+                                    .grad = scale_grad, .cost = cost1, .shard = same_shard};
+/* FILL has no inputs: the default rule makes it replicated. */
+const hp_op_def hp__op_def_fill = {.name = "fill", .min_in = 0, .max_in = 0, .n_out = 1, .infer = fill_infer,
+                                   .cost = cost0};
+const hp_op_def hp__op_def_copy = {.name = "copy", .min_in = 1, .max_in = 1, .n_out = 1, .infer = unary_infer,
+                                   .grad = copy_grad, .cost = cost0, .shard = same_shard};

@@ -7,7 +7,18 @@
 #define HP_OPS_OP_H
 
 #include "hp/ir.h"
+#include "hp/mesh.h"
 #include "hp/ops.h"
+
+/* What a sharding rule knows besides the node: the logical graph, the mesh, this rank. */
+typedef struct hp_shard_ctx {
+    const hp_graph *g;     /* the logical (single-device) graph: shapes are global */
+    const hp_mesh *mesh;
+    int index;             /* this rank's mesh index */
+    const hp_layout *hint; /* per input: the layout its consumers prefer when a partial input must
+                            * be resolved (e.g. the optimizer-state layout for a gradient), or a
+                            * layout with ndim -1 when there is no preference */
+} hp_shard_ctx;
 
 typedef struct hp_op_def {
     const char *name;
@@ -35,6 +46,22 @@ typedef struct hp_op_def {
 
     /* Scratch bytes the kernel needs for this node (per call, all threads). NULL: none. */
     size_t (*workspace)(const hp_graph *g, const hp_node *n);
+
+    /*
+     * Sharding rule (HyperShard). in[i] is the layout input i has now. The rule fills req[i], the
+     * layout input i must have (pre-filled with in[i]; the partitioner inserts the redistribution),
+     * and out[j], each output's layout (pre-filled replicated). `local` holds the attrs of the
+     * per-rank node (pre-filled with the logical node's; ATTENTION sets its local head count);
+     * drop[i] = true omits input i on this rank (the bias of a row-parallel LINEAR is added by one
+     * rank of the partial group only). Layout rules: a mesh axis splits at most one dim of a
+     * tensor; an axis that is partial splits no dim. NULL: every input replicated, outputs
+     * replicated (always correct, never fast). Errors: HP_STATUS_UNSUPPORTED naming the layouts.
+     */
+    hp_status (*shard)(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                       hp_layout *out, hp_attrs *local, bool *drop);
+
+    /* Bit i set: the kernel writes input i in place (ADAMW: param, m, v; ASSIGN: the target). */
+    uint32_t inplace_inputs;
 } hp_op_def;
 
 /* The definition of `op` (asserts op is valid). */
@@ -57,6 +84,35 @@ hp_status hp__broadcast_shape(const hp_shape *a, const hp_shape *b, hp_shape *ou
 int hp__axis(int axis, int ndim);
 /* Adds g1 + g2 where either may be HP_TID_NONE (gradient accumulation). */
 hp_tid hp__grad_add(hp_graph *g, hp_tid g1, hp_tid g2);
+/* ---- helpers for sharding rules (src/shard/rule_util.c) ---- */
+
+/* Mesh axes (bitmask) splitting dim d / any dim. */
+uint32_t hp__lay_dim_axes(const hp_layout *l, int d);
+uint32_t hp__lay_all_axes(const hp_layout *l);
+/* Removes every listed axis from every dim (their shards are gathered). */
+void hp__lay_drop_axes(hp_layout *l, uint32_t axes);
+/* Drops pending reductions (the partial axes become replicated: an all-reduce when resolved). */
+void hp__lay_clear_partial(hp_layout *l);
+/* Makes dim d unsplit. */
+void hp__lay_unshard_dim(hp_layout *l, int d);
+/* Copies dim sd of src onto dim dd of dst (replacing dst's axes there). */
+void hp__lay_copy_dim(hp_layout *dst, int dd, const hp_layout *src, int sd);
+/* Marks axes partial with op (they must split no dim). */
+void hp__lay_set_partial(hp_layout *l, uint32_t axes, hp_reduce_op op);
+/* The layout of a tensor shaped `in_shape` that broadcasts into `out_shape` laid out as `out`:
+ * trailing dims aligned, broadcast (size-1) dims unsplit, no partial. */
+hp_layout hp__lay_broadcast_operand(const hp_layout *out, const hp_shape *out_shape, const hp_shape *in_shape);
+/* Bytes per rank to redistribute a tensor (global shape, dtype) from `a` to `b` (0 when equal;
+ * a large number when the planner finds no way). */
+int64_t hp__lay_cost(const hp_shard_ctx *c, const hp_layout *a, const hp_layout *b, const hp_shape *shape,
+                     hp_dtype dt);
+/* The replicated layout of an ndim tensor. */
+hp_layout hp__lay_replicated(int ndim);
+/* A layout whose partial axes are resolved the cheap way: hint if given (and compatible), else
+ * each partial axis becomes a split of the largest dim it divides evenly and that is unsplit,
+ * else replicated. */
+hp_layout hp__lay_resolve(const hp_shard_ctx *c, const hp_layout *in, const hp_layout *hint, const hp_shape *shape);
+
 /* Default cost: bytes of all inputs read and all outputs written, `flops_per_out` * numel(out0). */
 void hp__cost_default(const hp_graph *g, const hp_node *n, double flops_per_out, hp_op_cost *c);
 

@@ -2,8 +2,15 @@
 #include "ops/op.h"
 
 hp_tid hp_sum_to(hp_graph *g, hp_tid a, hp_tid like) {
-    hp_tid in[2] = {a, like};
-    return hp_graph_add_node(g, HP_OP_SUM_TO, in, 2, NULL);
+    if (hp_graph_status(g) != HP_STATUS_OK) return HP_TID_NONE;
+    if (like < 0 || like >= hp_graph_n_tensors(g)) {
+        hp_graph_fail(g, HP_STATUS_INVALID_ARGUMENT, "sum_to: 'like' is tensor id %d, which does not exist", like);
+        return HP_TID_NONE;
+    }
+    /* Only the shape of `like` matters: it rides in the attrs, so no data dependence is made. */
+    hp_attrs at = {0};
+    at.shape = hp_graph_tensor(g, like)->shape;
+    return hp_graph_add_node(g, HP_OP_SUM_TO, &a, 1, &at);
 }
 
 static hp_tid reduce(hp_graph *g, hp_op op, hp_tid a, int axis) {
@@ -16,7 +23,7 @@ hp_tid hp_sum(hp_graph *g, hp_tid a, int axis) { return reduce(g, HP_OP_SUM, a, 
 hp_tid hp_mean(hp_graph *g, hp_tid a, int axis) { return reduce(g, HP_OP_MEAN, a, axis); }
 
 static hp_status sum_to_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
-    const hp_shape *a = hp__shp(g, n->in[0]), *l = hp__shp(g, n->in[1]);
+    const hp_shape *a = hp__shp(g, n->in[0]), *l = &n->attr.shape;
     hp_shape b;
     HP_CHECK(hp__broadcast_shape(a, l, &b));
     if (!hp_shape_equal(&b, a))
@@ -86,11 +93,62 @@ static hp_status sum_to_grad(hp_graph *g, int node, const hp_tid *dout, const bo
     return hp_graph_status(g);
 }
 
+/* ---- sharding rules ---- */
+
+/* SUM_TO: dims summed away turn their mesh axes into pending sums; kept dims keep their splits. */
+static hp_status sum_to_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                              hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)req, (void)drop;
+    const hp_shape *sa = hp__shp(c->g, n->in[0]), *sl = &n->attr.shape;
+    hp_layout o = hp__lay_replicated(sl->ndim);
+    uint32_t summed = 0;
+    for (int i = 0; i < sa->ndim; i++) {
+        int d = sl->ndim - sa->ndim + i;
+        if (d >= 0 && sl->dim[d] == sa->dim[i])
+            hp__lay_copy_dim(&o, d, &in[0], i);
+        else
+            summed |= hp__lay_dim_axes(&in[0], i);
+    }
+    if (in[0].partial && in[0].partial_op != HP_REDUCE_SUM) return hp_error(HP_STATUS_UNSUPPORTED, "sum of a non-sum partial");
+    hp__lay_set_partial(&o, in[0].partial | summed, HP_REDUCE_SUM);
+    out[0] = o;
+    return hp_layout_local_shape(&o, c->mesh, sl, c->index, &local->shape);
+}
+
+/* SUM: a summed split dim becomes a pending sum. MEAN: the reduced dims must be whole. */
+static hp_status reduce_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                              hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    const hp_shape *sa = hp__shp(c->g, n->in[0]);
+    int ax = n->attr.i[0] == -1 ? -1 : hp__axis((int)n->attr.i[0], sa->ndim);
+    hp_layout r = in[0];
+    if (r.partial && r.partial_op != HP_REDUCE_SUM) r = hp__lay_resolve(c, &r, NULL, sa);
+    if (n->op == HP_OP_MEAN) {
+        for (int d = 0; d < sa->ndim; d++)
+            if (ax < 0 || d == ax) hp__lay_unshard_dim(&r, d);
+    }
+    req[0] = r;
+    hp_layout o = hp__lay_replicated(ax < 0 ? 0 : sa->ndim - 1);
+    uint32_t summed = 0;
+    for (int d = 0, w = 0; d < sa->ndim; d++) {
+        if (ax < 0 || d == ax)
+            summed |= hp__lay_dim_axes(&r, d);
+        else
+            hp__lay_copy_dim(&o, w++, &r, d);
+    }
+    hp__lay_set_partial(&o, r.partial | summed, HP_REDUCE_SUM);
+    out[0] = o;
+    return HP_STATUS_OK;
+}
+
 static void reduce_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     hp__cost_default(g, n, 0.0, c);
     c->flops = (double)hp_shape_numel(hp__shp(g, n->in[0]));
 }
 
-const hp_op_def hp__op_def_sum_to = {"sum_to", 2, 2, 1, sum_to_infer, sum_to_grad, reduce_cost, NULL};
-const hp_op_def hp__op_def_sum = {"sum", 1, 1, 1, reduce_infer, sum_grad, reduce_cost, NULL};
-const hp_op_def hp__op_def_mean = {"mean", 1, 1, 1, reduce_infer, mean_grad, reduce_cost, NULL};
+const hp_op_def hp__op_def_sum_to = {.name = "sum_to", .min_in = 1, .max_in = 1, .n_out = 1, .infer = sum_to_infer,
+                                     .grad = sum_to_grad, .cost = reduce_cost, .shard = sum_to_shard};
+const hp_op_def hp__op_def_sum = {.name = "sum", .min_in = 1, .max_in = 1, .n_out = 1, .infer = reduce_infer,
+                                  .grad = sum_grad, .cost = reduce_cost, .shard = reduce_shard};
+const hp_op_def hp__op_def_mean = {.name = "mean", .min_in = 1, .max_in = 1, .n_out = 1, .infer = reduce_infer,
+                                   .grad = mean_grad, .cost = reduce_cost, .shard = reduce_shard};

@@ -4,6 +4,7 @@
 #include "hp/checkpoint.h"
 #include "hp/config.h"
 #include "hp/nn.h"
+#include "hp/runtime.h"
 #include "hp/train.h"
 
 #include <math.h>

@@ -1,0 +1,38 @@
+/*
+ * REDISTRIBUTE and ASSIGN: the two operators only per-rank graphs contain. The partitioner
+ * inserts REDISTRIBUTE where a consumer needs another layout than its producer made (the plan and
+ * mesh ride in node->extra), and ASSIGN to write an in-place update made on a redistributed copy
+ * back into the original tensor.
+ */
+#include "ops/op.h"
+#include "shard/partition_internal.h"
+
+static hp_status redistribute_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    dt[0] = hp_graph_tensor(g, n->in[0])->dtype;
+    s[0] = n->attr.shape; /* the local shape under the destination layout */
+    return HP_STATUS_OK;
+}
+
+static void redistribute_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
+    hp__cost_default(g, n, 0.0, c);
+    const hp__redist_extra *x = n->extra;
+    if (x) c->bytes_read += (double)x->plan.bytes; /* bytes received over the network */
+}
+
+static hp_status assign_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    (void)dt, (void)s;
+    const hp_tensor *a = hp_graph_tensor(g, n->in[0]), *b = hp_graph_tensor(g, n->in[1]);
+    if (a->dtype != b->dtype || !hp_shape_equal(&a->shape, &b->shape))
+        return hp_error(HP_STATUS_SHAPE, "assign of %s %s into %s %s", hp_dtype_name(b->dtype), hp__shape_s(&b->shape),
+                        hp_dtype_name(a->dtype), hp__shape_s(&a->shape));
+    return HP_STATUS_OK;
+}
+
+const hp_op_def hp__op_def_redistribute = {
+    .name = "redistribute", .min_in = 1, .max_in = 1, .n_out = 1, .infer = redistribute_infer,
+    .cost = redistribute_cost,
+};
+
+const hp_op_def hp__op_def_assign = {
+    .name = "assign", .min_in = 2, .max_in = 2, .n_out = 0, .infer = assign_infer, .inplace_inputs = 1u,
+};

@@ -1,0 +1,298 @@
+/*
+ * The SPMD partitioner (see hp/shard.h): walks the logical graph in program order, asks each
+ * operator's sharding rule for the layouts it needs, inserts planned redistributions, and emits
+ * the per-rank node with local shapes.
+ */
+#include "hp/shard.h"
+
+#include "ir/graph_internal.h"
+#include "ops/op.h"
+#include "shard/partition_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A per-rank version of a logical tensor: the produced one, or a redistributed copy. */
+typedef struct version {
+    hp_layout layout;
+    hp_tid local;
+    uint32_t phase;
+    struct version *next;
+} version;
+
+struct hp_partition {
+    const hp_graph *lg;
+    hp_graph *g; /* per-rank graph */
+    hp_mesh *mesh;
+    int index;
+    version **ver;      /* per logical tensor: first = produced version */
+    hp_layout *hints;   /* per logical tensor: preferred resolved layout (ndim -1: none) */
+    hp_tid *resolved;
+    int n_resolved;
+    hp_collective_info *coll;
+    int n_coll, cap_coll;
+    int64_t bytes;
+};
+
+hp_graph *hp_partition_graph(const hp_partition *p) { return p->g; }
+int hp_partition_n_collectives(const hp_partition *p) { return p->n_coll; }
+const hp_collective_info *hp_partition_collective(const hp_partition *p, int i) { return &p->coll[i]; }
+int64_t hp_partition_bytes(const hp_partition *p) { return p->bytes; }
+hp_tid hp_partition_resolved(const hp_partition *p, int i) { return p->resolved[i]; }
+
+hp_tid hp_partition_local(const hp_partition *p, hp_tid t) {
+    return (t >= 0 && t < hp_graph_n_tensors(p->lg) && p->ver[t]) ? p->ver[t]->local : HP_TID_NONE;
+}
+
+const hp_layout *hp_partition_layout(const hp_partition *p, hp_tid t) {
+    return (t >= 0 && t < hp_graph_n_tensors(p->lg) && p->ver[t]) ? &p->ver[t]->layout : NULL;
+}
+
+void hp_partition_free(hp_partition *p) {
+    if (!p) return;
+    hp_graph_free(p->g);
+    free(p->ver);
+    free(p->hints);
+    free(p->resolved);
+    free(p->coll);
+    free(p);
+}
+
+static const char *lname(const hp_graph *g, hp_tid t, char *buf, size_t n) {
+    const hp_tensor *x = hp_graph_tensor(g, t);
+    if (x->name) return x->name;
+    snprintf(buf, n, "%%%d", t);
+    return buf;
+}
+
+static hp_status add_version(hp_partition *p, hp_tid lt, const hp_layout *l, hp_tid local, uint32_t phase) {
+    version *v = hp_arena_alloc(hp_graph_arena(p->g), sizeof *v, 8);
+    if (!v) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+    v->layout = *l;
+    v->local = local;
+    v->phase = phase;
+    if (!p->ver[lt]) {
+        p->ver[lt] = v;
+    } else {
+        v->next = p->ver[lt]->next;
+        p->ver[lt]->next = v;
+    }
+    return HP_STATUS_OK;
+}
+
+/*
+ * The per-rank tensor holding logical tensor lt in layout `want`: the produced version, a cached
+ * redistribution made for the same phase, or a new REDISTRIBUTE node. `fresh` skips the cache
+ * (the consumer writes it in place).
+ */
+static hp_status get_local(hp_partition *p, hp_tid lt, const hp_layout *want, uint32_t phase, bool fresh,
+                           hp_tid *out) {
+    version *base = p->ver[lt];
+    if (!base) return hp_error(HP_STATUS_INTERNAL, "partition: tensor %d used before it is defined", lt);
+    if (hp_layout_equal(&base->layout, want) && !fresh) {
+        *out = base->local;
+        return HP_STATUS_OK;
+    }
+    if (!fresh)
+        for (version *v = base->next; v; v = v->next)
+            if (v->phase == phase && hp_layout_equal(&v->layout, want)) {
+                *out = v->local;
+                return HP_STATUS_OK;
+            }
+    const hp_tensor *x = hp_graph_tensor(p->lg, lt);
+    char nb[32];
+    hp__redist_extra *ex = hp_arena_alloc(hp_graph_arena(p->g), sizeof *ex, 16);
+    if (!ex) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+    hp_status st = hp_redistribute_plan_make(p->mesh, &base->layout, want, &x->shape, x->dtype, &ex->plan);
+    if (st != HP_STATUS_OK) return hp_error_prefix(st, "redistributing '%s': ", lname(p->lg, lt, nb, sizeof nb));
+    ex->mesh = p->mesh;
+    hp_attrs at = {0};
+    HP_CHECK(hp_layout_local_shape(want, p->mesh, &x->shape, p->index, &at.shape));
+    hp_tid r = hp_graph_add_node(p->g, HP_OP_REDISTRIBUTE, &base->local, 1, &at);
+    HP_CHECK(hp_graph_status(p->g));
+    int ni = hp_graph_n_nodes(p->g) - 1;
+    hp_graph_node(p->g, ni)->extra = ex;
+    if (p->n_coll == p->cap_coll) {
+        int cap = p->cap_coll ? 2 * p->cap_coll : 64;
+        hp_collective_info *c = realloc(p->coll, sizeof *c * (size_t)cap);
+        if (!c) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+        p->coll = c;
+        p->cap_coll = cap;
+    }
+    hp_collective_info *ci = &p->coll[p->n_coll++];
+    ci->tensor = x->name ? x->name : hp_arena_printf(hp_graph_arena(p->g), "%%%d", lt);
+    ci->plan = ex->plan;
+    ci->local_node = ni;
+    ci->flags = phase;
+    p->bytes += ex->plan.bytes;
+    if (!fresh) HP_CHECK(add_version(p, lt, want, r, phase));
+    *out = r;
+    return HP_STATUS_OK;
+}
+
+static hp_status make_leaf(hp_partition *p, hp_tid lt, const hp_layout *given) {
+    const hp_tensor *x = hp_graph_tensor(p->lg, lt);
+    hp_layout l = (given && given->ndim >= 0) ? *given : hp__lay_replicated(x->shape.ndim);
+    char nb[32];
+    if (l.ndim != x->shape.ndim)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "layout for '%s' has %d dims, the tensor %s has %d",
+                        lname(p->lg, lt, nb, sizeof nb), l.ndim, hp__shape_s(&x->shape), x->shape.ndim);
+    hp_status st = hp_layout_validate(&l, p->mesh, &x->shape);
+    if (st != HP_STATUS_OK) return hp_error_prefix(st, "layout of '%s': ", lname(p->lg, lt, nb, sizeof nb));
+    hp_shape ls;
+    HP_CHECK(hp_layout_local_shape(&l, p->mesh, &x->shape, p->index, &ls));
+    hp_tid t = hp_leaf(p->g, NULL, x->kind, x->dtype, ls);
+    if (t == HP_TID_NONE) return hp_graph_status(p->g);
+    hp_tensor *y = hp_graph_tensor(p->g, t);
+    y->requires_grad = x->requires_grad;
+    y->no_weight_decay = x->no_weight_decay;
+    if (x->name) hp__graph_set_abs_name(p->g, t, x->name);
+    HP_CHECK(hp_graph_status(p->g));
+    return add_version(p, lt, &l, t, 0);
+}
+
+/* The rule used when an operator has none: everything replicated. */
+static void default_rule(const hp_graph *g, const hp_node *n, hp_layout *req, hp_layout *out) {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] != HP_TID_NONE) req[i] = hp__lay_replicated(hp_graph_tensor(g, n->in[i])->shape.ndim);
+    for (int j = 0; j < n->n_out; j++) out[j] = hp__lay_replicated(hp_graph_tensor(g, n->out[j])->shape.ndim);
+}
+
+/* Hints: a gradient consumed by an in-place optimizer update prefers that update's layout. */
+static void compute_hints(hp_partition *p, const hp_layout *leaf) {
+    int nt = hp_graph_n_tensors(p->lg);
+    for (int t = 0; t < nt; t++) p->hints[t].ndim = -1;
+    for (int i = 0; i < hp_graph_n_nodes(p->lg); i++) {
+        const hp_node *n = hp_graph_node(p->lg, i);
+        if (n->op != HP_OP_ADAMW) continue;
+        hp_tid m = n->in[2], grad = n->in[1];
+        if (m != HP_TID_NONE && leaf[m].ndim >= 0) p->hints[grad] = leaf[m];
+        else if (m != HP_TID_NONE) p->hints[grad] = hp__lay_replicated(hp_graph_tensor(p->lg, m)->shape.ndim);
+    }
+}
+
+static hp_status partition_node(hp_partition *p, int i) {
+    const hp_graph *lg = p->lg;
+    const hp_node *n = hp_graph_node(lg, i);
+    const hp_op_def *d = hp__op_def(n->op);
+    hp_layout in[HP_MAX_NODE_INPUTS], req[HP_MAX_NODE_INPUTS], out[HP_MAX_NODE_OUTPUTS], hint[HP_MAX_NODE_INPUTS];
+    bool drop[HP_MAX_NODE_INPUTS] = {0};
+    for (int k = 0; k < HP_MAX_NODE_INPUTS; k++) {
+        hint[k].ndim = -1;
+        if (k < n->n_in && n->in[k] != HP_TID_NONE) {
+            if (!p->ver[n->in[k]]) return hp_error(HP_STATUS_INTERNAL, "partition: input %d of node %d undefined", k, i);
+            in[k] = p->ver[n->in[k]]->layout;
+            hint[k] = p->hints[n->in[k]];
+        } else {
+            in[k] = hp__lay_replicated(0);
+        }
+        req[k] = in[k];
+    }
+    for (int j = 0; j < n->n_out; j++) out[j] = hp__lay_replicated(hp_graph_tensor(lg, n->out[j])->shape.ndim);
+    hp_attrs local = n->attr;
+    hp_shard_ctx ctx = {lg, p->mesh, p->index, hint};
+    if (d->shard) {
+        hp_status st = d->shard(&ctx, n, in, req, out, &local, drop);
+        if (st != HP_STATUS_OK)
+            return hp_error_prefix(st, "sharding rule of %s (node %d in '%s'): ", d->name, i, n->scope ? n->scope : "");
+    } else {
+        default_rule(lg, n, req, out);
+    }
+    uint32_t phase = n->flags & (HP_NODE_FLAG_BACKWARD | HP_NODE_FLAG_OPTIMIZER);
+    hp_graph_set_node_flags(p->g, n->flags);
+    hp_tid lin[HP_MAX_NODE_INPUTS];
+    char lb[256], nb[32];
+    for (int k = 0; k < n->n_in; k++) {
+        lin[k] = HP_TID_NONE;
+        if (n->in[k] == HP_TID_NONE || drop[k]) continue;
+        const hp_tensor *x = hp_graph_tensor(lg, n->in[k]);
+        hp_status st = hp_layout_validate(&req[k], p->mesh, &x->shape);
+        if (st != HP_STATUS_OK)
+            return hp_error_prefix(HP_STATUS_INTERNAL, "%s (node %d) asks for input %d '%s' in layout %s: ", d->name, i,
+                                   k, lname(lg, n->in[k], nb, sizeof nb),
+                                   hp_layout_format(&req[k], p->mesh, lb, sizeof lb));
+        bool inplace = (d->inplace_inputs >> k) & 1u;
+        HP_CHECK(get_local(p, n->in[k], &req[k], phase, inplace && !hp_layout_equal(&req[k], &in[k]), &lin[k]));
+    }
+    hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
+    HP_CHECK(hp_graph_status(p->g));
+    const hp_node *ln = hp_graph_node(p->g, hp_graph_n_nodes(p->g) - 1);
+    hp_tid louts[HP_MAX_NODE_OUTPUTS];
+    for (int j = 0; j < n->n_out; j++) louts[j] = ln->out[j];
+    for (int j = 0; j < n->n_out; j++) {
+        const hp_tensor *x = hp_graph_tensor(lg, n->out[j]);
+        hp_shape want;
+        hp_status st = hp_layout_validate(&out[j], p->mesh, &x->shape);
+        if (st == HP_STATUS_OK) st = hp_layout_local_shape(&out[j], p->mesh, &x->shape, p->index, &want);
+        if (st != HP_STATUS_OK)
+            return hp_error_prefix(HP_STATUS_INTERNAL, "%s (node %d) output %d layout: ", d->name, i, j);
+        const hp_shape *got = &hp_graph_tensor(p->g, louts[j])->shape;
+        if (!hp_shape_equal(&want, got))
+            return hp_error(HP_STATUS_INTERNAL, "%s (node %d in '%s'): local output %d is %s, layout %s says %s", d->name,
+                            i, n->scope ? n->scope : "", j, hp__shape_s(got),
+                            hp_layout_format(&out[j], p->mesh, lb, sizeof lb), hp__shape_s(&want));
+        if (x->name) hp__graph_set_abs_name(p->g, louts[j], x->name);
+        HP_CHECK(add_version(p, n->out[j], &out[j], louts[j], phase));
+    }
+    /* In-place inputs updated on a redistributed copy are written back to the original. */
+    for (int k = 0; k < n->n_in; k++) {
+        if (!((d->inplace_inputs >> k) & 1u) || n->in[k] == HP_TID_NONE || lin[k] == HP_TID_NONE) continue;
+        version *base = p->ver[n->in[k]];
+        if (lin[k] == base->local) continue;
+        hp_tid back;
+        hp_tid tmp_lt = n->in[k];
+        /* redistribute the updated copy (layout req[k]) back to the base layout */
+        version saved = *base;
+        base->layout = req[k];
+        base->local = lin[k];
+        hp_status st = get_local(p, tmp_lt, &saved.layout, phase, true, &back);
+        base->layout = saved.layout;
+        base->local = saved.local;
+        HP_CHECK(st);
+        hp_tid asg[2] = {base->local, back};
+        hp_graph_add_node(p->g, HP_OP_ASSIGN, asg, 2, NULL);
+        HP_CHECK(hp_graph_status(p->g));
+        base->next = NULL; /* cached copies are stale now */
+    }
+    hp_graph_set_node_flags(p->g, 0);
+    return HP_STATUS_OK;
+}
+
+hp_status hp_partition_new(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
+                           const hp_tid *resolve, int n_resolve, hp_partition **out) {
+    *out = NULL;
+    HP_CHECK(hp_graph_verify(logical));
+    int index = hp_mesh_my_index(mesh);
+    if (index < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: this process is not in the mesh (attach it first)");
+    hp_partition *p = calloc(1, sizeof *p);
+    int nt = hp_graph_n_tensors(logical);
+    if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+    p->lg = logical;
+    p->mesh = mesh;
+    p->index = index;
+    p->g = hp_graph_new();
+    p->ver = calloc((size_t)nt, sizeof *p->ver);
+    p->hints = calloc((size_t)nt, sizeof *p->hints);
+    p->resolved = calloc((size_t)(n_resolve > 0 ? n_resolve : 1), sizeof *p->resolved);
+    hp_status st = HP_STATUS_OK;
+    if (!p->g || !p->ver || !p->hints || !p->resolved) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory for %d tensors", nt);
+        goto fail;
+    }
+    compute_hints(p, leaf_layouts);
+    for (int t = 0; t < nt && st == HP_STATUS_OK; t++)
+        if (hp_graph_tensor(logical, t)->producer < 0) st = make_leaf(p, t, &leaf_layouts[t]);
+    for (int i = 0; i < hp_graph_n_nodes(logical) && st == HP_STATUS_OK; i++) st = partition_node(p, i);
+    for (int r = 0; r < n_resolve && st == HP_STATUS_OK; r++) {
+        hp_layout rep = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
+        st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, &p->resolved[r]);
+    }
+    if (st == HP_STATUS_OK) st = hp_graph_verify(p->g);
+    if (st != HP_STATUS_OK) goto fail;
+    *out = p;
+    return HP_STATUS_OK;
+fail:
+    hp_partition_free(p);
+    return st;
+}
