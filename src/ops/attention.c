@@ -16,8 +16,10 @@
 
 #include <omp.h>
 
-/* Query rows per block of the CPU kernels; keep in sync with k_attention.c. */
+/* Query rows per block of the CPU kernels; the same constant in k_attention.c. */
+#ifndef HP_ATTN_BLOCK
 #define HP_ATTN_BLOCK 64
+#endif
 
 hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool causal) {
     hp_attrs at = {0};
@@ -125,7 +127,11 @@ static size_t workspace_common(const hp_graph *g, const hp_node *n, int qi, int 
 static size_t attention_workspace(const hp_graph *g, const hp_node *n) { return workspace_common(g, n, 0, 1); }
 static size_t attention_backward_workspace(const hp_graph *g, const hp_node *n) { return workspace_common(g, n, 1, 2); }
 
-const hp_op_def hp__op_def_attention = {"attention", 3, 3, 2, attention_infer, attention_grad, attention_cost,
-                                        attention_workspace};
-const hp_op_def hp__op_def_attention_backward = {"attention_backward", 6, 6, 3, attention_backward_infer, NULL,
-                                                 attention_backward_cost, attention_backward_workspace};
+const hp_op_def hp__op_def_attention = {
+    .name = "attention", .min_in = 3, .max_in = 3, .n_out = 2, .infer = attention_infer,
+    .grad = attention_grad, .cost = attention_cost, .workspace = attention_workspace,
+};
+const hp_op_def hp__op_def_attention_backward = {
+    .name = "attention_backward", .min_in = 6, .max_in = 6, .n_out = 3, .infer = attention_backward_infer,
+    .cost = attention_backward_cost, .workspace = attention_backward_workspace,
+};

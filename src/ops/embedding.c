@@ -1,7 +1,8 @@
 /*
  * EMBEDDING (row gather) and EMBEDDING_BACKWARD (scatter-add of output-gradient rows into a
  * table-shaped gradient). Inputs of EMBEDDING: table (V, C) f32, ids (...) i32 -> (..., C).
- * EMBEDDING_BACKWARD: dy (..., C), ids (...), like (V, C) (only its shape is used) -> (V, C).
+ * EMBEDDING_BACKWARD: dy (..., C), ids (...) -> (V, C), the table's shape carried in attr.shape
+ * (no data dependence on the table, so sharding never moves the table for its shape).
  */
 #include "ops/op.h"
 
@@ -38,23 +39,26 @@ static hp_status embedding_infer(const hp_graph *g, const hp_node *n, hp_dtype *
 }
 
 static hp_status embedding_backward_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
-    HP_CHECK(check_table_ids(g, n->in[2], n->in[1]));
-    const hp_tensor *dy = hp_graph_tensor(g, n->in[0]);
-    hp_shape want = rows_shape(hp__shp(g, n->in[1]), hp__shp(g, n->in[2])->dim[1]);
+    const hp_shape *tab = &n->attr.shape;
+    if (tab->ndim != 2) return hp_error(HP_STATUS_SHAPE, "table shape %s is not (V, C)", hp__shape_s(tab));
+    const hp_tensor *dy = hp_graph_tensor(g, n->in[0]), *ids = hp_graph_tensor(g, n->in[1]);
+    if (ids->dtype != HP_DTYPE_I32) return hp_error(HP_STATUS_SHAPE, "ids must be i32, are %s", hp_dtype_name(ids->dtype));
+    hp_shape want = rows_shape(&ids->shape, tab->dim[1]);
     if (dy->dtype != HP_DTYPE_F32 || !hp_shape_equal(&dy->shape, &want))
         return hp_error(HP_STATUS_SHAPE, "dy is %s %s, expected f32 %s (ids %s, table %s)", hp_dtype_name(dy->dtype),
-                        hp__shape_s(&dy->shape), hp__shape_s(&want), hp__shape_s(hp__shp(g, n->in[1])),
-                        hp__shape_s(hp__shp(g, n->in[2])));
+                        hp__shape_s(&dy->shape), hp__shape_s(&want), hp__shape_s(&ids->shape), hp__shape_s(tab));
     dt[0] = HP_DTYPE_F32;
-    s[0] = *hp__shp(g, n->in[2]);
+    s[0] = *tab;
     return HP_STATUS_OK;
 }
 
 static hp_status embedding_grad(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din) {
     hp_node n = *hp_graph_node(g, node);
     if (need[0]) {
-        hp_tid in[3] = {dout[0], n.in[1], n.in[0]};
-        din[0] = hp_graph_add_node(g, HP_OP_EMBEDDING_BACKWARD, in, 3, NULL);
+        hp_tid in[2] = {dout[0], n.in[1]};
+        hp_attrs at = {0};
+        at.shape = *hp__shp(g, n.in[0]);
+        din[0] = hp_graph_add_node(g, HP_OP_EMBEDDING_BACKWARD, in, 2, &at);
     }
     return hp_graph_status(g); /* ids are integers: no gradient */
 }
@@ -85,8 +89,8 @@ const hp_op_def hp__op_def_embedding = {
 };
 const hp_op_def hp__op_def_embedding_backward = {
     .name = "embedding_backward",
-    .min_in = 3,
-    .max_in = 3,
+    .min_in = 2,
+    .max_in = 2,
     .n_out = 1,
     .infer = embedding_backward_infer,
     .cost = embedding_backward_cost,

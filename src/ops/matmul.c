@@ -154,5 +154,11 @@ static void linear_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     c->flops = 2.0 * out * (double)X->dim[X->ndim - 1] + (n->in[2] != HP_TID_NONE ? out : 0.0);
 }
 
-const hp_op_def hp__op_def_matmul = {"matmul", 2, 2, 1, matmul_infer, matmul_grad, matmul_cost, NULL};
-const hp_op_def hp__op_def_linear = {"linear", 2, 3, 1, linear_infer, linear_grad, linear_cost, NULL};
+const hp_op_def hp__op_def_matmul = {
+    .name = "matmul", .min_in = 2, .max_in = 2, .n_out = 1, .infer = matmul_infer, .grad = matmul_grad,
+    .cost = matmul_cost,
+};
+const hp_op_def hp__op_def_linear = {
+    .name = "linear", .min_in = 2, .max_in = 3, .n_out = 1, .infer = linear_infer, .grad = linear_grad,
+    .cost = linear_cost,
+};

@@ -139,4 +139,5 @@ const hp_op_def hp__op_def_adamw = {
     .n_out = 0,
     .infer = adamw_infer,
     .cost = adamw_cost,
+    .inplace_inputs = (1u << 0) | (1u << 2) | (1u << 3), /* param, m, v */
 };

@@ -73,8 +73,10 @@ static void test_embedding_values_and_errors(void **state) {
     hp_shape want = HP_SHAPE(3, 40, 24);
     assert_true(hp_shape_equal(&hp_graph_tensor(g, y)->shape, &want));
     hp_tid dy = hp_input(g, "dy", HP_DTYPE_F32, HP_SHAPE(3, 40, 24));
-    hp_tid in[3] = {dy, ids, t};
-    hp_tid dt = hp_graph_add_node(g, HP_OP_EMBEDDING_BACKWARD, in, 3, NULL);
+    hp_tid in[2] = {dy, ids};
+    hp_attrs at = {0};
+    at.shape = HP_SHAPE(50, 24);
+    hp_tid dt = hp_graph_add_node(g, HP_OP_EMBEDDING_BACKWARD, in, 2, &at);
     hp_tid keep[2] = {y, dt};
     hp_program *p = compile(g, keep, 2);
     float *pt = hp_program_data(p, t), *pdy = hp_program_data(p, dy);
