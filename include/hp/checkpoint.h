@@ -24,8 +24,34 @@
  *                                      "extra": {...caller's JSON object...}}
  *
  * Resuming needs only this: data batches are a pure function of (seed, step) (hp/data.h), and
- * learning-rate schedules are functions of the step. A later format (sharded checkpoints with an
- * index) will raise format_version; readers reject versions newer than they know.
+ * learning-rate schedules are functions of the step. Readers reject versions newer than they know.
+ *
+ * Sharded layout (format_version 2, hp_checkpoint_save_sharded): each rank writes the blocks it is
+ * the first owner of (the lowest mesh index holding that exact slice, so a replicated tensor is
+ * stored once), under the tensor's own name, in its own files; rank 0 writes an index:
+ *
+ *     <dir>/step_00000200/
+ *         model-r00000.safetensors    rank 0's blocks of the weights ("wte.weight" = its slice)
+ *         model-r00001.safetensors    ... one per rank (possibly holding no tensor)
+ *         optim-r00000.safetensors    rank 0's blocks of the optimizer state, ...
+ *         index.json                  {"format": "hyperparallel-checkpoint-index", "format_version": 2,
+ *                                      "step": 200,
+ *                                      "mesh": {"device_matrix": [2, 2], "alias_name": ["dp", "tp"]},
+ *                                      "model": {"wte.weight": {"dtype": "F32", "shape": [5, 3],
+ *                                                "layout": "[dp, tp]",
+ *                                                "blocks": [{"file": "model-r00000.safetensors",
+ *                                                            "key": "wte.weight",
+ *                                                            "start": [0, 0], "len": [3, 2]}, ...]},
+ *                                                ...},
+ *                                      "optim": {...same form...}}
+ *         state.json                  as above, "format_version": 2, "index_file": "index.json"
+ *
+ * A block's "start"/"len" are its box in the global tensor (elements); its file entry is that box,
+ * row-major. The blocks of a tensor are disjoint and tile it. Loading needs only the index and the
+ * files (no mesh, no communicator): every loader intersects its own slice with the blocks, so a
+ * checkpoint saved under one strategy and rank count loads under any other, and a single-device
+ * step directory (format_version 1) loads through the same path as one full block per tensor.
+ * Each file is a plain safetensors file (its blocks open in the Python ecosystem).
  *
  * Atomicity: a save writes everything into <dir>/.tmp-step_<N>-<pid>/, fsyncs each file and the
  * directory, renames it to step_<N> (an existing step_<N> is replaced), fsyncs <dir>, then replaces
@@ -36,15 +62,20 @@
 #ifndef HP_CHECKPOINT_H
 #define HP_CHECKPOINT_H
 
+#include "hp/comm.h"
 #include "hp/config.h"
 #include "hp/core.h"
+#include "hp/mesh.h"
 #include "hp/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define HP_CHECKPOINT_FORMAT_VERSION 1
+/* The newest format this build reads; sharded checkpoints write it. */
+#define HP_CHECKPOINT_FORMAT_VERSION 2
+/* The format hp_checkpoint_save (single device) writes. */
+#define HP_CHECKPOINT_FORMAT_VERSION_SINGLE 1
 #define HP_CHECKPOINT_MODEL_FILE "model.safetensors"
 #define HP_CHECKPOINT_OPTIM_FILE "optim.safetensors"
 #define HP_CHECKPOINT_STATE_FILE "state.json"
@@ -105,9 +136,68 @@ void hp_checkpoint_state_free(hp_checkpoint_state *s);
  * (hp_safetensors_load_into): HP_STATUS_NOT_FOUND for a missing tensor, HP_STATUS_SHAPE for a
  * shape mismatch (naming the tensor, expected and found shapes), HP_STATUS_INVALID_ARGUMENT for a
  * dtype mismatch, HP_STATUS_CORRUPT for a damaged file, HP_STATUS_IO; all name the file.
+ * A sharded step directory (index.json) works too: the buffers receive the full tensors
+ * (hp_checkpoint_load_sharded on a one-device mesh), with the errors listed there.
  */
 hp_status hp_checkpoint_load_model(const char *step_dir, hp_named_tensor *tensors, size_t n);
 hp_status hp_checkpoint_load_optim(const char *step_dir, hp_named_tensor *tensors, size_t n);
+
+/* ---------------------------------------------------------------- sharded checkpoints */
+
+/*
+ * A tensor as one rank holds it: the global shape, the layout on the mesh, and this rank's local
+ * block `local` (row-major, shape hp_layout_local_shape of its mesh index). Partial layouts are not
+ * allowed (reduce first). The struct borrows name and local.
+ */
+typedef struct hp_sharded_tensor {
+    const char *name;
+    hp_dtype dtype;
+    hp_shape shape;   /* global */
+    hp_layout layout; /* on the mesh passed with it */
+    void *local;      /* may be NULL only when the local block is empty */
+} hp_sharded_tensor;
+
+/*
+ * Saves a sharded checkpoint (layout above). Collective over `comm`: every rank of the mesh calls
+ * it with the same args, mesh and tensor lists (names, dtypes, shapes, layouts; a mismatch is
+ * detected by a hash and reported as HP_STATUS_INVALID_ARGUMENT), where comm's rank r is mesh
+ * index r and comm's size is the mesh size. Only dir, step, seed, config and extra_json of `a` are
+ * used (model/optim fields are ignored). Each rank writes model-r<RRRRR>.safetensors and
+ * optim-r<RRRRR>.safetensors holding the blocks it first owns; rank 0 writes index.json and
+ * state.json.
+ *
+ * Atomic like hp_checkpoint_save: rank 0 creates <dir>/.tmp-step_<N>-sharded/, every rank writes
+ * into it, the ranks agree on success (an all-reduce of a status flag), then rank 0 fsyncs and
+ * renames it into place (replacing an existing step_<N>) and replaces `latest`. When any rank fails
+ * the temp directory is removed, the previous checkpoints and `latest` are untouched, and every rank
+ * returns an error: the failing rank its own status and message, the others the same status with
+ * "rank R failed" (the lowest failing rank). On success step_dir_out (when not NULL; n bytes)
+ * receives the step directory's path on every rank.
+ * Errors: as hp_checkpoint_save; HP_STATUS_INVALID_ARGUMENT for comm/mesh size or rank mismatch,
+ * a layout invalid on the mesh or partial, a NULL local block that is not empty, duplicate names;
+ * HP_STATUS_COMM when the communicator fails.
+ */
+hp_status hp_checkpoint_save_sharded(const hp_checkpoint_save_args *a, hp_comm *comm, const hp_mesh *mesh,
+                                     const hp_sharded_tensor *model, size_t n_model,
+                                     const hp_sharded_tensor *optim, size_t n_optim, char *step_dir_out,
+                                     size_t n);
+
+/*
+ * Fills each tensor's local block for mesh index `index` under its layout on `mesh` (which may
+ * differ entirely from the saved strategy and rank count) from the model (optim false) or optimizer
+ * (optim true) tensors of `step_dir`: a sharded step directory (index.json) or a single-device one
+ * (model.safetensors / optim.safetensors holding full tensors). Pure file reads, no communication:
+ * each needed file is mapped once and the intersections of the slice with the saved blocks are
+ * copied (hp_copy_box). Errors: HP_STATUS_NOT_FOUND for a tensor the checkpoint lacks; HP_STATUS_SHAPE
+ * for a global shape mismatch (the tensor, the saved and the requested shapes);
+ * HP_STATUS_INVALID_ARGUMENT for a dtype mismatch, an invalid or partial layout, an index outside
+ * the mesh, a NULL non-empty local block; HP_STATUS_CORRUPT for a slice the saved blocks do not
+ * cover (the tensor and the uncovered box), overlapping blocks, a malformed index.json or a file
+ * whose entry does not match the index (naming the file); HP_STATUS_IO for a file that cannot be
+ * read (naming it). Local blocks of tensors before the failing one may already be written.
+ */
+hp_status hp_checkpoint_load_sharded(const char *step_dir, bool optim, const hp_mesh *mesh, int index,
+                                     hp_sharded_tensor *tensors, size_t n);
 
 #ifdef __cplusplus
 }

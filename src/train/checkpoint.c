@@ -1,5 +1,6 @@
 /* Atomic checkpoints: safetensors + state.json in step directories (see hp/checkpoint.h). */
 #include "hp/checkpoint.h"
+#include "train/checkpoint_internal.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -11,7 +12,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PATH_BYTES 4096
+#define PATH_BYTES HP__CKPT_PATH_BYTES
+#define io_error hp__ckpt_io_error
+#define join hp__ckpt_join
+#define mkdir_p hp__ckpt_mkdir_p
+#define fsync_path hp__ckpt_fsync_path
+#define write_file_sync hp__ckpt_write_file_sync
+#define remove_dir hp__ckpt_remove_dir
+#define read_text hp__ckpt_read_text
+#define is_file hp__ckpt_is_file
 
 hp_checkpoint_save_args hp_checkpoint_save_args_default(void) {
     hp_checkpoint_save_args a;
@@ -19,17 +28,17 @@ hp_checkpoint_save_args hp_checkpoint_save_args_default(void) {
     return a;
 }
 
-static hp_status io_error(const char *what, const char *path, int e) {
+hp_status hp__ckpt_io_error(const char *what, const char *path, int e) {
     return hp_error(HP_STATUS_IO, "checkpoint: cannot %s '%s': %s", what, path, strerror(e));
 }
 
-static hp_status join(char *out, const char *a, const char *b) {
+hp_status hp__ckpt_join(char *out, const char *a, const char *b) {
     int n = snprintf(out, PATH_BYTES, "%s/%s", a, b);
     if (n < 0 || n >= PATH_BYTES) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: path '%s/%s' is too long", a, b);
     return HP_STATUS_OK;
 }
 
-static hp_status mkdir_p(const char *dir) {
+hp_status hp__ckpt_mkdir_p(const char *dir) {
     char buf[PATH_BYTES];
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: path '%s' is too long", dir);
@@ -46,7 +55,7 @@ static hp_status mkdir_p(const char *dir) {
     return HP_STATUS_OK;
 }
 
-static hp_status fsync_path(const char *path) {
+hp_status hp__ckpt_fsync_path(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return io_error("open", path, errno);
     int r = fsync(fd), e = errno;
@@ -55,7 +64,7 @@ static hp_status fsync_path(const char *path) {
     return HP_STATUS_OK;
 }
 
-static hp_status write_file_sync(const char *path, const char *text) {
+hp_status hp__ckpt_write_file_sync(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return io_error("create", path, errno);
     size_t len = strlen(text), off = 0;
@@ -78,8 +87,7 @@ static hp_status write_file_sync(const char *path, const char *text) {
     return HP_STATUS_OK;
 }
 
-/* Removes a directory and the plain files in it (checkpoint directories are flat). */
-static void remove_dir(const char *dir) {
+void hp__ckpt_remove_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *ent;
@@ -93,7 +101,7 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
-static char *state_json(const hp_checkpoint_save_args *a) {
+char *hp__ckpt_state_json(const hp_checkpoint_save_args *a, int format_version, bool sharded) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     char num[32];
@@ -101,10 +109,12 @@ static char *state_json(const hp_checkpoint_save_args *a) {
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
     bool ok = cJSON_AddStringToObject(root, "format", "hyperparallel-checkpoint") &&
-              cJSON_AddNumberToObject(root, "format_version", HP_CHECKPOINT_FORMAT_VERSION) &&
-              cJSON_AddRawToObject(root, "step", num) && cJSON_AddStringToObject(root, "seed", seed) &&
-              cJSON_AddStringToObject(root, "model_file", HP_CHECKPOINT_MODEL_FILE) &&
-              cJSON_AddStringToObject(root, "optim_file", HP_CHECKPOINT_OPTIM_FILE);
+              cJSON_AddNumberToObject(root, "format_version", format_version) &&
+              cJSON_AddRawToObject(root, "step", num) && cJSON_AddStringToObject(root, "seed", seed);
+    if (ok && sharded) ok = cJSON_AddStringToObject(root, "index_file", HP__CKPT_INDEX_FILE);
+    if (ok && !sharded)
+        ok = cJSON_AddStringToObject(root, "model_file", HP_CHECKPOINT_MODEL_FILE) &&
+             cJSON_AddStringToObject(root, "optim_file", HP_CHECKPOINT_OPTIM_FILE);
     if (ok && a->config) {
         char *cj = hp_run_config_to_json(a->config);
         cJSON *c = cj ? cJSON_Parse(cj) : NULL;
@@ -130,7 +140,7 @@ static hp_status write_contents(const hp_checkpoint_save_args *a, const char *tm
     HP_CHECK(hp_safetensors_write(path, a->model, a->n_model, meta, 2));
     HP_CHECK(join(path, tmp, HP_CHECKPOINT_OPTIM_FILE));
     HP_CHECK(hp_safetensors_write(path, a->optim, a->n_optim, meta, 2));
-    char *js = state_json(a);
+    char *js = hp__ckpt_state_json(a, HP_CHECKPOINT_FORMAT_VERSION_SINGLE, false);
     if (!js) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory building state.json");
     hp_status st = join(path, tmp, HP_CHECKPOINT_STATE_FILE);
     if (st == HP_STATUS_OK) st = write_file_sync(path, js);
@@ -154,7 +164,7 @@ static hp_status update_latest(const char *dir, const char *name) {
     return fsync_path(dir);
 }
 
-hp_status hp_checkpoint_save(const hp_checkpoint_save_args *a, char *step_dir_out, size_t n) {
+hp_status hp__ckpt_check_args(const hp_checkpoint_save_args *a) {
     if (!a->dir || !a->dir[0]) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: no directory given");
     if (a->step < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: step %lld must be >= 0", (long long)a->step);
     if (a->extra_json) {
@@ -163,22 +173,21 @@ hp_status hp_checkpoint_save(const hp_checkpoint_save_args *a, char *step_dir_ou
         cJSON_Delete(x);
         if (!obj) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: extra_json '%.80s' is not a JSON object", a->extra_json);
     }
-    HP_CHECK(mkdir_p(a->dir));
-    char name[64], leaf[96], tmp[PATH_BYTES], final[PATH_BYTES], old[PATH_BYTES];
-    snprintf(name, sizeof name, "step_%08lld", (long long)a->step);
-    snprintf(leaf, sizeof leaf, ".tmp-%s-%ld", name, (long)getpid());
+    return HP_STATUS_OK;
+}
+
+hp_status hp__ckpt_paths(const hp_checkpoint_save_args *a, const char *tag, char *name, size_t n_name, char *tmp,
+                         char *final, char *old) {
+    char leaf[160];
+    snprintf(name, n_name, "step_%08lld", (long long)a->step);
+    snprintf(leaf, sizeof leaf, ".tmp-%s-%s", name, tag);
     HP_CHECK(join(tmp, a->dir, leaf));
     HP_CHECK(join(final, a->dir, name));
-    snprintf(leaf, sizeof leaf, ".old-%s-%ld", name, (long)getpid());
-    HP_CHECK(join(old, a->dir, leaf));
+    snprintf(leaf, sizeof leaf, ".old-%s-%s", name, tag);
+    return join(old, a->dir, leaf);
+}
 
-    remove_dir(tmp); /* a leftover of a crashed save by a process with our pid */
-    if (mkdir(tmp, 0755) != 0) return io_error("create directory", tmp, errno);
-    hp_status st = write_contents(a, tmp);
-    if (st != HP_STATUS_OK) {
-        remove_dir(tmp);
-        return hp_error_prefix(st, "checkpoint step %lld not saved (previous checkpoints untouched): ", (long long)a->step);
-    }
+hp_status hp__ckpt_commit(const char *dir, const char *name, const char *tmp, const char *final, const char *old) {
     struct stat sb;
     bool replace = stat(final, &sb) == 0;
     if (replace && rename(final, old) != 0) {
@@ -193,13 +202,30 @@ hp_status hp_checkpoint_save(const hp_checkpoint_save_args *a, char *step_dir_ou
         return io_error("rename into place", final, e);
     }
     if (replace) remove_dir(old);
-    HP_CHECK(fsync_path(a->dir));
-    HP_CHECK(update_latest(a->dir, name));
+    HP_CHECK(fsync_path(dir));
+    return update_latest(dir, name);
+}
+
+hp_status hp_checkpoint_save(const hp_checkpoint_save_args *a, char *step_dir_out, size_t n) {
+    HP_CHECK(hp__ckpt_check_args(a));
+    HP_CHECK(mkdir_p(a->dir));
+    char name[64], tag[32], tmp[PATH_BYTES], final[PATH_BYTES], old[PATH_BYTES];
+    snprintf(tag, sizeof tag, "%ld", (long)getpid());
+    HP_CHECK(hp__ckpt_paths(a, tag, name, sizeof name, tmp, final, old));
+
+    remove_dir(tmp); /* a leftover of a crashed save by a process with our pid */
+    if (mkdir(tmp, 0755) != 0) return io_error("create directory", tmp, errno);
+    hp_status st = write_contents(a, tmp);
+    if (st != HP_STATUS_OK) {
+        remove_dir(tmp);
+        return hp_error_prefix(st, "checkpoint step %lld not saved (previous checkpoints untouched): ", (long long)a->step);
+    }
+    HP_CHECK(hp__ckpt_commit(a->dir, name, tmp, final, old));
     if (step_dir_out && n) snprintf(step_dir_out, n, "%s", final);
     return HP_STATUS_OK;
 }
 
-static bool is_file(const char *p) {
+bool hp__ckpt_is_file(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
@@ -242,7 +268,7 @@ hp_status hp_checkpoint_resolve(const char *path, char *out, size_t n) {
                     HP_CHECKPOINT_STATE_FILE, is_dir(path) ? "" : "; it does not exist");
 }
 
-static hp_status read_text(const char *path, char **out) {
+hp_status hp__ckpt_read_text(const char *path, char **out) {
     FILE *f = fopen(path, "rb");
     if (!f) return io_error("open", path, errno);
     size_t cap = 4096, len = 0;
@@ -328,14 +354,19 @@ void hp_checkpoint_state_free(hp_checkpoint_state *s) {
     s->has_config = false;
 }
 
-hp_status hp_checkpoint_load_model(const char *step_dir, hp_named_tensor *tensors, size_t n) {
+/* A sharded step directory (index.json) is loaded as full tensors on a one-device mesh. */
+static hp_status load_single(const char *step_dir, bool optim, hp_named_tensor *tensors, size_t n) {
     char path[PATH_BYTES];
-    HP_CHECK(join(path, step_dir, HP_CHECKPOINT_MODEL_FILE));
+    HP_CHECK(join(path, step_dir, HP__CKPT_INDEX_FILE));
+    if (is_file(path)) return hp__ckpt_load_full(step_dir, optim, tensors, n);
+    HP_CHECK(join(path, step_dir, optim ? HP_CHECKPOINT_OPTIM_FILE : HP_CHECKPOINT_MODEL_FILE));
     return hp_safetensors_load_into(path, tensors, n);
 }
 
+hp_status hp_checkpoint_load_model(const char *step_dir, hp_named_tensor *tensors, size_t n) {
+    return load_single(step_dir, false, tensors, n);
+}
+
 hp_status hp_checkpoint_load_optim(const char *step_dir, hp_named_tensor *tensors, size_t n) {
-    char path[PATH_BYTES];
-    HP_CHECK(join(path, step_dir, HP_CHECKPOINT_OPTIM_FILE));
-    return hp_safetensors_load_into(path, tensors, n);
+    return load_single(step_dir, true, tensors, n);
 }

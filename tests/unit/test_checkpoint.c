@@ -112,7 +112,7 @@ static void test_round_trip_and_latest(void **state) {
 
     hp_checkpoint_state s;
     assert_ok(hp_checkpoint_read_state(dir, &s));
-    assert_int_equal(s.format_version, HP_CHECKPOINT_FORMAT_VERSION);
+    assert_int_equal(s.format_version, HP_CHECKPOINT_FORMAT_VERSION_SINGLE);
     assert_int_equal(s.step, 200);
     assert_int_equal(s.seed, 1234);
     assert_true(s.has_config);
@@ -155,11 +155,11 @@ static void test_mismatch_errors(void **state) {
     /* A newer format version. */
     snprintf(p, sizeof p, "%s/state.json", dir);
     FILE *f = fopen(p, "w");
-    fputs("{\"format_version\": 2, \"step\": 5, \"seed\": \"1\"}", f);
+    fputs("{\"format_version\": 3, \"step\": 5, \"seed\": \"1\"}", f);
     fclose(f);
     hp_checkpoint_state s;
     assert_int_equal(hp_checkpoint_read_state(dir, &s), HP_STATUS_UNSUPPORTED);
-    hp_test_assert_error_contains("format_version 2");
+    hp_test_assert_error_contains("format_version 3");
     f = fopen(p, "w");
     fputs("{\"format_version\": 1, \"step\": ", f);
     fclose(f);
