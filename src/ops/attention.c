@@ -127,11 +127,60 @@ static size_t workspace_common(const hp_graph *g, const hp_node *n, int qi, int 
 static size_t attention_workspace(const hp_graph *g, const hp_node *n) { return workspace_common(g, n, 0, 1); }
 static size_t attention_backward_workspace(const hp_graph *g, const hp_node *n) { return workspace_common(g, n, 1, 2); }
 
+/* ---- sharding rules ---- */
+
+/*
+ * The layout attention runs in: q's, with pending sums resolved, the sequence whole (no context
+ * parallelism yet) and the head dim split only on head boundaries (Megatron: heads per rank).
+ * Sets the local head count.
+ */
+static hp_layout attn_layout(const hp_shard_ctx *c, const hp_node *n, int qi, const hp_layout *q, hp_attrs *local) {
+    const hp_shape *s = hp__shp(c->g, n->in[qi]);
+    hp_layout r = hp__lay_resolve(c, q, NULL, s);
+    hp__lay_unshard_dim(&r, 1);
+    int64_t H = n->attr.i[0], shards = hp_layout_shards(&r, c->mesh, 2);
+    if (shards > 1 && H % shards != 0) {
+        hp__lay_unshard_dim(&r, 2);
+        shards = 1;
+    }
+    local->i[0] = H / shards;
+    return r;
+}
+
+static hp_layout lse_layout(const hp_layout *q) {
+    hp_layout l = hp__lay_replicated(3); /* (B, H, T) */
+    hp__lay_copy_dim(&l, 0, q, 0);
+    hp__lay_copy_dim(&l, 1, q, 2);
+    return l;
+}
+
+static hp_status attention_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                                 hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)drop;
+    hp_layout q = attn_layout(c, n, 0, &in[0], local);
+    req[0] = req[1] = req[2] = q;
+    out[0] = q;
+    out[1] = lse_layout(&q);
+    return HP_STATUS_OK;
+}
+
+/* ATTENTION_BACKWARD(do, q, k, v, o, lse): everything in q's layout; dq, dk, dv too. */
+static hp_status attention_backward_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in,
+                                          hp_layout *req, hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)drop;
+    hp_layout q = attn_layout(c, n, 1, &in[1], local);
+    for (int i = 0; i < 5; i++) req[i] = q;
+    req[5] = lse_layout(&q);
+    out[0] = out[1] = out[2] = q;
+    return HP_STATUS_OK;
+}
+
 const hp_op_def hp__op_def_attention = {
     .name = "attention", .min_in = 3, .max_in = 3, .n_out = 2, .infer = attention_infer,
-    .grad = attention_grad, .cost = attention_cost, .workspace = attention_workspace,
+    .grad = attention_grad, .cost = attention_cost, .workspace = attention_workspace, .shard = attention_shard,
 };
 const hp_op_def hp__op_def_attention_backward = {
     .name = "attention_backward", .min_in = 6, .max_in = 6, .n_out = 3, .infer = attention_backward_infer,
     .cost = attention_backward_cost, .workspace = attention_backward_workspace,
+    .shard = attention_backward_shard,
 };

@@ -3,6 +3,8 @@
  * rows of -log softmax(logits)[target]. Its gradient is
  * CROSS_ENTROPY_BACKWARD(dloss (scalar), logits, targets) -> dlogits = (softmax - onehot) dloss / N,
  * which recomputes the softmax from the logits, so nothing (N, V)-sized is saved besides them.
+ * attr i[0]: the N to divide by (0: the rows of this node). A rank holding some of the rows of a
+ * batch divides by the global row count, so the ranks' losses are a pending sum of the mean.
  */
 #include "ops/op.h"
 
@@ -76,6 +78,45 @@ static size_t xent_workspace(const hp_graph *g, const hp_node *n) {
     return (size_t)hp_shape_numel(hp__shp(g, n->in[1])) * sizeof(double);
 }
 
+/* ---- sharding rules ---- */
+
+/* Logits rows split any way, the vocabulary dim whole; targets follow the rows. The loss (a mean)
+ * becomes a pending sum over the axes splitting the rows, each rank dividing by the global count. */
+static hp_status xent_rows(const hp_shard_ctx *c, const hp_node *n, int li, const hp_layout *in, hp_layout *req,
+                           hp_attrs *local, hp_layout *rows_axes_layout) {
+    const hp_shape *ls = hp__shp(c->g, n->in[li]);
+    hp_layout l = hp__lay_resolve(c, &in[li], NULL, ls);
+    hp__lay_unshard_dim(&l, l.ndim - 1);
+    hp_layout t = hp__lay_replicated(l.ndim - 1);
+    for (int d = 0; d < l.ndim - 1; d++) hp__lay_copy_dim(&t, d, &l, d);
+    req[li] = l;
+    req[li + 1] = t;
+    *rows_axes_layout = l;
+    local->i[0] = hp_shape_numel(ls) / ls->dim[ls->ndim - 1];
+    return HP_STATUS_OK;
+}
+
+static hp_status xent_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                            hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)drop;
+    hp_layout l;
+    HP_CHECK(xent_rows(c, n, 0, in, req, local, &l));
+    hp_layout o = hp__lay_replicated(0);
+    hp__lay_set_partial(&o, hp__lay_all_axes(&l), HP_REDUCE_SUM);
+    out[0] = o;
+    return HP_STATUS_OK;
+}
+
+static hp_status xent_backward_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                                     hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)drop;
+    hp_layout l;
+    HP_CHECK(xent_rows(c, n, 1, in, req, local, &l));
+    req[0] = hp__lay_replicated(hp__shp(c->g, n->in[0])->ndim);
+    out[0] = l;
+    return HP_STATUS_OK;
+}
+
 const hp_op_def hp__op_def_cross_entropy = {
     .name = "cross_entropy",
     .min_in = 2,
@@ -85,6 +126,7 @@ const hp_op_def hp__op_def_cross_entropy = {
     .grad = xent_grad,
     .cost = xent_cost,
     .workspace = xent_workspace,
+    .shard = xent_shard,
 };
 const hp_op_def hp__op_def_cross_entropy_backward = {
     .name = "cross_entropy_backward",
@@ -93,4 +135,5 @@ const hp_op_def hp__op_def_cross_entropy_backward = {
     .n_out = 1,
     .infer = xent_backward_infer,
     .cost = xent_backward_cost,
+    .shard = xent_backward_shard,
 };

@@ -78,6 +78,50 @@ static void embedding_backward_cost(const hp_graph *g, const hp_node *n, hp_op_c
     c->bytes_read = e * 4.0 + (double)hp_shape_numel(hp__shp(g, n->in[1])) * 4.0;
 }
 
+/* ---- sharding rules ---- */
+
+/* EMBEDDING: the table's rows stay whole (an FSDP-split table is gathered before use); its column
+ * split carries to the output's last dim, the ids' splits to the output's leading dims. */
+static hp_status embedding_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                                 hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)n, (void)local, (void)drop;
+    hp_layout t = in[0], ids = in[1];
+    if (t.partial) t = hp__lay_replicated(2);
+    hp__lay_unshard_dim(&t, 0);
+    hp__lay_drop_axes(&t, hp__lay_all_axes(&ids));
+    req[0] = t;
+    req[1] = ids;
+    hp_layout o = hp__lay_replicated(ids.ndim + 1);
+    for (int d = 0; d < ids.ndim; d++) hp__lay_copy_dim(&o, d, &ids, d);
+    hp__lay_copy_dim(&o, ids.ndim, &t, 1);
+    out[0] = o;
+    (void)c;
+    return HP_STATUS_OK;
+}
+
+/* EMBEDDING_BACKWARD: rows scattered from a split batch leave a pending sum over those axes; the
+ * column split of dy carries to the table gradient's columns. */
+static hp_status embedding_backward_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in,
+                                          hp_layout *req, hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)drop;
+    hp_layout dy = in[0];
+    if (dy.partial && dy.partial_op != HP_REDUCE_SUM) dy = hp__lay_resolve(c, &dy, NULL, hp__shp(c->g, n->in[0]));
+    int lead = dy.ndim - 1;
+    hp_layout ids = hp__lay_replicated(lead);
+    uint32_t summed = 0;
+    for (int d = 0; d < lead; d++) {
+        hp__lay_copy_dim(&ids, d, &dy, d);
+        summed |= hp__lay_dim_axes(&dy, d);
+    }
+    req[0] = dy;
+    req[1] = ids;
+    hp_layout o = hp__lay_replicated(2);
+    hp__lay_copy_dim(&o, 1, &dy, lead);
+    hp__lay_set_partial(&o, dy.partial | summed, HP_REDUCE_SUM);
+    out[0] = o;
+    return hp_layout_local_shape(&o, c->mesh, &n->attr.shape, c->index, &local->shape);
+}
+
 const hp_op_def hp__op_def_embedding = {
     .name = "embedding",
     .min_in = 2,
@@ -86,6 +130,7 @@ const hp_op_def hp__op_def_embedding = {
     .infer = embedding_infer,
     .grad = embedding_grad,
     .cost = embedding_cost,
+    .shard = embedding_shard,
 };
 const hp_op_def hp__op_def_embedding_backward = {
     .name = "embedding_backward",
@@ -94,4 +139,5 @@ const hp_op_def hp__op_def_embedding_backward = {
     .n_out = 1,
     .infer = embedding_backward_infer,
     .cost = embedding_backward_cost,
+    .shard = embedding_backward_shard,
 };

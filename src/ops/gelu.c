@@ -49,6 +49,28 @@ static void gelu_backward_cost(const hp_graph *g, const hp_node *n, hp_op_cost *
     hp__cost_default(g, n, 26.0, c);
 }
 
+/* ---- sharding rules ---- */
+
+/* GELU: elementwise; a pending sum must be resolved first (GELU is not linear). */
+static hp_status gelu_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                            hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    req[0] = hp__lay_resolve(c, &in[0], &c->hint[0], hp__shp(c->g, n->in[0]));
+    out[0] = req[0];
+    return HP_STATUS_OK;
+}
+
+/* GELU_BACKWARD(dy, x): both in x's layout (dy's pending sum resolves into it). */
+static hp_status gelu_backward_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                                     hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    hp_layout x = hp__lay_resolve(c, &in[1], NULL, hp__shp(c->g, n->in[1]));
+    req[0] = x;
+    req[1] = x;
+    out[0] = x;
+    return HP_STATUS_OK;
+}
+
 const hp_op_def hp__op_def_gelu = {
     .name = "gelu",
     .min_in = 1,
@@ -57,6 +79,7 @@ const hp_op_def hp__op_def_gelu = {
     .infer = gelu_infer,
     .grad = gelu_grad,
     .cost = gelu_cost,
+    .shard = gelu_shard,
 };
 const hp_op_def hp__op_def_gelu_backward = {
     .name = "gelu_backward",
@@ -65,4 +88,5 @@ const hp_op_def hp__op_def_gelu_backward = {
     .n_out = 1,
     .infer = gelu_backward_infer,
     .cost = gelu_backward_cost,
+    .shard = gelu_backward_shard,
 };

@@ -100,6 +100,55 @@ static void layernorm_backward_cost(const hp_graph *g, const hp_node *n, hp_op_c
     hp__cost_default(g, n, 12.0, c);
 }
 
+/* ---- sharding rules ---- */
+
+/* The layout rows are normalised in: x resolved, its last (normalised) dim whole. */
+static hp_layout ln_rows(const hp_shard_ctx *c, const hp_layout *x, const hp_shape *s) {
+    hp_layout r = hp__lay_resolve(c, x, NULL, s);
+    hp__lay_unshard_dim(&r, r.ndim - 1);
+    return r;
+}
+
+static hp_layout leading(const hp_layout *x) {
+    hp_layout r = hp__lay_replicated(x->ndim - 1);
+    for (int d = 0; d < x->ndim - 1; d++) hp__lay_copy_dim(&r, d, x, d);
+    return r;
+}
+
+/* LAYERNORM: rows may be split any way (batch, sequence: sequence parallelism); the normalised
+ * dim stays whole; gamma and beta replicated. */
+static hp_status layernorm_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                                 hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    hp_layout x = ln_rows(c, &in[0], hp__shp(c->g, n->in[0]));
+    req[0] = x;
+    req[1] = hp__lay_replicated(1);
+    req[2] = hp__lay_replicated(1);
+    out[0] = x;
+    out[1] = leading(&x);
+    out[2] = leading(&x);
+    return HP_STATUS_OK;
+}
+
+/* LAYERNORM_BACKWARD: dx in x's row layout; dgamma and dbeta are sums over rows, so split rows
+ * leave pending sums. */
+static hp_status layernorm_backward_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in,
+                                          hp_layout *req, hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    hp_layout x = ln_rows(c, &in[1], hp__shp(c->g, n->in[1]));
+    req[0] = x;
+    req[1] = x;
+    req[2] = hp__lay_replicated(1);
+    req[3] = leading(&x);
+    req[4] = leading(&x);
+    out[0] = x;
+    hp_layout p = hp__lay_replicated(1);
+    hp__lay_set_partial(&p, hp__lay_all_axes(&x), HP_REDUCE_SUM);
+    out[1] = p;
+    out[2] = p;
+    return HP_STATUS_OK;
+}
+
 const hp_op_def hp__op_def_layernorm = {
     .name = "layernorm",
     .min_in = 3,
@@ -108,6 +157,7 @@ const hp_op_def hp__op_def_layernorm = {
     .infer = layernorm_infer,
     .grad = layernorm_grad,
     .cost = layernorm_cost,
+    .shard = layernorm_shard,
 };
 const hp_op_def hp__op_def_layernorm_backward = {
     .name = "layernorm_backward",
@@ -116,4 +166,5 @@ const hp_op_def hp__op_def_layernorm_backward = {
     .n_out = 3,
     .infer = layernorm_backward_infer,
     .cost = layernorm_backward_cost,
+    .shard = layernorm_backward_shard,
 };

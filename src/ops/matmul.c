@@ -154,11 +154,168 @@ static void linear_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     c->flops = 2.0 * out * (double)X->dim[X->ndim - 1] + (n->in[2] != HP_TID_NONE ? out : 0.0);
 }
 
+/* ---- sharding rules ---- */
+
+/* Dim indices of a MATMUL operand: its row/col dims after the transpose flag. */
+/* Moves b's contraction split onto `axes_from` (a's K dim) and frees those axes elsewhere in b. */
+static void set_dim_from(hp_layout *l, int d, const hp_layout *src, int sd) {
+    hp__lay_drop_axes(l, hp__lay_dim_axes(src, sd));
+    hp__lay_copy_dim(l, d, src, sd);
+}
+
+/*
+ * A contraction of a's dim ak with b's dim bk: both must be split alike. Two candidates (b follows
+ * a, or a follows b), the cheaper is taken. The output gets a's other dims and b's free dim (bn);
+ * axes that would appear twice are taken from b's free dim (it is gathered). The contraction axes
+ * become a pending sum (Megatron's row-parallel output; the data-parallel weight gradient).
+ */
+static hp_status contract(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req, int ak,
+                          int bk, int bn, bool b_batch_follows_a, hp_layout *ra, hp_layout *rb) {
+    const hp_shape *sa = hp__shp(c->g, n->in[0]), *sb = hp__shp(c->g, n->in[1]);
+    hp_layout a0 = in[0], b0 = hp__lay_resolve(c, &in[1], NULL, sb);
+    if (a0.partial && (a0.partial_op != HP_REDUCE_SUM || b0.partial)) a0 = hp__lay_resolve(c, &a0, NULL, sa);
+    int64_t best = -1;
+    for (int cand = 0; cand < 2; cand++) {
+        hp_layout a = a0, b = b0;
+        if (cand == 0) {
+            set_dim_from(&b, bk, &a, ak);
+        } else {
+            hp_layout bb = b;
+            hp__lay_drop_axes(&a, hp__lay_dim_axes(&bb, bk) | bb.partial);
+            set_dim_from(&a, ak, &bb, bk);
+            a.partial = a0.partial & ~hp__lay_all_axes(&a);
+            a.partial_op = a0.partial_op;
+        }
+        if (b_batch_follows_a) /* b's leading dims align with a's trailing batch dims */
+            for (int d = 0; d < b.ndim - 2; d++) {
+                int da = a.ndim - b.ndim + d;
+                hp__lay_unshard_dim(&b, d);
+                if (da >= 0 && sb->dim[d] == sa->dim[da]) set_dim_from(&b, d, &a, da);
+            }
+        /* axes a uses anywhere (and its pending sums) cannot split b's free dim */
+        uint32_t used = hp__lay_all_axes(&a) | a.partial;
+        uint32_t bfree = hp__lay_dim_axes(&b, bn) & used & ~hp__lay_dim_axes(&a, ak);
+        if (bfree) {
+            hp_layout keep = b;
+            hp__lay_drop_axes(&b, bfree);
+            for (int d = 0; d < b.ndim; d++)
+                if (d != bn) hp__lay_copy_dim(&b, d, &keep, d);
+        }
+        /* b's free-dim axes cannot split a's other dims either (they would repeat in the output) */
+        for (int d = 0; d < a.ndim; d++)
+            if (d != ak) {
+                uint32_t clash = hp__lay_dim_axes(&a, d) & hp__lay_dim_axes(&b, bn);
+                if (clash) {
+                    hp_layout t = b;
+                    hp__lay_drop_axes(&t, clash);
+                    hp__lay_copy_dim(&b, bn, &t, bn);
+                }
+            }
+        int64_t cost = hp__lay_cost(c, &in[0], &a, sa, HP_DTYPE_F32) + hp__lay_cost(c, &in[1], &b, sb, HP_DTYPE_F32);
+        if (hp_layout_validate(&a, c->mesh, sa) != HP_STATUS_OK || hp_layout_validate(&b, c->mesh, sb) != HP_STATUS_OK)
+            continue;
+        if (best < 0 || cost < best) {
+            best = cost;
+            *ra = a;
+            *rb = b;
+        }
+    }
+    if (best < 0) { /* no consistent split: compute replicated */
+        *ra = hp__lay_replicated(sa->ndim);
+        *rb = hp__lay_replicated(sb->ndim);
+    }
+    req[0] = *ra;
+    req[1] = *rb;
+    return HP_STATUS_OK;
+}
+
+static hp_status matmul_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                              hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    bool ta = n->attr.i[0] != 0, tb = n->attr.i[1] != 0, fold = n->attr.i[2] != 0;
+    const hp_shape *sa = hp__shp(c->g, n->in[0]), *sb = hp__shp(c->g, n->in[1]);
+    int na = sa->ndim, nb = sb->ndim;
+    hp_layout a, b, o = hp__lay_replicated(hp__shp(c->g, n->out[0])->ndim);
+    if (fold) {
+        if (!ta || tb) { /* only the dW form (a^T b over all rows) is made by the gradient rules */
+            for (int i = 0; i < 2; i++) req[i] = hp__lay_replicated(i ? nb : na);
+            return HP_STATUS_OK;
+        }
+        /* rows (all leading dims) are contracted: b's leading dims follow a's */
+        hp_layout a0 = in[0], b0 = hp__lay_resolve(c, &in[1], NULL, sb);
+        if (a0.partial && (a0.partial_op != HP_REDUCE_SUM || b0.partial)) a0 = hp__lay_resolve(c, &a0, NULL, sa);
+        a = a0;
+        b = b0;
+        if (na != nb) {
+            for (int d = 0; d < na - 1; d++) hp__lay_unshard_dim(&a, d);
+            for (int d = 0; d < nb - 1; d++) hp__lay_unshard_dim(&b, d);
+        } else {
+            for (int d = 0; d < na - 1; d++) set_dim_from(&b, d, &a, d);
+        }
+        uint32_t rows = 0;
+        for (int d = 0; d < na - 1; d++) rows |= hp__lay_dim_axes(&a, d);
+        uint32_t clash = hp__lay_dim_axes(&b, nb - 1) & (hp__lay_dim_axes(&a, na - 1) | rows | a.partial);
+        if (clash) {
+            hp_layout t = b;
+            hp__lay_drop_axes(&t, clash);
+            hp__lay_copy_dim(&b, nb - 1, &t, nb - 1);
+        }
+        req[0] = a;
+        req[1] = b;
+        hp__lay_copy_dim(&o, 0, &a, na - 1);
+        hp__lay_copy_dim(&o, 1, &b, nb - 1);
+        hp__lay_set_partial(&o, rows | a.partial, HP_REDUCE_SUM);
+        out[0] = o;
+        return HP_STATUS_OK;
+    }
+    int am = ta ? na - 1 : na - 2, ak = ta ? na - 2 : na - 1;
+    int bk = tb ? nb - 1 : nb - 2, bn = tb ? nb - 2 : nb - 1;
+    HP_CHECK(contract(c, n, in, req, ak, bk, bn, true, &a, &b));
+    int no = o.ndim;
+    for (int d = 0; d < na - 2; d++) hp__lay_copy_dim(&o, no - na + d, &a, d);
+    for (int d = 0; d < nb - 2; d++) { /* a batch dim that a broadcasts (size 1) but b splits */
+        int od = no - nb + d;
+        if (o.nmap[od] == 0 && b.nmap[d] > 0) hp__lay_copy_dim(&o, od, &b, d);
+    }
+    hp__lay_copy_dim(&o, no - 2, &a, am);
+    hp__lay_copy_dim(&o, no - 1, &b, bn);
+    hp__lay_set_partial(&o, hp__lay_dim_axes(&a, ak) | a.partial, HP_REDUCE_SUM);
+    out[0] = o;
+    return HP_STATUS_OK;
+}
+
+/* LINEAR: x (..., K) contracted with w (N, K) on K; the bias follows N. When K is split the output
+ * is a pending sum and only the first rank of that group adds the bias. */
+static hp_status linear_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                              hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local;
+    const hp_shape *sx = hp__shp(c->g, n->in[0]);
+    int nx = sx->ndim;
+    hp_layout x, w;
+    HP_CHECK(contract(c, n, in, req, nx - 1, 1, 0, false, &x, &w));
+    hp_layout o = hp__lay_replicated(nx);
+    for (int d = 0; d < nx - 1; d++) hp__lay_copy_dim(&o, d, &x, d);
+    hp__lay_copy_dim(&o, nx - 1, &w, 0);
+    uint32_t psum = hp__lay_dim_axes(&x, nx - 1) | x.partial;
+    hp__lay_set_partial(&o, psum, HP_REDUCE_SUM);
+    out[0] = o;
+    if (n->in[2] != HP_TID_NONE) {
+        hp_layout bl = hp__lay_replicated(1);
+        hp__lay_copy_dim(&bl, 0, &w, 0);
+        req[2] = bl;
+        int coords[HP_MESH_MAX_AXES];
+        hp_mesh_coords(c->mesh, c->index, coords);
+        for (int a = 0; a < hp_mesh_naxes(c->mesh); a++)
+            if ((psum >> a) & 1u && coords[a] != 0) drop[2] = true;
+    }
+    return HP_STATUS_OK;
+}
+
 const hp_op_def hp__op_def_matmul = {
     .name = "matmul", .min_in = 2, .max_in = 2, .n_out = 1, .infer = matmul_infer, .grad = matmul_grad,
-    .cost = matmul_cost,
+    .cost = matmul_cost, .shard = matmul_shard,
 };
 const hp_op_def hp__op_def_linear = {
     .name = "linear", .min_in = 2, .max_in = 3, .n_out = 1, .infer = linear_infer, .grad = linear_grad,
-    .cost = linear_cost,
+    .cost = linear_cost, .shard = linear_shard,
 };

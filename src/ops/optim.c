@@ -116,6 +116,51 @@ static void adamw_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     c->bytes_written = 3.0 * 4.0 * e; /* param, m, v in place */
 }
 
+/* ---- sharding rules ---- */
+
+/* SUMSQ: inputs resolved (a gradient's pending sum resolves into the optimizer's layout, so the
+ * update reuses it); each input keeps only the axes all inputs share, and the result is a pending
+ * sum over them (every element counted once across ranks). */
+static hp_status sumsq_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                             hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    uint32_t common = ~0u;
+    for (int i = 0; i < n->n_in; i++) {
+        req[i] = hp__lay_resolve(c, &in[i], &c->hint[i], hp__shp(c->g, n->in[i]));
+        common &= hp__lay_all_axes(&req[i]);
+    }
+    for (int i = 0; i < n->n_in; i++) hp__lay_drop_axes(&req[i], ~common);
+    hp_layout o = hp__lay_replicated(0);
+    hp__lay_set_partial(&o, common, HP_REDUCE_SUM);
+    out[0] = o;
+    return HP_STATUS_OK;
+}
+
+/* CLIP_SCALE: the global norm must be complete: its pending sum is resolved. */
+static hp_status clip_scale_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                                  hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)c, (void)in, (void)local, (void)drop;
+    req[0] = hp__lay_replicated(hp__shp(c->g, n->in[0])->ndim);
+    out[0] = hp__lay_replicated(0);
+    return HP_STATUS_OK;
+}
+
+/* ADAMW: the update runs in the optimizer state's layout (ZeRO: split over the data-parallel axes);
+ * param and grad are brought to it (a gradient's pending sum becomes a reduce-scatter), and an
+ * updated param copy is written back to the param's own layout by the partitioner. */
+static hp_status adamw_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                             hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)out, (void)local, (void)drop;
+    hp_layout t = in[2];
+    req[0] = t;
+    req[1] = t;
+    req[2] = t;
+    req[3] = t;
+    for (int i = 4; i < n->n_in; i++)
+        if (n->in[i] != HP_TID_NONE) req[i] = hp__lay_replicated(hp__shp(c->g, n->in[i])->ndim);
+    return HP_STATUS_OK;
+}
+
 const hp_op_def hp__op_def_sumsq = {
     .name = "sumsq",
     .min_in = 1,
@@ -123,6 +168,7 @@ const hp_op_def hp__op_def_sumsq = {
     .n_out = 1,
     .infer = sumsq_infer,
     .cost = sumsq_cost,
+    .shard = sumsq_shard,
 };
 const hp_op_def hp__op_def_clip_scale = {
     .name = "clip_scale",
@@ -131,6 +177,7 @@ const hp_op_def hp__op_def_clip_scale = {
     .n_out = 1,
     .infer = clip_scale_infer,
     .cost = clip_scale_cost,
+    .shard = clip_scale_shard,
 };
 const hp_op_def hp__op_def_adamw = {
     .name = "adamw",
@@ -140,4 +187,5 @@ const hp_op_def hp__op_def_adamw = {
     .infer = adamw_infer,
     .cost = adamw_cost,
     .inplace_inputs = (1u << 0) | (1u << 2) | (1u << 3), /* param, m, v */
+    .shard = adamw_shard,
 };

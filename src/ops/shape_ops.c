@@ -1,6 +1,77 @@
 /* Data-movement operators: RESHAPE, TRANSPOSE, SLICE, PAD, CONCAT. */
 #include "ops/op.h"
 
+/* ---- sharding rules ---- */
+
+/*
+ * RESHAPE: dims are matched in groups of equal element count (row-major). A group keeps its split
+ * when only its outermost input dim is split and both outermost dims divide evenly by the shard
+ * count (the blocks are then the same contiguous runs); any other split group is gathered first.
+ */
+static hp_status reshape_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                               hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)drop;
+    const hp_shape *si = hp__shp(c->g, n->in[0]), *so = &n->attr.shape;
+    hp_layout r = in[0], o = hp__lay_replicated(so->ndim);
+    int i = 0, k = 0;
+    while (i < si->ndim || k < so->ndim) {
+        int i0 = i, k0 = k;
+        int64_t pi = i < si->ndim ? si->dim[i++] : 1, po = k < so->ndim ? so->dim[k++] : 1;
+        while (pi != po) {
+            if (pi < po && i < si->ndim) pi *= si->dim[i++];
+            else if (po < pi && k < so->ndim) po *= so->dim[k++];
+            else break;
+        }
+        bool inner_split = false;
+        for (int d = i0 + 1; d < i; d++) inner_split |= r.nmap[d] > 0;
+        int64_t shards = i0 < si->ndim ? hp_layout_shards(&r, c->mesh, i0) : 1;
+        if (i0 < i && k0 < k && !inner_split && shards > 1 && si->dim[i0] % shards == 0 && so->dim[k0] % shards == 0)
+            hp__lay_copy_dim(&o, k0, &r, i0);
+        else
+            for (int d = i0; d < i; d++) hp__lay_unshard_dim(&r, d);
+    }
+    req[0] = r;
+    o.partial = r.partial;
+    o.partial_op = r.partial_op;
+    out[0] = o;
+    return hp_layout_local_shape(&o, c->mesh, so, c->index, &local->shape);
+}
+
+/* TRANSPOSE: the splits move with the dims. */
+static hp_status transpose_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                                 hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)c, (void)req, (void)local, (void)drop;
+    int nd = in[0].ndim;
+    int d0 = hp__axis((int)n->attr.i[0], nd), d1 = hp__axis((int)n->attr.i[1], nd);
+    hp_layout o = in[0];
+    hp__lay_copy_dim(&o, d0, &in[0], d1);
+    hp__lay_copy_dim(&o, d1, &in[0], d0);
+    out[0] = o;
+    return HP_STATUS_OK;
+}
+
+/* SLICE, PAD: the sliced / padded dim must be whole; other splits and pending sums pass. */
+static hp_status slice_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                             hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)c, (void)local, (void)drop;
+    hp_layout r = in[0];
+    hp__lay_unshard_dim(&r, hp__axis((int)n->attr.i[0], r.ndim));
+    req[0] = r;
+    out[0] = r;
+    return HP_STATUS_OK;
+}
+
+/* CONCAT: every input in the first input's layout with the concatenated dim whole. */
+static hp_status concat_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                              hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    hp_layout r = hp__lay_resolve(c, &in[0], NULL, hp__shp(c->g, n->in[0]));
+    hp__lay_unshard_dim(&r, hp__axis((int)n->attr.i[0], r.ndim));
+    for (int i = 0; i < n->n_in; i++) req[i] = r;
+    out[0] = r;
+    return HP_STATUS_OK;
+}
+
 hp_tid hp_reshape(hp_graph *g, hp_tid a, hp_shape shape) {
     hp_attrs at = {0};
     at.shape = shape;
@@ -31,6 +102,7 @@ const hp_op_def hp__op_def_reshape = {
     .n_out = 1,
     .infer = reshape_infer,
     .grad = reshape_grad,
+    .shard = reshape_shard,
 };
 
 /* ---- shared checks ---- */
@@ -202,6 +274,7 @@ const hp_op_def hp__op_def_transpose = {
     .infer = transpose_infer,
     .grad = transpose_grad,
     .cost = move_cost,
+    .shard = transpose_shard,
 };
 const hp_op_def hp__op_def_slice = {
     .name = "slice",
@@ -211,6 +284,7 @@ const hp_op_def hp__op_def_slice = {
     .infer = slice_infer,
     .grad = slice_grad,
     .cost = move_cost,
+    .shard = slice_shard,
 };
 const hp_op_def hp__op_def_pad = {
     .name = "pad",
@@ -220,6 +294,7 @@ const hp_op_def hp__op_def_pad = {
     .infer = pad_infer,
     .grad = pad_grad,
     .cost = move_cost,
+    .shard = slice_shard,
 };
 const hp_op_def hp__op_def_concat = {
     .name = "concat",
@@ -229,4 +304,5 @@ const hp_op_def hp__op_def_concat = {
     .infer = concat_infer,
     .grad = concat_grad,
     .cost = move_cost,
+    .shard = concat_shard,
 };

@@ -47,6 +47,20 @@ static void softmax_backward_cost(const hp_graph *g, const hp_node *n, hp_op_cos
     hp__cost_default(g, n, 4.0, c);
 }
 
+/* ---- sharding rules ---- */
+
+/* SOFTMAX and its backward: rows split any way, the softmax dim whole, pending sums resolved. */
+static hp_status softmax_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                               hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    int k = n->op == HP_OP_SOFTMAX ? 0 : 1; /* the forward input, or y for the backward */
+    hp_layout x = hp__lay_resolve(c, &in[k], NULL, hp__shp(c->g, n->in[k]));
+    hp__lay_unshard_dim(&x, x.ndim - 1);
+    for (int i = 0; i < n->n_in; i++) req[i] = x;
+    out[0] = x;
+    return HP_STATUS_OK;
+}
+
 const hp_op_def hp__op_def_softmax = {
     .name = "softmax",
     .min_in = 1,
@@ -55,6 +69,7 @@ const hp_op_def hp__op_def_softmax = {
     .infer = softmax_infer,
     .grad = softmax_grad,
     .cost = softmax_cost,
+    .shard = softmax_shard,
 };
 const hp_op_def hp__op_def_softmax_backward = {
     .name = "softmax_backward",
@@ -63,4 +78,5 @@ const hp_op_def hp__op_def_softmax_backward = {
     .n_out = 1,
     .infer = softmax_backward_infer,
     .cost = softmax_backward_cost,
+    .shard = softmax_shard,
 };

@@ -34,11 +34,12 @@ hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o
     hp_graph_set_node_flags(g, HP_NODE_FLAG_OPTIMIZER);
     out->lr = hp_input(g, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
     out->step = hp_input(g, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    /* Global norm: sum of squares in groups of 8 gradients, then a chain of scalar adds. */
+    /* Global norm: one sum of squares per gradient (each may be split its own way under a
+     * strategy, and its partial sum is then exact), then a chain of scalar adds. */
     hp_tid total = HP_TID_NONE;
-    for (int i = 0; i < n; i += 8) {
-        int k = n - i < 8 ? n - i : 8;
-        total = total == HP_TID_NONE ? hp_sumsq(g, out->grads + i, k) : hp_add(g, total, hp_sumsq(g, out->grads + i, k));
+    for (int i = 0; i < n; i++) {
+        hp_tid sq = hp_sumsq(g, out->grads + i, 1);
+        total = total == HP_TID_NONE ? sq : hp_add(g, total, sq);
     }
     out->grad_sq = total;
     if (total != HP_TID_NONE) hp_graph_set_name(g, total, "opt.grad_sq");

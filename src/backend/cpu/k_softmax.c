@@ -120,7 +120,9 @@ hp_status hp__cpu_cross_entropy(const hp_kernel_args *a) {
     }
     double sum = 0.0;
     for (int64_t r = 0; r < rows; r++) sum += loss[r];
-    *(float *)a->out[0] = rows ? (float)(sum / (double)rows) : 0.0f;
+    /* attr i[0]: the global row count when this rank holds some rows of the batch */
+    const double div = a->node->attr.i[0] > 0 ? (double)a->node->attr.i[0] : (double)rows;
+    *(float *)a->out[0] = div > 0 ? (float)(sum / div) : 0.0f;
     return HP_STATUS_OK;
 }
 
@@ -132,7 +134,8 @@ hp_status hp__cpu_cross_entropy_backward(const hp_kernel_args *a) {
     const hp_shape *xs = hp__in_shape(a, 1);
     const int64_t v = xs->dim[xs->ndim - 1], rows = hp_shape_numel(xs) / v;
     HP_CHECK(check_targets(t, rows, v, "cross_entropy_backward"));
-    const float scale = rows ? dloss / (float)rows : 0.0f;
+    const double div = a->node->attr.i[0] > 0 ? (double)a->node->attr.i[0] : (double)rows;
+    const float scale = div > 0 ? (float)(dloss / div) : 0.0f;
 #pragma omp parallel for schedule(static) if (rows * v > 16384)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * v;
