@@ -94,7 +94,7 @@ void hp__ckpt_remove_dir(const char *dir) {
         char p[PATH_BYTES];
         while ((ent = readdir(d))) {
             if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
-            if (join(p, dir, ent->d_name) == HP_STATUS_OK) unlink(p);
+            if (join(p, dir, ent->d_name) == HP_STATUS_OK && unlink(p) != 0) rmdir(p); /* an empty stray dir */
         }
         closedir(d);
     }

@@ -17,7 +17,7 @@ hp_status hp__ckpt_mkdir_p(const char *dir);
 hp_status hp__ckpt_fsync_path(const char *path);
 /* Writes text to path (replacing it) and fsyncs; removes the partial file on failure. */
 hp_status hp__ckpt_write_file_sync(const char *path, const char *text);
-/* Removes a directory and the plain files in it (checkpoint directories are flat). */
+/* Removes a directory, its plain files and empty subdirectories (checkpoint directories are flat). */
 void hp__ckpt_remove_dir(const char *dir);
 /* The state.json text (malloc'd; NULL when out of memory) with this format_version; `sharded` adds
  * "index_file" instead of "model_file"/"optim_file". */
