@@ -62,9 +62,11 @@ typedef struct hp_strategy hp_strategy;
 
 /*
  * Parses the `strategy:` YAML section (the map under the key, e.g. hp_run_config's `strategy`).
- * world_size (>= 1) is the number of ranks the job runs on (the MPI world size); the mesh must
- * have exactly that many devices. `node` may be NULL or a YAML null: then the mesh is the
- * 1-device mesh [1] with axis "dp" and there are no rules, which requires world_size == 1.
+ * world_size is the number of ranks the job runs on (the MPI world size); the mesh must
+ * have exactly that many devices. world_size 0 means "no job yet" (`hp plan` without --ranks):
+ * the mesh's own device count is taken, and hp_mesh_size(hp_strategy_mesh(s)) tells it. `node`
+ * may be NULL or a YAML null: then the mesh is the 1-device mesh [1] with axis "dp" and there
+ * are no rules, which requires world_size 0 or 1.
  *
  * Shape-independent checks happen here; those that need the tensors (rank, conflicting rules)
  * happen in hp_strategy_annotate. Errors, all HP_STATUS_CONFIG with a message starting
@@ -79,7 +81,7 @@ typedef struct hp_strategy hp_strategy;
  *   - in a tensor_map or optimizer.shard: an unknown alias (the mesh's aliases are listed), an
  *     alias used twice, more entries than HP_MAX_DIMS;
  *   - params not a sequence of {match, tensor_map} maps, an empty pattern.
- * HP_STATUS_INVALID_ARGUMENT for world_size < 1 or out == NULL; HP_STATUS_OUT_OF_MEMORY.
+ * HP_STATUS_INVALID_ARGUMENT for world_size < 0 or out == NULL; HP_STATUS_OUT_OF_MEMORY.
  * The strategy copies what it keeps (names, patterns, file names), so the YAML document may be
  * freed afterwards. The caller owns *out (hp_strategy_free); *out is NULL on failure.
  */

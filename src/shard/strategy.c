@@ -172,6 +172,7 @@ static hp_status parse_mesh(hp_strategy *s, const hp_yaml_node *mesh, const hp_y
         if (size > (int64_t)1 << 30) return cfg_err(dm, "strategy.mesh.device_matrix has too many devices");
     }
     if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+    if (world_size == 0) world_size = (int)size; /* no job yet: the mesh says how many ranks */
     if (size != world_size)
         return cfg_err(dm, "strategy mesh %s has %lld devices but the job runs on %d rank%s", shape, (long long)size,
                        world_size, world_size == 1 ? "" : "s");
@@ -286,7 +287,7 @@ static hp_status parse_optimizer(hp_strategy *s, const hp_yaml_node *opt) {
 hp_status hp_strategy_parse(const hp_yaml_node *node, int world_size, hp_strategy **out) {
     if (!out) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_strategy_parse: out is NULL");
     *out = NULL;
-    if (world_size < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_strategy_parse: world_size %d < 1", world_size);
+    if (world_size < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_strategy_parse: world_size %d < 0", world_size);
     hp_strategy *s = calloc(1, sizeof *s);
     if (s) s->arena = hp_arena_new(0);
     if (!s || !s->arena) {
@@ -296,7 +297,7 @@ hp_status hp_strategy_parse(const hp_yaml_node *node, int world_size, hp_strateg
     hp_status st = HP_STATUS_OK;
     if (hp_yaml_is_null(node)) {
         s->file = "";
-        if (world_size != 1) {
+        if (world_size > 1) {
             st = hp_error(HP_STATUS_CONFIG, "the run config has no strategy section, so it runs on 1 device, but the job "
                           "runs on %d ranks (add strategy.mesh with %d devices)", world_size, world_size);
             goto fail;

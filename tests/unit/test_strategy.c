@@ -125,7 +125,10 @@ static void test_null_node(void **state) {
     assert_int_equal(hp_strategy_parse(NULL, 2, &s), HP_STATUS_CONFIG);
     assert_null(s);
     hp_test_assert_error_contains("runs on 2 ranks");
-    assert_int_equal(hp_strategy_parse(NULL, 0, &s), HP_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(hp_strategy_parse(NULL, -1, &s), HP_STATUS_INVALID_ARGUMENT);
+    assert_ok(hp_strategy_parse(NULL, 0, &s));
+    assert_int_equal(hp_mesh_size(hp_strategy_mesh(s)), 1);
+    hp_strategy_free(s);
     hp_strategy_free(NULL);
 }
 
@@ -419,6 +422,11 @@ static void test_mesh(void **state) {
     assert_int_equal(hp_mesh_rank(m, 3), 0);
     assert_string_equal(hp_mesh_axis_name(m, 1), "tp");
     hp_strategy_free(s);
+    /* world_size 0: the mesh's own device count (hp plan without --ranks); ranks checked against it. */
+    assert_ok(parse(MESH22, 0, &s));
+    assert_int_equal(hp_mesh_size(hp_strategy_mesh(s)), 4);
+    hp_strategy_free(s);
+    expect_parse_error(cat(MESH22, "    ranks: [0, 1, 2, 4]\n"), 0, "rank 4 is out of range", NULL);
 
     expect_parse_error(MESH22, 2, "run.yaml:3:", "strategy mesh [2, 2] has 4 devices but the job runs on 2 ranks");
     expect_parse_error(MESH22, 8, "strategy mesh [2, 2] has 4 devices but the job runs on 8 ranks", NULL);
