@@ -71,7 +71,8 @@ static hp_status check_tensors(const char *what, const hp_sharded_tensor *t, siz
                 return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: %s tensor '%s' is listed twice", what, t[i].name);
         *hash = fnv(*hash, t[i].name, strlen(t[i].name) + 1);
         *hash = fnv(*hash, &t[i].dtype, sizeof t[i].dtype);
-        *hash = fnv(*hash, &t[i].shape, sizeof t[i].shape);
+        *hash = fnv(*hash, &t[i].shape.ndim, sizeof t[i].shape.ndim);
+        *hash = fnv(*hash, t[i].shape.dim, (size_t)t[i].shape.ndim * sizeof(int64_t));
         hp_layout l = t[i].layout; /* only the meaningful fields */
         for (int d = 0; d < l.ndim; d++) *hash = fnv(*hash, l.map[d], (size_t)l.nmap[d] * sizeof(int));
         *hash = fnv(*hash, l.nmap, (size_t)l.ndim * sizeof(int));
