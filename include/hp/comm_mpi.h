@@ -36,6 +36,13 @@ hp_status hp_comm_mpi_world(hp_comm **out);
 /* Finalises MPI if this library initialised it. Every hp_comm from MPI must be freed first. */
 hp_status hp_comm_mpi_finalize(void);
 
+/*
+ * Ends every process of the job (MPI_Abort on MPI_COMM_WORLD with `code`). For the application's
+ * top level only (the CLI after a rank failed, so the other ranks are not left blocked in a
+ * collective); library code never calls it.
+ */
+void hp_comm_mpi_abort(int code);
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,6 +51,13 @@ typedef struct hp_collective_info {
  */
 hp_status hp_partition_new(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
                            const hp_tid *resolve, int n_resolve, hp_partition **out);
+/*
+ * The same for mesh index `index`, with no communicator needed (planning tools such as `hp plan`
+ * partition for a rank they are not). The per-rank graph can be inspected but runs only on an
+ * attached mesh whose index is `index`.
+ */
+hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index, const hp_layout *leaf_layouts,
+                              const hp_tid *resolve, int n_resolve, hp_partition **out);
 void hp_partition_free(hp_partition *p);
 
 /* The per-rank graph (owned by the partition). */

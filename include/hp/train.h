@@ -11,8 +11,11 @@
 #ifndef HP_TRAIN_H
 #define HP_TRAIN_H
 
+#include "hp/comm.h"
 #include "hp/config.h"
 #include "hp/ir.h"
+#include "hp/mesh.h"
+#include "hp/shard.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,7 +64,21 @@ typedef struct hp_trainer hp_trainer;
  * train.seed (GPT-2 init). Errors: config, data and allocation errors with their messages.
  */
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
+
+/*
+ * The same over the ranks of `world` (borrowed; NULL means a one-rank communicator): the
+ * strategy section of cfg gives the mesh (its device count must equal the world size) and the
+ * layouts; the step graph is partitioned for this rank (hp/shard.h). Collective: every rank
+ * calls it, and every later call on the trainer, in the same order.
+ */
+hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_trainer **out);
 void hp_trainer_free(hp_trainer *t);
+
+/* This process's rank in the world communicator. */
+int hp_trainer_rank(const hp_trainer *t);
+/* The strategy's mesh and the training step's partition (layouts, collectives, bytes). */
+const hp_mesh *hp_trainer_mesh(const hp_trainer *t);
+const hp_partition *hp_trainer_partition(const hp_trainer *t);
 
 /* Runs one optimizer step on the next batch. On error the parameters are unchanged. */
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
@@ -81,7 +98,7 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap);
 hp_status hp_trainer_resume(hp_trainer *t, const char *path);
 
 /*
- * Samples `n_tokens` bytes after `prompt` with temperature `temp` (0: greedy) and top-k `top_k`
+ * Collective (parameters are gathered to every rank). Samples `n_tokens` bytes after `prompt` with temperature `temp` (0: greedy) and top-k `top_k`
  * (0: off), deterministic for `seed`. *text_out is malloc'd (caller frees): prompt + continuation.
  */
 hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, float temp, int top_k,
@@ -94,7 +111,8 @@ hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, flo
 hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int n_tokens, float temp, int top_k,
                                       uint64_t seed, char **text_out);
 
-/* Parameter value by name for tests and tools (NULL if unknown); `numel` receives the size. */
+/* This rank's block of a parameter or optimizer state by name (NULL if unknown); `numel`
+ * receives its element count. */
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel);
 
 #ifdef __cplusplus

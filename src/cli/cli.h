@@ -8,7 +8,12 @@ int hp_cli_train(int argc, char **argv);
 int hp_cli_generate(int argc, char **argv);
 int hp_cli_plan(int argc, char **argv);
 
-/* Prints "hp: error: <what>: <message> (<status>)" to stderr and returns 1. */
+/* main's argc/argv (MPI_Init may consume arguments) and this process's rank (-1: one process). */
+extern int *hp_cli_argc;
+extern char ***hp_cli_argv;
+extern int hp_cli_rank;
+
+/* Prints "[rank R] hp: error: <what>: <message> (<status>)" to stderr and returns 1. */
 int hp_cli_fail(hp_status st, const char *what);
 
 #endif

@@ -27,14 +27,22 @@ static void log_sink(hp_log_level level, const char *line, void *user) {
         fprintf(stderr, "%s\n", line);
 }
 
+int *hp_cli_argc;
+char ***hp_cli_argv;
+int hp_cli_rank = -1;
+
 int hp_cli_fail(hp_status st, const char *what) {
-    fprintf(stderr, "hp: error: %s%s%s (%s)\n", what ? what : "", what ? ": " : "", hp_error_message(),
+    char prefix[32] = "";
+    if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
+    fprintf(stderr, "%shp: error: %s%s%s (%s)\n", prefix, what ? what : "", what ? ": " : "", hp_error_message(),
             hp_status_str(st));
     return 1;
 }
 
 int main(int argc, char **argv) {
     hp_log_set_sink(log_sink, NULL);
+    hp_cli_argc = &argc;
+    hp_cli_argv = &argv;
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -4,6 +4,9 @@
 #include "hp/config.h"
 #include "hp/core.h"
 #include "hp/train.h"
+#ifdef HP_HAVE_MPI
+#include "hp/comm_mpi.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,21 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The world communicator: MPI when the process was started by mpirun (or another MPI launcher),
+ * otherwise NULL (one rank, no MPI runtime needed). */
+static hp_status world_comm(hp_comm **out, bool *mpi) {
+    *out = NULL;
+    *mpi = false;
+#ifdef HP_HAVE_MPI
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
+        HP_CHECK(hp_comm_mpi_init(hp_cli_argc, hp_cli_argv));
+        *mpi = true;
+        return hp_comm_mpi_world(out);
+    }
+#endif
+    return HP_STATUS_OK;
 }
 
 static void fmt_duration(double s, char *buf, size_t n) {
@@ -64,8 +82,21 @@ int hp_cli_train(int argc, char **argv) {
 
     FILE *metrics = NULL;
     hp_trainer *t = NULL;
+    hp_comm *world = NULL;
+    bool mpi = false;
     int rc = 1;
-    st = hp_trainer_new(&cfg, &t);
+    st = world_comm(&world, &mpi);
+    if (st != HP_STATUS_OK) {
+        hp_cli_fail(st, "starting MPI");
+        goto out;
+    }
+    bool lead = true; /* rank 0 reports; the others stay quiet unless they fail */
+    if (world && hp_comm_size(world) > 1) {
+        hp_cli_rank = hp_comm_rank(world);
+        hp_log_set_rank(hp_cli_rank);
+        lead = hp_cli_rank == 0;
+    }
+    st = hp_trainer_new_dist(&cfg, world, &t);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, config);
         goto out;
@@ -77,21 +108,29 @@ int hp_cli_train(int argc, char **argv) {
             hp_cli_fail(st, "resume");
             goto out;
         }
-        fprintf(stderr, "resumed from %s at step %lld\n", from, (long long)hp_trainer_steps_done(t));
+        if (lead) fprintf(stderr, "resumed from %s at step %lld\n", from, (long long)hp_trainer_steps_done(t));
     }
-    if (metrics_path) {
+    if (metrics_path && lead) {
         metrics = fopen(metrics_path, want_resume ? "a" : "w");
         if (!metrics) {
             fprintf(stderr, "hp: error: cannot open metrics file '%s'\n", metrics_path);
             goto out;
         }
     }
-    fprintf(stderr,
+    if (lead)
+        fprintf(stderr,
             "model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld | batch %lld | steps %lld\n"
             "data: %s | unigram entropy %.3f nats/token\n",
             (long long)cfg.model.layers, (long long)cfg.model.heads, (long long)cfg.model.width,
             (long long)cfg.model.context, (long long)cfg.model.vocab, (long long)cfg.train.batch,
             (long long)cfg.train.steps, cfg.data.corpus, hp_trainer_unigram_entropy(t));
+    if (lead && world && hp_comm_size(world) > 1) {
+        const hp_partition *part = hp_trainer_partition(t);
+        char mb[128];
+        fprintf(stderr, "strategy: %d ranks, mesh %s | %d redistributions, %.2f MiB received per rank per step\n",
+                hp_comm_size(world), hp_mesh_str(hp_trainer_mesh(t), mb, sizeof mb), hp_partition_n_collectives(part),
+                (double)hp_partition_bytes(part) / (1 << 20));
+    }
     double t_start = now_s();
     int64_t first = hp_trainer_steps_done(t);
     double last_val = -1;
@@ -114,14 +153,14 @@ int hp_cli_train(int argc, char **argv) {
         }
         double elapsed = now_s() - t_start;
         double per_step = elapsed / (double)(m.step - first);
-        if (cfg.train.log_every > 0 && (m.step % cfg.train.log_every == 0 || last || m.step == first + 1)) {
+        if (lead && cfg.train.log_every > 0 && (m.step % cfg.train.log_every == 0 || last || m.step == first + 1)) {
             char el[32], eta[32];
             fmt_duration(elapsed, el, sizeof el);
             fmt_duration(per_step * (double)(cfg.train.steps - m.step), eta, sizeof eta);
             fprintf(stderr, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %8.0f tok/s | elapsed %s | ETA %s\n",
                     (long long)m.step, (long long)cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, el, eta);
         }
-        if (val >= 0) fprintf(stderr, "step %6lld | val loss %.4f\n", (long long)m.step, val);
+        if (lead && val >= 0) fprintf(stderr, "step %6lld | val loss %.4f\n", (long long)m.step, val);
         if (metrics) {
             fprintf(metrics,
                     "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"step_s\": %.6f, "
@@ -138,7 +177,7 @@ int hp_cli_train(int argc, char **argv) {
                 hp_cli_fail(st, "checkpoint");
                 goto out;
             }
-            fprintf(stderr, "step %6lld | checkpoint %s\n", (long long)m.step, path);
+            if (lead) fprintf(stderr, "step %6lld | checkpoint %s\n", (long long)m.step, path);
         }
         if (cfg.train.sample_every > 0 && m.step % cfg.train.sample_every == 0 && !last) {
             char *text = NULL;
@@ -148,7 +187,7 @@ int hp_cli_train(int argc, char **argv) {
                 hp_cli_fail(st, "sampling");
                 goto out;
             }
-            fprintf(stderr, "--- sample at step %lld ---\n%s\n---\n", (long long)m.step, text);
+            if (lead) fprintf(stderr, "--- sample at step %lld ---\n%s\n---\n", (long long)m.step, text);
             free(text);
         }
     }
@@ -160,15 +199,22 @@ int hp_cli_train(int argc, char **argv) {
             hp_cli_fail(st, "sampling");
             goto out;
         }
-        printf("--- sample ---\n%s\n", text);
+        if (lead) printf("--- sample ---\n%s\n", text);
         free(text);
     }
-    if (last_val >= 0)
+    if (lead && last_val >= 0)
         fprintf(stderr, "done: final val loss %.4f (unigram entropy %.4f)\n", last_val, hp_trainer_unigram_entropy(t));
     rc = 0;
 out:
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
+#ifdef HP_HAVE_MPI
+    if (world) hp_comm_free(world);
+    if (mpi) {
+        if (rc != 0) hp_comm_mpi_abort(rc); /* one failed rank must not leave the others waiting */
+        hp_comm_mpi_finalize();
+    }
+#endif
     return rc;
 }

@@ -261,10 +261,21 @@ static hp_status partition_node(hp_partition *p, int i) {
 
 hp_status hp_partition_new(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
                            const hp_tid *resolve, int n_resolve, hp_partition **out) {
+    int index = hp_mesh_my_index(mesh);
+    if (index < 0) {
+        *out = NULL;
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: this process is not in the mesh (attach it first)");
+    }
+    return hp_partition_new_at(logical, mesh, index, leaf_layouts, resolve, n_resolve, out);
+}
+
+hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index, const hp_layout *leaf_layouts,
+                              const hp_tid *resolve, int n_resolve, hp_partition **out) {
     *out = NULL;
     HP_CHECK(hp_graph_verify(logical));
-    int index = hp_mesh_my_index(mesh);
-    if (index < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: this process is not in the mesh (attach it first)");
+    if (index < 0 || index >= hp_mesh_size(mesh))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: mesh index %d is outside [0, %d)", index,
+                        hp_mesh_size(mesh));
     hp_partition *p = calloc(1, sizeof *p);
     int nt = hp_graph_n_tensors(logical);
     if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");

@@ -1,7 +1,12 @@
-/* The trainer: one job from a run config — data, step graph, programs, eval, sampling. */
+/*
+ * The trainer: one job from a run config — data, the step graph partitioned by the strategy,
+ * programs, evaluation, sampling. One code path serves one rank and many: without a strategy the
+ * mesh has one device and the partition is the logical graph itself.
+ */
 #include "train/trainer_internal.h"
 
 #include "hp/ops.h"
+#include "hp/redistribute.h"
 #include "hp/rng.h"
 
 #include <math.h>
@@ -20,44 +25,115 @@ hp_gpt_config hp__gpt_config_from(const hp_model_config *m) {
     return c;
 }
 
-/* A forward graph (+ optional loss) compiled into a program, for eval and sampling. */
-static hp_status build_forward(hp_trainer_fwd *f, const hp_gpt_config *c, int batch, bool with_loss) {
-    f->g = hp_graph_new();
-    if (!f->g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
-    HP_CHECK(hp_gpt_build(f->g, c, batch, c->context, with_loss, &f->gpt));
-    hp_tid keep = with_loss ? f->gpt.loss : f->gpt.logits;
+void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t) { return hp_program_data(pr->p, hp_partition_local(pr->part, t)); }
+
+void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, int64_t *start, int64_t *len) {
+    hp_status st = hp_layout_slice_of(hp_partition_layout(pr->part, lt), t->mesh,
+                                      &hp_graph_tensor(pr->lg, lt)->shape, t->index, start, len);
+    HP_ASSERT(st == HP_STATUS_OK);
+}
+
+/* Builds the logical graph (training step or forward + loss), partitions and compiles it. */
+static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
+    pr->synced_at = -1;
+    pr->lg = hp_graph_new();
+    if (!pr->lg) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
+    HP_CHECK(hp_gpt_build(pr->lg, &t->gcfg, (int)t->cfg.train.batch, (int)t->cfg.model.context, true, &pr->gpt));
+    if (training) HP_CHECK(hp_train_step_build(pr->lg, pr->gpt.loss, &t->cfg.optim, &pr->step));
+    int nt = hp_graph_n_tensors(pr->lg);
+    hp_layout *lay = calloc((size_t)nt, sizeof *lay);
+    if (!lay) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for %d layouts", nt);
+    hp_status st = hp_strategy_annotate(t->strategy, pr->lg, lay, NULL);
+    hp_tid resolve[2] = {pr->gpt.loss, training ? pr->step.grad_sq : HP_TID_NONE};
+    if (st == HP_STATUS_OK) st = hp_partition_new(pr->lg, t->mesh, lay, resolve, training ? 2 : 1, &pr->part);
+    free(lay);
+    HP_CHECK(st);
+    pr->loss = hp_partition_resolved(pr->part, 0);
+    pr->grad_sq = training ? hp_partition_resolved(pr->part, 1) : HP_TID_NONE;
+    hp_tid keep[2] = {pr->loss, pr->grad_sq};
     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
-    o.keep = &keep;
-    o.n_keep = 1;
-    return hp_program_new(f->g, &o, &f->p);
+    o.keep = keep;
+    o.n_keep = training ? 2 : 1;
+    return hp_program_new(hp_partition_graph(pr->part), &o, &pr->p);
 }
 
-static void free_forward(hp_trainer_fwd *f) {
-    hp_program_free(f->p);
-    hp_graph_free(f->g);
-    memset(f, 0, sizeof *f);
+static void free_prog(hp_trainer_prog *pr) {
+    hp_program_free(pr->p);
+    hp_partition_free(pr->part);
+    hp_graph_free(pr->lg);
+    memset(pr, 0, sizeof *pr);
 }
 
-/* Copies every parameter of the training program into the forward program, by name. */
-static void sync_params(hp_trainer *t, hp_trainer_fwd *f) {
-    for (int i = 0; i < t->step.n_params; i++) {
-        const hp_tensor *x = hp_graph_tensor(t->g, t->step.params[i]);
-        hp_tid d = hp_graph_find(f->g, x->name);
-        HP_ASSERT(d != HP_TID_NONE);
-        memcpy(hp_program_data(f->p, d), hp_program_data(t->p, t->step.params[i]),
-               (size_t)hp_shape_numel(&x->shape) * sizeof(float));
+/* GPT-2 initialisation of this rank's block of every parameter (a pure function of the global
+ * index, so every strategy starts from the same weights). */
+static hp_status init_params(hp_trainer *t) {
+    const hp_trainer_prog *pr = &t->train;
+    for (int i = 0; i < pr->step.n_params; i++) {
+        hp_tid p = pr->step.params[i];
+        const hp_tensor *x = hp_graph_tensor(pr->lg, p);
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], gstride[HP_MAX_DIMS], idx[HP_MAX_DIMS] = {0};
+        hp__prog_slice(t, pr, p, start, len);
+        hp_shape_strides(&x->shape, gstride);
+        float *dst = hp__prog_data(pr, p);
+        int nd = x->shape.ndim;
+        int64_t rows = 1, inner = nd ? len[nd - 1] : 1;
+        for (int d = 0; d < nd - 1; d++) rows *= len[d];
+        if (inner == 0) continue;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t flat = 0, rem = r;
+            for (int d = nd - 2; d >= 0; d--) {
+                idx[d] = rem % len[d];
+                rem /= len[d];
+            }
+            for (int d = 0; d < nd - 1; d++) flat += (start[d] + idx[d]) * gstride[d];
+            if (nd) flat += start[nd - 1];
+            HP_CHECK(hp_gpt_init_param(&t->gcfg, x->name, (uint64_t)t->cfg.train.seed, flat, inner, dst + r * inner));
+        }
     }
-    f->synced_at = t->steps_done;
+    return HP_STATUS_OK;
 }
 
-hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out) {
+/* Copies this rank's block of the (B, T) batch in the staging buffers into the program's inputs. */
+static void scatter_batch(hp_trainer *t, const hp_trainer_prog *pr) {
+    const int64_t T = t->cfg.model.context;
+    hp_tid ids[2] = {pr->gpt.tokens, pr->gpt.targets};
+    const int32_t *src[2] = {t->tok_buf, t->tgt_buf};
+    for (int k = 0; k < 2; k++) {
+        int64_t start[2], len[2];
+        hp__prog_slice(t, pr, ids[k], start, len);
+        int32_t *dst = hp__prog_data(pr, ids[k]);
+        for (int64_t r = 0; r < len[0]; r++)
+            memcpy(dst + r * len[1], src[k] + (start[0] + r) * T + start[1], (size_t)len[1] * sizeof *dst);
+    }
+}
+
+hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out) { return hp_trainer_new_dist(cfg, NULL, out); }
+
+hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_trainer **out) {
     *out = NULL;
     hp_trainer *t = calloc(1, sizeof *t);
     if (!t) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the trainer");
     t->cfg = *cfg;
     t->gcfg = hp__gpt_config_from(&cfg->model);
+    t->world = world;
     hp_status st;
+    if (!t->world) {
+        t->world = hp_comm_self_new();
+        t->own_world = true;
+        if (!t->world) {
+            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for a communicator");
+            goto fail;
+        }
+    }
     HP_CHECK_GOTO(hp_gpt_config_check(&t->gcfg), st, fail);
+    HP_CHECK_GOTO(hp_strategy_parse(cfg->strategy, hp_comm_size(t->world), &t->strategy), st, fail);
+    t->mesh = hp_strategy_mesh(t->strategy);
+    HP_CHECK_GOTO(hp_mesh_attach(t->mesh, t->world), st, fail);
+    t->index = hp_mesh_my_index(t->mesh);
+    if (t->index < 0) {
+        st = hp_error(HP_STATUS_INVALID_ARGUMENT, "rank %d is not in the strategy's mesh", hp_comm_rank(t->world));
+        goto fail;
+    }
     HP_CHECK_GOTO(hp_corpus_load(cfg->data.corpus, &t->corpus), st, fail);
     hp_loader_options lo = hp_loader_options_default();
     lo.batch = cfg->train.batch;
@@ -65,27 +141,17 @@ hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out) {
     lo.val_fraction = cfg->data.val_fraction;
     lo.seed = (uint64_t)cfg->train.seed;
     HP_CHECK_GOTO(hp_loader_new(t->corpus, &lo, &t->loader), st, fail);
-
-    t->g = hp_graph_new();
-    if (!t->g) {
-        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building the step graph");
+    size_t bt = (size_t)(cfg->train.batch * cfg->model.context);
+    t->tok_buf = malloc(bt * sizeof *t->tok_buf);
+    t->tgt_buf = malloc(bt * sizeof *t->tgt_buf);
+    if (!t->tok_buf || !t->tgt_buf) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the batch");
         goto fail;
     }
-    HP_CHECK_GOTO(hp_gpt_build(t->g, &t->gcfg, (int)cfg->train.batch, (int)cfg->model.context, true, &t->gpt), st,
-                  fail);
-    HP_CHECK_GOTO(hp_train_step_build(t->g, t->gpt.loss, &cfg->optim, &t->step), st, fail);
-    hp_tid keep[2] = {t->step.loss, t->step.grad_sq};
-    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
-    o.keep = keep;
-    o.n_keep = 2;
-    HP_CHECK_GOTO(hp_program_new(t->g, &o, &t->p), st, fail);
-    for (int i = 0; i < t->step.n_params; i++) {
-        const hp_tensor *x = hp_graph_tensor(t->g, t->step.params[i]);
-        HP_CHECK_GOTO(hp_gpt_init_param(&t->gcfg, x->name, (uint64_t)cfg->train.seed, 0, hp_shape_numel(&x->shape),
-                                        hp_program_data(t->p, t->step.params[i])),
-                      st, fail);
-    }
+    HP_CHECK_GOTO(build_prog(t, &t->train, true), st, fail);
+    HP_CHECK_GOTO(init_params(t), st, fail);
     t->unigram = hp_corpus_unigram_entropy(t->corpus, 0, hp_loader_train_tokens(t->loader));
+    t->sample.synced_at = -1;
     *out = t;
     return HP_STATUS_OK;
 fail:
@@ -95,62 +161,117 @@ fail:
 
 void hp_trainer_free(hp_trainer *t) {
     if (!t) return;
-    free_forward(&t->eval);
-    free_forward(&t->sample);
-    hp_program_free(t->p);
-    hp_graph_free(t->g);
+    free_prog(&t->train);
+    free_prog(&t->eval);
+    hp_program_free(t->sample.p);
+    hp_graph_free(t->sample.g);
     hp_loader_free(t->loader);
     hp_corpus_free(t->corpus);
+    free(t->tok_buf);
+    free(t->tgt_buf);
+    hp_strategy_free(t->strategy);
+    if (t->own_world) hp_comm_free(t->world);
     free(t);
 }
 
 int64_t hp_trainer_steps_done(const hp_trainer *t) { return t->steps_done; }
 double hp_trainer_unigram_entropy(const hp_trainer *t) { return t->unigram; }
+int hp_trainer_rank(const hp_trainer *t) { return hp_comm_rank(t->world); }
+const hp_mesh *hp_trainer_mesh(const hp_trainer *t) { return t->mesh; }
+const hp_partition *hp_trainer_partition(const hp_trainer *t) { return t->train.part; }
 
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     double t0 = now_s();
+    hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
-    HP_CHECK(hp_loader_batch(t->loader, s, hp_program_data(t->p, t->gpt.tokens),
-                             hp_program_data(t->p, t->gpt.targets)));
+    HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
+    scatter_batch(t, pr);
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
-    *(float *)hp_program_data(t->p, t->step.lr) = (float)lr;
-    *(float *)hp_program_data(t->p, t->step.step) = (float)(s + 1);
-    HP_CHECK(hp_program_run(t->p));
+    *(float *)hp__prog_data(pr, pr->step.lr) = (float)lr;
+    *(float *)hp__prog_data(pr, pr->step.step) = (float)(s + 1);
+    HP_CHECK(hp_program_run(pr->p));
     t->steps_done++;
     double dt = now_s() - t0;
     m->step = t->steps_done;
-    m->loss = *(float *)hp_program_data(t->p, t->step.loss);
+    m->loss = *(float *)hp_program_data(pr->p, pr->loss);
     m->lr = lr;
-    m->grad_norm = sqrt(*(float *)hp_program_data(t->p, t->step.grad_sq));
+    m->grad_norm = sqrt(*(float *)hp_program_data(pr->p, pr->grad_sq));
     m->seconds = dt;
     m->tokens_per_s = (double)t->cfg.train.batch * (double)t->cfg.model.context / dt;
     return HP_STATUS_OK;
 }
 
-hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
-    if (!t->eval.p) HP_CHECK(build_forward(&t->eval, &t->gcfg, (int)t->cfg.train.batch, true));
-    if (t->eval.synced_at != t->steps_done || !t->eval.ever_synced) {
-        sync_params(t, &t->eval);
-        t->eval.ever_synced = true;
+/* Copies this rank's parameter blocks from the training program to the evaluation program (the
+ * same strategy gives the same layouts). */
+static void sync_eval(hp_trainer *t) {
+    for (int i = 0; i < t->train.step.n_params; i++) {
+        hp_tid p = t->train.step.params[i];
+        const char *name = hp_graph_tensor(t->train.lg, p)->name;
+        hp_tid q = hp_graph_find(t->eval.lg, name);
+        HP_ASSERT(q != HP_TID_NONE);
+        hp_graph *lg = hp_partition_graph(t->eval.part);
+        const hp_tensor *x = hp_graph_tensor(lg, hp_partition_local(t->eval.part, q));
+        memcpy(hp__prog_data(&t->eval, q), hp__prog_data(&t->train, p),
+               (size_t)hp_shape_numel(&x->shape) * sizeof(float));
     }
+    t->eval.synced_at = t->steps_done;
+}
+
+hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
+    if (!t->eval.p) HP_CHECK(build_prog(t, &t->eval, false));
+    if (t->eval.synced_at != t->steps_done) sync_eval(t);
     double sum = 0;
     for (int64_t b = 0; b < t->cfg.train.eval_batches; b++) {
-        HP_CHECK(hp_loader_val_batch(t->loader, b, hp_program_data(t->eval.p, t->eval.gpt.tokens),
-                                     hp_program_data(t->eval.p, t->eval.gpt.targets)));
+        HP_CHECK(hp_loader_val_batch(t->loader, b, t->tok_buf, t->tgt_buf));
+        scatter_batch(t, &t->eval);
         HP_CHECK(hp_program_run(t->eval.p));
-        sum += *(float *)hp_program_data(t->eval.p, t->eval.gpt.loss);
+        sum += *(float *)hp_program_data(t->eval.p, t->eval.loss);
     }
     *val_loss = sum / (double)t->cfg.train.eval_batches;
     return HP_STATUS_OK;
 }
 
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
-    hp_tid id = hp_graph_find(t->g, name);
+    hp_tid id = hp_graph_find(t->train.lg, name);
     if (id == HP_TID_NONE) return NULL;
-    const hp_tensor *x = hp_graph_tensor(t->g, id);
+    const hp_tensor *x = hp_graph_tensor(t->train.lg, id);
     if (x->kind != HP_TENSOR_KIND_PARAM && x->kind != HP_TENSOR_KIND_OPT_STATE) return NULL;
-    if (numel) *numel = hp_shape_numel(&x->shape);
-    return hp_program_data(t->p, id);
+    hp_tid l = hp_partition_local(t->train.part, id);
+    if (numel) *numel = hp_shape_numel(&hp_graph_tensor(hp_partition_graph(t->train.part), l)->shape);
+    return hp_program_data(t->train.p, l);
+}
+
+/* Gathers every parameter to its full value in the single-device sampling program (collective). */
+static hp_status gather_for_sampling(hp_trainer *t) {
+    hp_trainer_fwd *f = &t->sample;
+    if (!f->p) {
+        f->g = hp_graph_new();
+        if (!f->g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
+        HP_CHECK(hp_gpt_build(f->g, &t->gcfg, 1, t->gcfg.context, false, &f->gpt));
+        hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+        o.keep = &f->gpt.logits;
+        o.n_keep = 1;
+        HP_CHECK(hp_program_new(f->g, &o, &f->p));
+    }
+    if (f->synced_at == t->steps_done) return HP_STATUS_OK;
+    for (int i = 0; i < t->train.step.n_params; i++) {
+        hp_tid p = t->train.step.params[i];
+        const hp_tensor *x = hp_graph_tensor(t->train.lg, p);
+        hp_tid d = hp_graph_find(f->g, x->name);
+        HP_ASSERT(d != HP_TID_NONE);
+        const hp_layout *l = hp_partition_layout(t->train.part, p);
+        hp_layout rep;
+        hp_layout_init(&rep, x->shape.ndim);
+        if (hp_layout_equal(l, &rep)) {
+            memcpy(hp_program_data(f->p, d), hp__prog_data(&t->train, p), (size_t)hp_shape_numel(&x->shape) * 4);
+            continue;
+        }
+        hp_redistribute_plan plan;
+        HP_CHECK(hp_redistribute_plan_make(t->mesh, l, &rep, &x->shape, x->dtype, &plan));
+        HP_CHECK(hp_redistribute_execute(&plan, t->mesh, hp__prog_data(&t->train, p), hp_program_data(f->p, d)));
+    }
+    f->synced_at = t->steps_done;
+    return HP_STATUS_OK;
 }
 
 hp_status hp__sample_logits(const float *logits, int V, float temp, int top_k, uint64_t key, uint64_t counter,
@@ -193,11 +314,7 @@ hp_status hp__sample_logits(const float *logits, int V, float temp, int top_k, u
 hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, float temp, int top_k, uint64_t seed,
                             char **text_out) {
     *text_out = NULL;
-    if (!t->sample.p) HP_CHECK(build_forward(&t->sample, &t->gcfg, 1, false));
-    if (t->sample.synced_at != t->steps_done || !t->sample.ever_synced) {
-        sync_params(t, &t->sample);
-        t->sample.ever_synced = true;
-    }
+    HP_CHECK(gather_for_sampling(t));
     return hp__generate(t->sample.g, t->sample.p, &t->sample.gpt, prompt, n_tokens, temp, top_k, seed, text_out);
 }
 

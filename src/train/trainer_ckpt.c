@@ -1,4 +1,8 @@
-/* Trainer checkpoints (save, resume) and generation from a checkpoint. */
+/*
+ * Trainer checkpoints: one rank writes the single-device format (full tensors, readable by any
+ * safetensors reader); many ranks write the sharded format (per-rank blocks + index.json). Resume
+ * reads either into any strategy or rank count (hp_checkpoint_load_sharded reshards on load).
+ */
 #include "train/trainer_internal.h"
 
 #include "hp/checkpoint.h"
@@ -6,46 +10,78 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Named views of the training program's parameters (which = 0), exp_avg (1) or exp_avg_sq (2). */
-static hp_named_tensor *named_views(hp_trainer *t, int which) {
-    int n = t->step.n_params;
-    hp_named_tensor *v = calloc((size_t)(n ? n : 1), sizeof *v);
+/* This rank's view of the parameters (which = 0), exp_avg (1) or exp_avg_sq (2). */
+static hp_sharded_tensor *sharded_views(hp_trainer *t, int which) {
+    const hp_trainer_prog *pr = &t->train;
+    int n = pr->step.n_params;
+    hp_sharded_tensor *v = calloc((size_t)(n ? n : 1), sizeof *v);
     if (!v) return NULL;
     for (int i = 0; i < n; i++) {
-        hp_tid id = which == 0 ? t->step.params[i] : which == 1 ? t->step.m[i] : t->step.v[i];
-        const hp_tensor *x = hp_graph_tensor(t->g, id);
-        v[i] = (hp_named_tensor){x->name, x->dtype, x->shape, hp_program_data(t->p, id)};
+        hp_tid id = which == 0 ? pr->step.params[i] : which == 1 ? pr->step.m[i] : pr->step.v[i];
+        const hp_tensor *x = hp_graph_tensor(pr->lg, id);
+        v[i] = (hp_sharded_tensor){x->name, x->dtype, x->shape, *hp_partition_layout(pr->part, id),
+                                   hp__prog_data(pr, id)};
     }
     return v;
 }
 
-hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
-    int n = t->step.n_params;
-    hp_named_tensor *model = named_views(t, 0), *m = named_views(t, 1), *v = named_views(t, 2);
-    hp_named_tensor *optim = calloc((size_t)(n > 0 ? 2 * n : 1), sizeof *optim);
-    hp_status st;
-    if (!model || !m || !v || !optim) {
-        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
-        goto out;
+/* model = params, optim = exp_avg then exp_avg_sq (2n), as the checkpoint files order them. */
+static hp_status views(hp_trainer *t, hp_sharded_tensor **model, hp_sharded_tensor **optim) {
+    int n = t->train.step.n_params;
+    *model = sharded_views(t, 0);
+    hp_sharded_tensor *m = sharded_views(t, 1), *v = sharded_views(t, 2);
+    *optim = calloc((size_t)(n > 0 ? 2 * n : 1), sizeof **optim);
+    hp_status st = HP_STATUS_OK;
+    if (!*model || !m || !v || !*optim) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    else {
+        memcpy(*optim, m, sizeof *m * (size_t)n);
+        memcpy(*optim + n, v, sizeof *v * (size_t)n);
     }
-    memcpy(optim, m, sizeof *m * (size_t)n);
-    memcpy(optim + n, v, sizeof *v * (size_t)n);
+    free(m);
+    free(v);
+    return st;
+}
+
+static hp_named_tensor *as_named(const hp_sharded_tensor *s, size_t n) {
+    hp_named_tensor *v = calloc(n ? n : 1, sizeof *v);
+    if (v)
+        for (size_t i = 0; i < n; i++) v[i] = (hp_named_tensor){s[i].name, s[i].dtype, s[i].shape, s[i].local};
+    return v;
+}
+
+hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
+    size_t n = (size_t)t->train.step.n_params;
+    hp_sharded_tensor *model = NULL, *optim = NULL;
+    hp_named_tensor *nm = NULL, *no = NULL;
+    hp_status st = views(t, &model, &optim);
     hp_checkpoint_save_args a = hp_checkpoint_save_args_default();
     a.dir = t->cfg.train.checkpoint_dir;
     a.step = t->steps_done;
     a.seed = (uint64_t)t->cfg.train.seed;
     a.config = &t->cfg;
-    a.model = model;
-    a.n_model = (size_t)n;
-    a.optim = optim;
-    a.n_optim = 2 * (size_t)n;
     char buf[4096];
-    st = hp_checkpoint_save(&a, path_out ? path_out : buf, path_out ? cap : sizeof buf);
-out:
+    char *out = path_out ? path_out : buf;
+    size_t outn = path_out ? cap : sizeof buf;
+    if (st == HP_STATUS_OK && hp_mesh_size(t->mesh) == 1) {
+        nm = as_named(model, n);
+        no = as_named(optim, 2 * n);
+        if (!nm || !no) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+        a.model = nm;
+        a.n_model = n;
+        a.optim = no;
+        a.n_optim = 2 * n;
+        if (st == HP_STATUS_OK) st = hp_checkpoint_save(&a, out, outn);
+    } else if (st == HP_STATUS_OK) {
+        int naxes = hp_mesh_naxes(t->mesh), axes[HP_MESH_MAX_AXES];
+        for (int i = 0; i < naxes; i++) axes[i] = i;
+        hp_comm *mc = NULL;
+        st = hp_mesh_axes_comm(t->mesh, naxes, axes, &mc);
+        if (st == HP_STATUS_OK) st = hp_checkpoint_save_sharded(&a, mc, t->mesh, model, n, optim, 2 * n, out, outn);
+    }
     free(model);
-    free(m);
-    free(v);
     free(optim);
+    free(nm);
+    free(no);
     return st;
 }
 
@@ -59,22 +95,14 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     if (step > t->cfg.train.steps)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint %s is at step %lld, beyond train.steps %lld", dir,
                         (long long)step, (long long)t->cfg.train.steps);
-    int n = t->step.n_params;
-    hp_named_tensor *model = named_views(t, 0), *optim = calloc((size_t)(n > 0 ? 2 * n : 1), sizeof *optim);
-    hp_named_tensor *m = named_views(t, 1), *v = named_views(t, 2);
-    hp_status st = HP_STATUS_OK;
-    if (!model || !optim || !m || !v) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "resume: out of memory");
-    if (st == HP_STATUS_OK) {
-        memcpy(optim, m, sizeof *m * (size_t)n);
-        memcpy(optim + n, v, sizeof *v * (size_t)n);
-        st = hp_checkpoint_load_model(dir, model, (size_t)n);
-    }
-    if (st == HP_STATUS_OK) st = hp_checkpoint_load_optim(dir, optim, 2 * (size_t)n);
+    size_t n = (size_t)t->train.step.n_params;
+    hp_sharded_tensor *model = NULL, *optim = NULL;
+    hp_status st = views(t, &model, &optim);
+    if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, false, t->mesh, t->index, model, n);
+    if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
     if (st == HP_STATUS_OK) t->steps_done = step;
     free(model);
     free(optim);
-    free(m);
-    free(v);
     return st;
 }
 
@@ -89,6 +117,7 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     hp_graph *g = NULL;
     hp_program *p = NULL;
     hp_named_tensor *named = NULL;
+    hp_tid *ids = NULL;
     if (!s.has_config) {
         st = hp_error(HP_STATUS_CORRUPT, "checkpoint %s has no saved config, so the model cannot be rebuilt", dir);
         goto out;
@@ -106,10 +135,9 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     o.n_keep = 1;
     HP_CHECK_GOTO(hp_program_new(g, &o, &p), st, out);
     int n = hp_graph_params(g, NULL, 0);
-    hp_tid *ids = calloc((size_t)n, sizeof *ids);
+    ids = calloc((size_t)n, sizeof *ids);
     named = calloc((size_t)n, sizeof *named);
     if (!ids || !named) {
-        free(ids);
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory");
         goto out;
     }
@@ -118,10 +146,10 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
         const hp_tensor *x = hp_graph_tensor(g, ids[i]);
         named[i] = (hp_named_tensor){x->name, x->dtype, x->shape, hp_program_data(p, ids[i])};
     }
-    free(ids);
     HP_CHECK_GOTO(hp_checkpoint_load_model(dir, named, (size_t)n), st, out);
     st = hp__generate(g, p, &gpt, prompt, n_tokens, temp, top_k, seed, text_out);
 out:
+    free(ids);
     free(named);
     hp_program_free(p);
     hp_graph_free(g);

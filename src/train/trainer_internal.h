@@ -1,30 +1,48 @@
-/* Internal: trainer state shared by trainer.c and trainer_ckpt.c. */
+/* Internal: trainer state shared by trainer.c, trainer_dist.c and trainer_ckpt.c. */
 #ifndef HP_TRAIN_TRAINER_INTERNAL_H
 #define HP_TRAIN_TRAINER_INTERNAL_H
 
+#include "hp/comm.h"
 #include "hp/data.h"
 #include "hp/nn.h"
 #include "hp/runtime.h"
+#include "hp/shard.h"
+#include "hp/strategy.h"
 #include "hp/train.h"
 
+/* A logical graph partitioned for this rank and compiled. */
+typedef struct hp_trainer_prog {
+    hp_graph *lg;          /* the logical (single-device) graph */
+    hp_gpt gpt;
+    hp_train_step step;    /* the training program only */
+    hp_partition *part;
+    hp_program *p;
+    hp_tid loss;           /* per-rank tensor: the replicated loss */
+    hp_tid grad_sq;        /* per-rank tensor: the replicated squared gradient norm (training only) */
+    int64_t synced_at;     /* eval: the step its parameters were copied at (-1: never) */
+} hp_trainer_prog;
+
+/* A single-device forward graph for sampling (full parameters gathered into it). */
 typedef struct hp_trainer_fwd {
     hp_graph *g;
     hp_program *p;
     hp_gpt gpt;
     int64_t synced_at;
-    bool ever_synced;
 } hp_trainer_fwd;
 
 struct hp_trainer {
     hp_run_config cfg;
     hp_gpt_config gcfg;
+    hp_comm *world;        /* borrowed, or owned when own_world */
+    bool own_world;
+    hp_strategy *strategy; /* owns the mesh */
+    hp_mesh *mesh;
+    int index;             /* this rank's mesh index */
     hp_corpus *corpus;
-    hp_loader *loader;
-    hp_graph *g;
-    hp_gpt gpt;
-    hp_train_step step;
-    hp_program *p;
-    hp_trainer_fwd eval, sample;
+    hp_loader *loader;     /* rank 0 of 1: every rank reads the whole batch and slices it */
+    int32_t *tok_buf, *tgt_buf; /* (B, T) staging */
+    hp_trainer_prog train, eval;
+    hp_trainer_fwd sample;
     int64_t steps_done;
     double unigram;
 };
@@ -38,5 +56,11 @@ hp_status hp__sample_logits(const float *logits, int V, float temp, int top_k, u
 /* Autoregressive sampling with a forward program built for batch 1 and seq = context. */
 hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const char *prompt, int n_tokens,
                        float temp, int top_k, uint64_t seed, char **text_out);
+
+/* The per-rank storage of logical tensor t of a program. */
+void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t);
+
+/* This rank's slice of logical tensor t: start and len per dim. */
+void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, int64_t *start, int64_t *len);
 
 #endif

@@ -307,3 +307,5 @@ hp_status hp_comm_mpi_finalize(void) {
     }
     return HP_STATUS_OK;
 }
+
+void hp_comm_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
