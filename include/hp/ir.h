@@ -75,7 +75,11 @@ typedef int32_t hp_tid;
     X(FILL, fill)                   /* y = f[0] everywhere (seeds the loss gradient) */            \
     X(COPY, copy)                   /* y = a; also the hook for prefetch/offload/redistribute */    \
     X(REDISTRIBUTE, redistribute)   /* per-rank graphs: change of layout (collectives); extra = plan */\
-    X(ASSIGN, assign)               /* in place: in[0] = in[1] (write-back after in-place updates) */
+    X(ASSIGN, assign)               /* in place: in[0] = in[1] (write-back after in-place updates) */ \
+    X(OFFLOAD, offload)             /* y = copy of a in slower tier i[0] (async, copy stream) */    \
+    X(PREFETCH, prefetch)           /* y = copy of a (slower tier i[0]) in the fast tier (async) */ \
+    X(OFFLOAD_WAIT, offload_wait)   /* waits for the transfer that made or reads in[0] (no output) */\
+    X(ADAMW_STREAM, adamw_stream)   /* ADAMW where param/grad/m/v may live on slower tiers: chunked */
 
 typedef enum hp_op {
 #define HP_OP_ENUM_(name, lower) HP_OP_##name,

@@ -76,6 +76,50 @@ typedef struct hp_mem_interval {
  */
 hp_status hp_memplan_assign(hp_mem_interval *blocks, int n, size_t align, size_t *arena_bytes);
 
+
+/* ---------------------------------------------------------------- compute time between uses */
+
+/*
+ * A machine model for the cost rules (hp_node_cost): a node takes max(flops / flops_per_s,
+ * (bytes read + written) / bytes_per_s) seconds (the roofline model, Williams et al., CACM 2009).
+ * The default, 100 GFLOP/s and 10 GB/s, is a modest CPU; HyperOffload uses the model to decide how
+ * early a prefetch must start so that it finishes before the tensor's next use.
+ */
+typedef struct hp_machine_model {
+    double flops_per_s; /* > 0 */
+    double bytes_per_s; /* > 0 */
+} hp_machine_model;
+#define HP_MACHINE_MODEL_DEFAULT ((hp_machine_model){100e9, 10e9})
+
+/* Predicted seconds of node i under model m (0 for a model with a non-positive rate). */
+double hp_node_seconds(const hp_graph *g, int i, const hp_machine_model *m);
+
+/*
+ * Compute time along program order: at[i] is the predicted seconds of the live nodes before node i,
+ * at[n_nodes] the whole program's. The compute time of the nodes strictly between uses a < b of a
+ * tensor is at[b] - at[a + 1] (hp_timeline_between); HyperOffload's prefetch distance comes from it.
+ */
+typedef struct hp_timeline {
+    int n_nodes;
+    double *at; /* n_nodes + 1 entries, seconds */
+} hp_timeline;
+
+/* Errors: HP_STATUS_INVALID_ARGUMENT (lv not of g), HP_STATUS_OUT_OF_MEMORY. Free with hp_timeline_free. */
+hp_status hp_timeline_compute(const hp_graph *g, const hp_liveness *lv, const hp_machine_model *m, hp_timeline *out);
+void hp_timeline_free(hp_timeline *tl);
+
+/* Seconds of the live nodes strictly between nodes a and b (0 when b <= a + 1). a may be -1. */
+static inline double hp_timeline_between(const hp_timeline *tl, int a, int b) {
+    if (b <= a + 1) return 0.0;
+    return tl->at[b] - tl->at[a + 1];
+}
+
+/*
+ * Gap k (0 <= k < n_uses - 1) of tensor t: the compute seconds of the nodes strictly between its
+ * uses uses[k] and uses[k + 1]; 0 for k out of range.
+ */
+double hp_liveness_gap_seconds(const hp_liveness *lv, const hp_timeline *tl, hp_tid t, int k);
+
 #ifdef __cplusplus
 }
 #endif

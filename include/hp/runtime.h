@@ -34,6 +34,27 @@ extern "C" {
 
 typedef struct hp_program hp_program;
 
+/*
+ * Storage a pass provides for some tensors (HyperOffload: tensors whose home is a slower tier, see
+ * hp/offload_plan.h). The program allocates nothing for them and never plans them in the arena;
+ * their data pointer is `data[t]` (host memory on HOST, NULL on DISK), which the pass's kernels
+ * (prefetch, offload, streamed AdamW) interpret. set_input / get_output on them go through
+ * read/write. The struct and everything it points to must outlive the program.
+ */
+typedef struct hp_program_ext {
+    int n_tensors;          /* entries in tier[] and data[]; tensors beyond are ordinary */
+    const uint8_t *tier;    /* per tensor: HP_TIER_DEVICE (ordinary) or the tier the caller owns it on */
+    void *const *data;      /* per tensor with tier != DEVICE: host address, or NULL (disk) */
+    size_t device_budget;   /* bytes; 0: none. hp_program_new fails with HP_STATUS_OUT_OF_MEMORY when
+                               persistent + arena + workspace bytes exceed it */
+    hp_status (*write)(void *user, hp_tid t, const void *src, size_t bytes); /* host -> home */
+    hp_status (*read)(void *user, hp_tid t, void *dst, size_t bytes);        /* home -> host */
+    hp_status (*before_run)(void *user); /* optional: checks at the start of hp_program_run */
+    hp_status (*after_run)(void *user);  /* optional: waits for the copy stream at the end */
+    void (*report)(void *user, FILE *f); /* optional: extra lines for hp_program_report_memory */
+    void *user;
+} hp_program_ext;
+
 typedef struct hp_program_opts {
     const hp_tid *keep; /* activations whose values must be readable after hp_program_run */
     int n_keep;
@@ -43,8 +64,9 @@ typedef struct hp_program_opts {
                            when both are planned activations that no node writes in place */
     hp_backend_t backend; /* where data lives and nodes run; NULL: a CPU backend owned by the program.
                              A caller's backend is borrowed and must outlive the program. */
+    const hp_program_ext *ext; /* tensors stored by a pass (HyperOffload); NULL: none */
 } hp_program_opts;
-#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL})
+#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after
@@ -106,6 +128,8 @@ typedef struct hp_program_stats {
     int n_runs;                     /* hp_program_run calls that succeeded */
     int n_planned;                  /* activations placed in the arena */
     int n_views;                    /* RESHAPE outputs sharing their input's storage (not run) */
+    size_t ext_bytes[HP_TIER_COUNT]; /* bytes of tensors stored by opts.ext, per tier */
+    size_t device_bytes;            /* persistent + arena + workspace: the program's fast-tier footprint */
 } hp_program_stats;
 
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s);
@@ -117,6 +141,14 @@ void hp_program_get_stats(const hp_program *p, hp_program_stats *s);
  * The caller owns `f`. Errors: HP_STATUS_IO when writing fails.
  */
 hp_status hp_program_profile_report(const hp_program *p, FILE *f);
+
+/*
+ * Writes the memory report: the program's fast-tier bytes (persistent, arena, workspace; the
+ * budget when opts.ext sets one), bytes in use and peak per tier (hp_mem_peak), and the lines of
+ * opts.ext's report (copy throughput per tier pair, hidden copy fraction, disk store). Write errors
+ * are ignored (the caller owns `f`).
+ */
+void hp_program_report_memory(const hp_program *p, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@ struct hp_program {
     size_t *bytes;       /* per tensor: its size in bytes */
     bool *own;           /* per tensor: has a buffer of its own (persistent, or reference mode) */
     size_t *offset;      /* per tensor: arena offset, SIZE_MAX when not planned */
+    bool *ext;           /* per tensor: stored by opts.ext (a slower tier), not by the program */
     void *arena;
     size_t arena_alloc;  /* bytes requested for the arena */
     void *workspace;
@@ -57,6 +58,7 @@ void hp_program_free(hp_program *p) {
     free(p->bytes);
     free(p->own);
     free(p->offset);
+    free(p->ext);
     free(p->exec);
     free(p->exec_node);
     free(p->exec_flops);
@@ -103,7 +105,7 @@ static hp_status plan_arena(hp_program *p) {
             if (!lv->node_live[i] || n->op != HP_OP_RESHAPE) continue;
             hp_tid x = n->in[0], y = n->out[0];
             const hp_tensor_liveness *lx = &lv->t[x], *ly = &lv->t[y];
-            if (lx->persistent || ly->persistent || p->bytes[x] != p->bytes[y]) continue;
+            if (lx->persistent || ly->persistent || p->bytes[x] != p->bytes[y] || p->ext[x] || p->ext[y]) continue;
             if (written_in_place(g, lx) || written_in_place(g, ly)) continue;
             views[y] = view_root(views, x);
             p->stats.n_views++;
@@ -112,7 +114,7 @@ static hp_status plan_arena(hp_program *p) {
     int nb = 0;
     for (int t = 0; t < nt; t++) {
         const hp_tensor_liveness *l = &lv->t[t];
-        if (!l->live || l->persistent) continue;
+        if (!l->live || l->persistent || p->ext[t]) continue;
         hp_tid r = view_root(views, t);
         if (block_of[r] < 0) {
             block_of[r] = nb;
@@ -150,7 +152,7 @@ static hp_status plan_arena(hp_program *p) {
     free(undo);
     for (int t = 0; t < nt; t++) {
         const hp_tensor_liveness *l = &lv->t[t];
-        if (l->live && !l->persistent) p->offset[t] = blocks[block_of[view_root(views, t)]].offset;
+        if (l->live && !l->persistent && !p->ext[t]) p->offset[t] = blocks[block_of[view_root(views, t)]].offset;
     }
 done:
     free(views);
@@ -166,6 +168,11 @@ static hp_status bind_storage(hp_program *p) {
     for (int t = 0; t < lv->n_tensors; t++) {
         const hp_tensor_liveness *l = &lv->t[t];
         const hp_tensor *x = hp_graph_tensor(p->g, t);
+        if (p->ext[t]) {
+            p->data[t] = p->opts.ext->data[t];
+            p->stats.ext_bytes[p->opts.ext->tier[t]] += p->bytes[t];
+            continue;
+        }
         bool persistent = x->kind != HP_TENSOR_KIND_ACTIVATION || l->persistent;
         if (!persistent && !l->live) continue;
         if (!persistent && p->opts.plan_memory) continue;
@@ -255,16 +262,28 @@ hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_prog
     p->bytes = calloc((size_t)nt + 1, sizeof *p->bytes);
     p->own = calloc((size_t)nt + 1, sizeof *p->own);
     p->offset = malloc(((size_t)nt + 1) * sizeof *p->offset);
-    if (!p->data || !p->bytes || !p->own || !p->offset) {
+    p->ext = calloc((size_t)nt + 1, sizeof *p->ext);
+    if (!p->data || !p->bytes || !p->own || !p->offset || !p->ext) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d tensors", nt);
         goto fail;
     }
     for (int t = 0; t < nt; t++) {
         p->bytes[t] = tensor_bytes(hp_graph_tensor(g, t));
         p->offset[t] = SIZE_MAX;
+        const hp_program_ext *e = p->opts.ext;
+        p->ext[t] = e && t < e->n_tensors && e->tier[t] != HP_TIER_DEVICE && e->tier[t] < HP_TIER_COUNT;
     }
     HP_CHECK_GOTO(bind_storage(p), st, fail);
     HP_CHECK_GOTO(bind_nodes(p), st, fail);
+    p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
+    if (p->opts.ext && p->opts.ext->device_budget > 0 && p->stats.device_bytes > p->opts.ext->device_budget) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY,
+                      "program: fast-tier budget of %zu bytes exceeded: %zu persistent + %zu arena + %zu "
+                      "workspace = %zu bytes",
+                      p->opts.ext->device_budget, p->stats.persistent_bytes, p->stats.arena_bytes,
+                      p->stats.workspace_bytes, p->stats.device_bytes);
+        goto fail;
+    }
     *out = p;
     return HP_STATUS_OK;
 fail:
@@ -273,6 +292,7 @@ fail:
 }
 
 void *hp_program_data(hp_program *p, hp_tid t) {
+    if (t >= 0 && t < p->lv.n_tensors && p->ext[t]) return p->data[t];
     if (t < 0 || t >= p->lv.n_tensors || !p->own[t]) return NULL;
     return p->data[t];
 }
@@ -282,7 +302,7 @@ static hp_status check_io(const hp_program *p, hp_tid t, size_t bytes, const cha
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s: tensor id %d out of range (graph has %d)", what, t,
                         p->lv.n_tensors);
     const hp_tensor *x = hp_graph_tensor(p->g, t);
-    if (!p->own[t])
+    if (!p->own[t] && !p->ext[t])
         return hp_error(HP_STATUS_INVALID_ARGUMENT,
                         "%s: tensor %d ('%s') has no storage of its own (a planned or dead activation; "
                         "list it in opts.keep)", what, t, x->name ? x->name : "");
@@ -294,11 +314,13 @@ static hp_status check_io(const hp_program *p, hp_tid t, size_t bytes, const cha
 
 hp_status hp_program_set_input(hp_program *p, hp_tid t, const void *src, size_t bytes) {
     HP_CHECK(check_io(p, t, bytes, "hp_program_set_input"));
+    if (p->ext[t]) return p->opts.ext->write(p->opts.ext->user, t, src, bytes);
     return hp_backend_set(p->be, p->data[t], src, bytes);
 }
 
 hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes) {
     HP_CHECK(check_io(p, t, bytes, "hp_program_get_output"));
+    if (p->ext[t]) return p->opts.ext->read(p->opts.ext->user, t, dst, bytes);
     HP_CHECK(hp_backend_get(p->be, dst, p->data[t], bytes));
     return hp_backend_synchronize(p->be);
 }
@@ -311,6 +333,8 @@ static double now_s(void) {
 
 hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
+    const hp_program_ext *ext = p->opts.ext;
+    if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
     for (int e = 0; e < p->n_exec; e++) {
         const hp_node_args *a = &p->exec[e];
         double t0 = prof ? now_s() : 0;
@@ -318,6 +342,12 @@ hp_status hp_program_run(hp_program *p) {
         if (st == HP_STATUS_OK && prof) st = hp_backend_synchronize(p->be);
         if (st != HP_STATUS_OK) {
             const hp_node *n = a->node;
+            if (ext && ext->after_run) { /* drain the copy stream; the first error is the one to report */
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", hp_error_message());
+                (void)ext->after_run(ext->user);
+                hp_error(st, "%s", msg);
+            }
             return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[e], hp_op_name(n->op),
                                    n->scope ? n->scope : "");
         }
@@ -329,6 +359,7 @@ hp_status hp_program_run(hp_program *p) {
         }
     }
     HP_CHECK(hp_backend_synchronize(p->be));
+    if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
     p->stats.n_runs++;
     return HP_STATUS_OK;
 }
@@ -380,4 +411,19 @@ hp_status hp_program_profile_report(const hp_program *p, FILE *f) {
                   s->persistent_bytes, s->workspace_bytes, s->n_views, s->n_nodes) > 0;
     if (!ok) return hp_error(HP_STATUS_IO, "profile report: write failed");
     return HP_STATUS_OK;
+}
+
+void hp_program_report_memory(const hp_program *p, FILE *f) {
+    const hp_program_stats *s = &p->stats;
+    const hp_program_ext *e = p->opts.ext;
+    fprintf(f, "memory: fast tier %zu bytes (persistent %zu, arena %zu, workspace %zu)", s->device_bytes,
+            s->persistent_bytes, s->arena_bytes, s->workspace_bytes);
+    if (e && e->device_budget) fprintf(f, ", budget %zu (%.1f%% used)", e->device_budget,
+                                       100.0 * (double)s->device_bytes / (double)e->device_budget);
+    fprintf(f, "\n");
+    for (int t = 0; t < HP_TIER_COUNT; t++)
+        fprintf(f, "memory: tier %-6s in use %zu bytes, peak %zu bytes, program tensors stored there %zu bytes\n",
+                hp_tier_name((hp_tier)t), hp_mem_in_use((hp_tier)t), hp_mem_peak((hp_tier)t),
+                t == HP_TIER_DEVICE ? s->device_bytes : s->ext_bytes[t]);
+    if (e && e->report) e->report(e->user, f);
 }

@@ -1,0 +1,75 @@
+/*
+ * CPU kernels of HyperOffload's operators. PREFETCH and OFFLOAD queue a copy on the plan's copy
+ * stream (hp/copy_engine.h) and record the transfer's event; OFFLOAD_WAIT waits for it. ADAMW_STREAM
+ * runs AdamW chunk by chunk where the states are (hp_copy_stream_chunks: fast and host buffers in
+ * place, disk buffers staged through host memory with the next chunk's read overlapping the update).
+ */
+#include "backend/cpu/cpu.h"
+#include "offload/planner_internal.h"
+
+#include <math.h>
+
+hp_status hp__cpu_prefetch(const hp_kernel_args *a) {
+    hp__ofl_xfer *x = a->node->extra;
+    if (!x) return hp_error(HP_STATUS_INVALID_ARGUMENT, "prefetch: node has no transfer record (not from the planner)");
+    HP_CHECK(hp_copy_async(x->st->ce, hp_loc_mem(HP_TIER_DEVICE, a->out[0]), hp__ofl_loc(x->st, x->slow, NULL), x->bytes));
+    return hp_event_record(x->ev, x->st->ce);
+}
+
+hp_status hp__cpu_offload(const hp_kernel_args *a) {
+    hp__ofl_xfer *x = a->node->extra;
+    if (!x) return hp_error(HP_STATUS_INVALID_ARGUMENT, "offload: node has no transfer record (not from the planner)");
+    HP_CHECK(hp_copy_async(x->st->ce, hp__ofl_loc(x->st, x->slow, NULL), hp_loc_mem(HP_TIER_DEVICE, a->in[0]), x->bytes));
+    return hp_event_record(x->ev, x->st->ce);
+}
+
+hp_status hp__cpu_offload_wait(const hp_kernel_args *a) {
+    hp__ofl_xfer *x = a->node->extra;
+    if (!x) return hp_error(HP_STATUS_INVALID_ARGUMENT, "offload_wait: node has no transfer record");
+    return hp_event_wait(x->ev);
+}
+
+typedef struct adamw_ctx {
+    float lr, sc, b1, b2, eps, wd, c1, c2;
+} adamw_ctx;
+
+/* The per-element update of hp__cpu_adamw (k_optim.c), expression for expression, so that results
+ * are bitwise the same (the build does not contract floating-point expressions in ISO C mode). */
+static hp_status adamw_chunk(void *user, size_t chunk, size_t first, size_t count, void *const *bufs) {
+    (void)chunk, (void)first;
+    const adamw_ctx *c = user;
+    float *p = bufs[0], *m = bufs[2], *v = bufs[3];
+    const float *gr = bufs[1];
+    const float lr = c->lr, sc = c->sc, b1 = c->b1, b2 = c->b2, eps = c->eps, wd = c->wd, c1 = c->c1, c2 = c->c2;
+    const int64_t n = (int64_t)count;
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gr[i] * sc;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * (mi * c1 / (sqrtf(vi * c2) + eps) + wd * p[i]);
+    }
+    return HP_STATUS_OK;
+}
+
+hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
+    hp_offload_state *st = a->node->extra;
+    if (!st) return hp__cpu_adamw(a); /* nothing offloaded: the plain kernel */
+    const float lr = *(const float *)a->in[4], t = *(const float *)a->in[5];
+    const float sc = (a->node->n_in > 6 && a->in[6]) ? *(const float *)a->in[6] : 1.0f;
+    adamw_ctx c = {lr, sc, a->node->attr.f[0], a->node->attr.f[1], a->node->attr.f[2], a->node->attr.f[3], 0, 0};
+    if (!(t >= 1.0f))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: step must be >= 1 (counts from 1), is %g", (double)t);
+    if (!isfinite(lr) || !isfinite(sc))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: lr %g and scale %g must be finite", (double)lr, (double)sc);
+    c.c1 = (float)(1.0 / (1.0 - pow((double)c.b1, (double)t)));
+    c.c2 = (float)(1.0 / (1.0 - pow((double)c.b2, (double)t)));
+    hp_stream_buffer b[4];
+    for (int k = 0; k < 4; k++)
+        b[k] = (hp_stream_buffer){hp__ofl_loc(st, a->node->in[k], a->in[k]), sizeof(float), k != 1};
+    size_t numel = (size_t)hp_shape_numel(hp__in_shape(a, 0));
+    size_t chunk = st->chunk_bytes / sizeof(float);
+    return hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c);
+}

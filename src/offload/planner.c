@@ -1,0 +1,471 @@
+/*
+ * The residency planner (hp/offload_plan.h): candidates from def-use chains, greedy eviction under
+ * the device budget with prefetch distances from the cost model, exact arena packing check, and the
+ * printout. The graph rewrite and the runtime state are in planner_apply.c.
+ */
+#include "offload/planner_internal.h"
+
+#include "hp/ops.h"
+#include "ops/op.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 64
+
+static size_t align_up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+static size_t tensor_bytes(const hp_tensor *t) { return (size_t)hp_shape_numel(&t->shape) * hp_dtype_size(t->dtype); }
+
+const char *hp_offload_class_name(hp_offload_class c) {
+    static const char *names[] = {"params", "grads", "optimizer", "activations"};
+    return (unsigned)c < HP_OFFLOAD_CLASS_COUNT ? names[c] : "?";
+}
+
+void hp_offload_plan_free(hp_offload_plan *p) {
+    if (!p) return;
+    hp_liveness_free(&p->lv);
+    hp_timeline_free(&p->tl);
+    free(p->cand);
+    free(p->cand_of);
+    free(p->pool);
+    free(p->bool_pool);
+    free(p->resident);
+    free(p->node_op);
+    free(p->node_scope);
+    free(p);
+}
+
+static bool is_stream_slot(const hp_node *n, hp_tid t) {
+    if (n->op != HP_OP_ADAMW && n->op != HP_OP_ADAMW_STREAM) return false;
+    for (int k = 0; k < 4; k++)
+        if (n->in[k] == t) return true;
+    return false;
+}
+
+/* Latest p in [lo, use] with compute(p .. use-1) >= x; lo when even lo is too late. */
+static int32_t prefetch_at(const hp_timeline *tl, int32_t lo, int32_t use, double x) {
+    if (tl->at[use] - tl->at[lo] < x) return lo;
+    int32_t a = lo, b = use; /* invariant: at[use] - at[a] >= x */
+    while (a < b) {
+        int32_t m = a + (b - a + 1) / 2;
+        if (tl->at[use] - tl->at[m] >= x) a = m;
+        else b = m - 1;
+    }
+    return a;
+}
+
+/* Earliest w in [def, cap] with compute(def+1 .. w) >= x; cap when none. */
+static int32_t offload_wait_at(const hp_timeline *tl, int32_t def, int32_t cap, double x) {
+    if (cap <= def) return def;
+    int32_t a = def, b = cap;
+    if (tl->at[cap + 1] - tl->at[def + 1] < x) return cap;
+    while (a < b) {
+        int32_t m = a + (b - a) / 2;
+        if (tl->at[m + 1] - tl->at[def + 1] >= x) b = m;
+        else a = m + 1;
+    }
+    return a;
+}
+
+/* The fast-tier buffers of candidate c in state (slow, off, pre, wait): closed node intervals. */
+static int cand_buffers(const hp_offload_plan *p, const hp__ofl_cand *c, bool slow, const bool *off,
+                        const int32_t *pre, int32_t wait, int32_t (*iv)[2]) {
+    const hp_tensor_liveness *l = &p->lv.t[c->t];
+    if (!slow) {
+        if (c->persistent) {
+            iv[0][0] = 0;
+            iv[0][1] = p->n_nodes - 1;
+        } else {
+            iv[0][0] = l->start;
+            iv[0][1] = l->end;
+        }
+        return 1;
+    }
+    int n = 0;
+    if (!c->persistent) { /* buffer 0: the original, from its def through the offload's wait */
+        iv[0][0] = c->def;
+        iv[0][1] = wait;
+        n = 1;
+    }
+    for (int j = 0; j < c->n_fu; j++) {
+        bool starts = off[j] || (c->persistent && j == 0);
+        if (starts) {
+            iv[n][0] = pre[j];
+            iv[n][1] = c->fu[j];
+            n++;
+        } else {
+            if (n == 0) return 0; /* not reached: persistent gap 0 is always off when slow */
+            if (c->fu[j] > iv[n - 1][1]) iv[n - 1][1] = c->fu[j];
+        }
+    }
+    return n;
+}
+
+static hp_status add_candidates(hp_offload_plan *p, const hp_graph *g) {
+    const hp_liveness *lv = &p->lv;
+    int nt = lv->n_tensors;
+    size_t pool_n = 0;
+    p->cand = calloc((size_t)nt + 1, sizeof *p->cand);
+    p->cand_of = malloc(((size_t)nt + 1) * sizeof *p->cand_of);
+    if (!p->cand || !p->cand_of) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory");
+    for (int t = 0; t < nt; t++) {
+        p->cand_of[t] = -1;
+        const hp_tensor *x = hp_graph_tensor(g, t);
+        const hp_tensor_liveness *l = &lv->t[t];
+        size_t bytes = tensor_bytes(x);
+        bool persistent = x->kind != HP_TENSOR_KIND_ACTIVATION || l->persistent;
+        if (persistent) p->fixed_persistent += bytes;
+        if (!l->live || l->kept || bytes == 0 || l->n_uses == 0) continue;
+        hp_offload_class cls;
+        if (x->kind == HP_TENSOR_KIND_PARAM) cls = HP_OFFLOAD_CLASS_PARAMS;
+        else if (x->kind == HP_TENSOR_KIND_OPT_STATE) cls = HP_OFFLOAD_CLASS_OPTIMIZER;
+        else if (x->kind == HP_TENSOR_KIND_ACTIVATION && x->producer >= 0)
+            cls = x->grad_of >= 0 ? HP_OFFLOAD_CLASS_GRADS : HP_OFFLOAD_CLASS_ACTIVATIONS;
+        else continue;
+        if (p->cfg.policy[cls] == HP_TIER_DEVICE) continue;
+        /* Writers in place other than AdamW (which streams) keep the tensor in the fast tier. */
+        bool ok = true;
+        for (int k = 0; k < l->n_uses && ok; k++) {
+            const hp_node *n = hp_graph_node(g, l->uses[k]);
+            if ((n->flags & HP_NODE_FLAG_INPLACE) && !is_stream_slot(n, t)) ok = false;
+        }
+        if (!ok) continue;
+        p->cand_of[t] = p->n_cand;
+        hp__ofl_cand *c = &p->cand[p->n_cand++];
+        c->t = t;
+        c->cls = cls;
+        c->bytes = bytes;
+        c->persistent = persistent;
+        c->def = persistent ? -1 : x->producer;
+        for (int k = 0; k < l->n_uses; k++) {
+            if (is_stream_slot(hp_graph_node(g, l->uses[k]), t)) c->n_su++;
+            else c->n_fu++;
+        }
+        pool_n += (size_t)l->n_uses + (size_t)c->n_fu;
+        if (persistent) p->fixed_persistent -= bytes;
+    }
+    p->pool = malloc((pool_n + 1) * sizeof *p->pool);
+    p->bool_pool = calloc(pool_n + 1, sizeof *p->bool_pool);
+    if (!p->pool || !p->bool_pool) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory");
+    size_t at = 0;
+    for (int ci = 0; ci < p->n_cand; ci++) {
+        hp__ofl_cand *c = &p->cand[ci];
+        const hp_tensor_liveness *l = &lv->t[c->t];
+        c->fu = p->pool + at;
+        at += (size_t)c->n_fu;
+        c->su = p->pool + at;
+        at += (size_t)c->n_su;
+        c->pre = p->pool + at;
+        c->off = p->bool_pool + at;
+        at += (size_t)c->n_fu;
+        int nf = 0, ns = 0;
+        for (int k = 0; k < l->n_uses; k++) {
+            if (is_stream_slot(hp_graph_node(g, l->uses[k]), c->t)) c->su[ns++] = l->uses[k];
+            else c->fu[nf++] = l->uses[k];
+        }
+        c->wait = c->def;
+    }
+    return HP_STATUS_OK;
+}
+
+static double tier_seconds(const hp_offload_plan *p, hp_tier tier, size_t bytes, bool in) {
+    const hp_tier_desc *d = &p->tiers.tier[tier];
+    double bw = in ? d->read_bw : d->write_bw;
+    return bw > 0 ? (double)bytes / bw : 0.0;
+}
+
+/* Recomputes the resident bytes per node. */
+static void compute_resident(hp_offload_plan *p, const hp_graph *g) {
+    int nn = p->n_nodes;
+    int64_t *r = p->resident;
+    memset(r, 0, ((size_t)nn + 1) * sizeof *r);
+    int64_t base = (int64_t)(p->fixed_persistent + p->ws_max);
+    for (int t = 0; t < p->lv.n_tensors; t++) {
+        const hp_tensor_liveness *l = &p->lv.t[t];
+        if (p->cand_of[t] >= 0 || !l->live || l->persistent) continue;
+        if (hp_graph_tensor(g, t)->kind != HP_TENSOR_KIND_ACTIVATION) continue;
+        size_t b = align_up(tensor_bytes(hp_graph_tensor(g, t)));
+        r[l->start] += (int64_t)b;
+        r[l->end + 1] -= (int64_t)b;
+    }
+    int32_t (*iv)[2] = NULL;
+    for (int ci = 0; ci < p->n_cand; ci++) {
+        const hp__ofl_cand *c = &p->cand[ci];
+        int32_t buf[64][2];
+        iv = c->n_fu + 2 <= 64 ? buf : malloc(sizeof *iv * ((size_t)c->n_fu + 2));
+        if (!iv) continue;
+        int n = cand_buffers(p, c, c->slow, c->off, c->pre, c->wait, iv);
+        size_t b = c->persistent && !c->slow ? c->bytes : align_up(c->bytes);
+        for (int k = 0; k < n; k++) {
+            r[iv[k][0]] += (int64_t)b;
+            r[iv[k][1] + 1] -= (int64_t)b;
+        }
+        if (iv != buf) free(iv);
+    }
+    int64_t run = 0;
+    for (int i = 0; i < nn; i++) {
+        run += r[i];
+        r[i] = run + base;
+    }
+    r[nn] = 0;
+}
+
+typedef struct move {
+    int cand, gap; /* gap -1: only make the home slow */
+    bool eager;
+    double stall;
+    size_t freed_at;
+    double area;
+} move;
+
+/* Applies move m to a copy of the candidate's state (pre/off arrays of c are modified when commit). */
+static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, move *out, bool commit) {
+    hp__ofl_cand *c = &p->cand[ci];
+    const hp_timeline *tl = &p->tl;
+    int nf = c->n_fu;
+    bool off_buf[64];
+    int32_t pre_buf[64], iv_buf[66][2], iv2_buf[66][2];
+    bool *off = nf <= 64 ? off_buf : malloc((size_t)nf + 1);
+    int32_t *pre = nf <= 64 ? pre_buf : malloc(sizeof *pre * ((size_t)nf + 1));
+    int32_t(*iv)[2] = nf + 2 <= 66 ? iv_buf : malloc(sizeof *iv * ((size_t)nf + 2));
+    int32_t(*iv2)[2] = nf + 2 <= 66 ? iv2_buf : malloc(sizeof *iv2 * ((size_t)nf + 2));
+    bool ok = off && pre && iv && iv2;
+    double stall = 0;
+    int32_t wait = c->wait;
+    if (ok) {
+        memcpy(off, c->off, (size_t)nf);
+        memcpy(pre, c->pre, sizeof *pre * (size_t)nf);
+        if (!c->slow) {
+            if (c->persistent) {
+                if (nf == 0) {
+                    pre[0] = 0; /* unused: no fast use at all (optimizer states) */
+                } else {
+                    off[0] = true;
+                    pre[0] = eager ? c->fu[0] : prefetch_at(tl, 0, c->fu[0], c->x_in);
+                    double s = c->x_in - (tl->at[c->fu[0]] - tl->at[pre[0]]);
+                    if (s > 0) stall += s;
+                }
+            } else {
+                int32_t cap = c->n_su ? c->su[0] - 1 : p->n_nodes - 1;
+                if (gap >= 0 && c->fu[gap] - 1 < cap) cap = c->fu[gap] - 1;
+                if (cap < c->def) cap = c->def;
+                wait = eager ? c->def : offload_wait_at(tl, c->def, cap, c->x_out);
+                double w = c->x_out - (tl->at[wait + 1] - tl->at[c->def + 1]);
+                if (w > 0) stall += w;
+            }
+        }
+        if (gap >= 0 && !off[gap]) {
+            int32_t lo = gap == 0 ? (c->persistent ? 0 : c->def + 1) : c->fu[gap - 1] + 1;
+            off[gap] = true;
+            pre[gap] = eager ? c->fu[gap] : prefetch_at(tl, lo, c->fu[gap], c->x_in);
+            double s = c->x_in - (tl->at[c->fu[gap]] - tl->at[pre[gap]]);
+            if (s > 0) stall += s;
+        }
+        int n1 = cand_buffers(p, c, c->slow, c->off, c->pre, c->wait, iv);
+        int n2 = cand_buffers(p, c, true, off, pre, wait, iv2);
+        bool was = false, now = false;
+        double a1 = 0, a2 = 0;
+        for (int k = 0; k < n1; k++) {
+            was |= iv[k][0] <= at && at <= iv[k][1];
+            a1 += tl->at[iv[k][1] + 1] - tl->at[iv[k][0]];
+        }
+        for (int k = 0; k < n2; k++) {
+            now |= iv2[k][0] <= at && at <= iv2[k][1];
+            a2 += tl->at[iv2[k][1] + 1] - tl->at[iv2[k][0]];
+        }
+        ok = was && !now;
+        if (ok) {
+            *out = (move){ci, gap, eager, stall > 0 ? stall : 0, c->bytes, (a1 - a2) * (double)c->bytes};
+            if (commit) {
+                memcpy(c->off, off, (size_t)nf);
+                memcpy(c->pre, pre, sizeof *pre * (size_t)nf);
+                c->wait = wait;
+                c->slow = true;
+            }
+        }
+    }
+    if (off != off_buf) free(off);
+    if (pre != pre_buf) free(pre);
+    if (iv != iv_buf) free(iv);
+    if (iv2 != iv2_buf) free(iv2);
+    return ok;
+}
+
+static bool better(const move *a, const move *b) {
+    /* hidden before exposed; then more bytes freed at the point; then more byte-seconds freed */
+    bool ha = a->stall <= 1e-12, hb = b->stall <= 1e-12;
+    if (ha != hb) return ha;
+    if (!ha && a->stall != b->stall) return a->stall < b->stall;
+    if (a->freed_at != b->freed_at) return a->freed_at > b->freed_at;
+    return a->area > b->area;
+}
+
+/* The home tier for candidate c, honouring the host and disk budgets; DEVICE when none fits. */
+static hp_tier pick_tier(const hp_offload_plan *p, const hp__ofl_cand *c, const size_t *home) {
+    hp_tier want = p->cfg.policy[c->cls];
+    if (want == HP_TIER_HOST && (p->cfg.host_budget == 0 || home[HP_TIER_HOST] + c->bytes <= p->cfg.host_budget))
+        return HP_TIER_HOST;
+    if (!p->cfg.disk_dir) return HP_TIER_DEVICE;
+    size_t ext = (c->bytes + HP_DISK_ALIGN - 1) / HP_DISK_ALIGN * HP_DISK_ALIGN;
+    if (p->cfg.disk_budget == 0 || home[HP_TIER_DISK] + ext <= p->cfg.disk_budget) return HP_TIER_DISK;
+    return HP_TIER_DEVICE;
+}
+
+hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes);
+
+static hp_status greedy(hp_offload_plan *p, const hp_graph *g, int64_t target) {
+    size_t home[HP_TIER_COUNT] = {0};
+    for (int ci = 0; ci < p->n_cand; ci++)
+        if (p->cand[ci].slow) home[p->cand[ci].tier] += p->cand[ci].bytes;
+    for (;;) {
+        compute_resident(p, g);
+        int at = 0;
+        for (int i = 1; i < p->n_nodes; i++)
+            if (p->resident[i] > p->resident[at]) at = i;
+        if (p->n_nodes == 0 || p->resident[at] <= target) return HP_STATUS_OK;
+        move best = {-1, 0, false, 0, 0, 0}, m;
+        for (int ci = 0; ci < p->n_cand; ci++) {
+            hp__ofl_cand *c = &p->cand[ci];
+            if (!c->slow) {
+                hp_tier tier = pick_tier(p, c, home);
+                if (tier == HP_TIER_DEVICE) continue;
+                c->tier = tier;
+                c->x_in = tier_seconds(p, tier, c->bytes, true);
+                c->x_out = tier_seconds(p, tier, c->bytes, false);
+            }
+            for (int gap = c->slow ? 0 : -1; gap < c->n_fu; gap++) {
+                if (gap >= 0 && c->off[gap]) continue;
+                for (int e = 0; e < 2; e++)
+                    if (try_move(p, ci, gap, e == 1, at, &m, false) && (best.cand < 0 || better(&m, &best))) best = m;
+            }
+        }
+        if (best.cand < 0) {
+            const hp_node *n = hp_graph_node(g, at);
+            return hp_error(HP_STATUS_OUT_OF_MEMORY,
+                            "offload: a fast-tier budget of %zu bytes cannot hold node %d (%s in '%s'): it needs "
+                            "%lld bytes resident there (its inputs, outputs and workspace, plus tensors the "
+                            "policy keeps in the fast tier), and nothing else can be moved out",
+                            p->cfg.device_budget, at, hp_op_name(n->op), n->scope ? n->scope : "",
+                            (long long)p->resident[at]);
+        }
+        bool was_slow = p->cand[best.cand].slow;
+        try_move(p, best.cand, best.gap, best.eager, at, &m, true);
+        if (!was_slow) home[p->cand[best.cand].tier] += p->cand[best.cand].bytes;
+    }
+}
+
+static void fill_stats(hp_offload_plan *p, const hp_graph *g) {
+    hp_offload_plan_stats *s = &p->stats;
+    const hp_timeline *tl = &p->tl;
+    s->compute_s = tl->at[p->n_nodes];
+    bool *streamed = calloc((size_t)p->n_nodes + 1, 1);
+    for (int ci = 0; ci < p->n_cand; ci++) {
+        const hp__ofl_cand *c = &p->cand[ci];
+        if (!c->slow) continue;
+        s->n_offloaded[c->cls]++;
+        s->home_bytes[c->tier] += c->bytes;
+        if (!c->persistent) {
+            s->n_offload++;
+            s->n_wait++;
+            s->bytes_out[c->tier] += c->bytes;
+            double w = c->x_out - (tl->at[c->wait + 1] - tl->at[c->def + 1]);
+            if (w > 0) s->stall_s += w;
+        }
+        for (int j = 0; j < c->n_fu; j++) {
+            if (!(c->off[j] || (c->persistent && j == 0))) continue;
+            s->n_prefetch++;
+            s->n_wait++;
+            s->bytes_in[c->tier] += c->bytes;
+            double w = c->x_in - (tl->at[c->fu[j]] - tl->at[c->pre[j]]);
+            if (w > 0) s->stall_s += w;
+        }
+        for (int k = 0; k < c->n_su; k++) {
+            if (streamed) streamed[c->su[k]] = true;
+            if (c->tier == HP_TIER_DISK) {
+                const hp_node *n = hp_graph_node(g, c->su[k]);
+                s->bytes_in[c->tier] += c->bytes;
+                if (n->in[1] != c->t) s->bytes_out[c->tier] += c->bytes; /* param, m, v are written back */
+                double x = c->x_in + (n->in[1] != c->t ? c->x_out : 0.0);
+                double comp = hp_node_seconds(g, c->su[k], &p->cfg.machine);
+                if (x > comp) s->stall_s += x - comp;
+            }
+        }
+    }
+    for (int i = 0; i < p->n_nodes && streamed; i++) s->n_streamed += streamed[i];
+    free(streamed);
+    s->peak_live_after = 0;
+    for (int i = 0; i < p->n_nodes; i++)
+        if ((size_t)p->resident[i] > s->peak_live_after) s->peak_live_after = (size_t)p->resident[i];
+}
+
+hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep, const hp_offload_plan_config *cfg,
+                              hp_offload_plan **out) {
+    *out = NULL;
+    hp_offload_plan *p = calloc(1, sizeof *p);
+    if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory");
+    hp_status st = HP_STATUS_OK;
+    p->cfg = *cfg;
+    hp_tier_list_init(&p->tiers);
+    for (int t = HP_TIER_HOST; t < HP_TIER_COUNT; t++) {
+        if (cfg->bandwidth[t] > 0) {
+            p->tiers.tier[t].read_bw = p->tiers.tier[t].write_bw = cfg->bandwidth[t];
+        } else if (t == HP_TIER_HOST || cfg->disk_dir) {
+            HP_CHECK_GOTO(hp_tier_probe(&p->tiers, (hp_tier)t, cfg->disk_dir, 0), st, fail);
+        }
+    }
+    HP_CHECK_GOTO(hp_liveness_compute(g, keep, n_keep, &p->lv), st, fail);
+    HP_CHECK_GOTO(hp_timeline_compute(g, &p->lv, &cfg->machine, &p->tl), st, fail);
+    p->n_nodes = p->lv.n_nodes;
+    p->n_tensors = p->lv.n_tensors;
+    p->resident = calloc((size_t)p->n_nodes + 2, sizeof *p->resident);
+    p->node_op = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_op);
+    p->node_scope = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_scope);
+    if (!p->resident || !p->node_op || !p->node_scope) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory for %d nodes", p->n_nodes);
+        goto fail;
+    }
+    for (int i = 0; i < p->n_nodes; i++) {
+        const hp_node *n = hp_graph_node(g, i);
+        p->node_op[i] = n->op;
+        p->node_scope[i] = n->scope ? n->scope : "";
+        const hp_op_def *d = hp__op_def(n->op);
+        if (p->lv.node_live[i] && d->workspace) {
+            size_t w = d->workspace(g, n);
+            if (w > p->ws_max) p->ws_max = w;
+        }
+    }
+    HP_CHECK_GOTO(add_candidates(p, g), st, fail);
+    HP_CHECK_GOTO(hp__ofl_pack(p, g, &p->stats.peak_before), st, fail);
+    p->stats.budget = cfg->device_budget;
+    if (cfg->device_budget > 0) {
+        int64_t target = (int64_t)cfg->device_budget;
+        for (int round = 0;; round++) {
+            HP_CHECK_GOTO(greedy(p, g, target), st, fail);
+            size_t dev;
+            HP_CHECK_GOTO(hp__ofl_pack(p, g, &dev), st, fail);
+            if (dev <= cfg->device_budget) break;
+            if (round == 40) {
+                st = hp_error(HP_STATUS_OUT_OF_MEMORY,
+                              "offload: the fast-tier arena does not pack into the budget of %zu bytes (%zu after "
+                              "%d rounds of tightening; fragmentation)", cfg->device_budget, dev, round);
+                goto fail;
+            }
+            target -= (int64_t)(dev - cfg->device_budget) + ALIGN;
+        }
+    }
+    compute_resident(p, g);
+    HP_CHECK_GOTO(hp__ofl_pack(p, g, &p->stats.peak_after), st, fail);
+    fill_stats(p, g);
+    *out = p;
+    return HP_STATUS_OK;
+fail:
+    hp_offload_plan_free(p);
+    return st;
+}
+
+void hp_offload_plan_get_stats(const hp_offload_plan *p, hp_offload_plan_stats *s) { *s = p->stats; }
+
+size_t hp_offload_plan_resident_at(const hp_offload_plan *p, int node) {
+    if (node < 0 || node >= p->n_nodes) return 0;
+    return (size_t)p->resident[node];
+}

@@ -1,0 +1,481 @@
+/*
+ * Applying a residency plan: the rewritten program order (shared with the planner's exact packing
+ * check), the graph rewrite that inserts PREFETCH / OFFLOAD / OFFLOAD_WAIT and ADAMW_STREAM, and the
+ * runtime state (slow-tier homes, copy stream, disk store) behind the program's opts.ext.
+ */
+#include "offload/planner_internal.h"
+
+#include "ops/op.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static bool gap_starts(const hp__ofl_cand *c, int j) { return c->off[j] || (c->persistent && j == 0); }
+
+/* Buckets of (cand, gap) pairs per node, by counting sort. */
+typedef struct bucket {
+    int32_t *start; /* n + 1 */
+    int32_t *ci, *gap;
+} bucket;
+
+static void bucket_free(bucket *b) {
+    free(b->start);
+    free(b->ci);
+    free(b->gap);
+}
+
+/* what: 0 prefetch (by pre), 1 prefetch wait (by fu), 2 offload (by def), 3 offload wait (by wait). */
+static bool bucket_build(const hp_offload_plan *p, int what, bucket *b) {
+    int nn = p->n_nodes;
+    b->start = calloc((size_t)nn + 2, sizeof *b->start);
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (int i = 0; i < nn; i++) b->start[i + 1] += b->start[i];
+            b->ci = malloc((total + 1) * sizeof *b->ci);
+            b->gap = malloc((total + 1) * sizeof *b->gap);
+            if (!b->ci || !b->gap) return false;
+        }
+        int32_t *fill = pass == 1 ? calloc((size_t)nn + 1, sizeof *fill) : NULL;
+        if (!b->start || (pass == 1 && !fill)) {
+            free(fill);
+            return false;
+        }
+        for (int ci = 0; ci < p->n_cand; ci++) {
+            const hp__ofl_cand *c = &p->cand[ci];
+            if (!c->slow) continue;
+            int lo = 0, hi = 1;
+            if (what <= 1) hi = c->n_fu;
+            else if (c->persistent) continue;
+            for (int j = lo; j < hi; j++) {
+                if (what <= 1 && !gap_starts(c, j)) continue;
+                int32_t at = what == 0 ? c->pre[j] : what == 1 ? c->fu[j] : what == 2 ? c->def : c->wait;
+                if (pass == 0) {
+                    b->start[at + 1]++;
+                    total++;
+                } else {
+                    int32_t k = b->start[at] + fill[at]++;
+                    b->ci[k] = ci;
+                    b->gap[k] = j;
+                }
+            }
+        }
+        free(fill);
+    }
+    return true;
+}
+
+hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int *n_items) {
+    bucket b[4];
+    memset(b, 0, sizeof b);
+    bool ok = true;
+    for (int k = 0; k < 4; k++) ok &= bucket_build(p, k, &b[k]);
+    size_t n = (size_t)p->n_nodes;
+    for (int k = 0; k < 4 && ok; k++) n += (size_t)b[k].start[p->n_nodes];
+    hp__ofl_item *it = ok ? malloc((n + 1) * sizeof *it) : NULL;
+    if (!it) {
+        for (int k = 0; k < 4; k++) bucket_free(&b[k]);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory ordering %zu nodes", n);
+    }
+    static const hp__ofl_item_kind kinds[4] = {HP__OFL_PREFETCH, HP__OFL_PWAIT, HP__OFL_OFFLOAD, HP__OFL_OWAIT};
+    int m = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        for (int k = 0; k < 2; k++)
+            for (int32_t q = b[k].start[i]; q < b[k].start[i + 1]; q++)
+                it[m++] = (hp__ofl_item){kinds[k], i, b[k].ci[q], b[k].gap[q]};
+        it[m++] = (hp__ofl_item){HP__OFL_NODE, i, -1, -1};
+        for (int k = 2; k < 4; k++)
+            for (int32_t q = b[k].start[i]; q < b[k].start[i + 1]; q++)
+                it[m++] = (hp__ofl_item){kinds[k], i, b[k].ci[q], b[k].gap[q]};
+    }
+    for (int k = 0; k < 4; k++) bucket_free(&b[k]);
+    *items = it;
+    *n_items = m;
+    return HP_STATUS_OK;
+}
+
+/* Index of the first gap of each candidate in a flat per-gap array. */
+static size_t *gap_base(const hp_offload_plan *p, size_t *total) {
+    size_t *base = malloc(((size_t)p->n_cand + 1) * sizeof *base);
+    if (!base) return NULL;
+    size_t at = 0;
+    for (int ci = 0; ci < p->n_cand; ci++) {
+        base[ci] = at;
+        at += (size_t)p->cand[ci].n_fu;
+    }
+    *total = at;
+    return base;
+}
+
+/* The last fast use of the run of resident gaps that starts at gap j. */
+static int32_t run_end(const hp__ofl_cand *c, int j) {
+    int r = j;
+    while (r + 1 < c->n_fu && !gap_starts(c, r + 1)) r++;
+    return c->fu[r];
+}
+
+/* Exactly the arena the program will plan for the rewritten graph: the same blocks, in the same
+ * order (tensor ids, then the prefetched copies in creation order), the same positions. */
+hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes) {
+    hp__ofl_item *it = NULL;
+    int n_it = 0;
+    HP_CHECK(hp__ofl_emit_order(p, &it, &n_it));
+    size_t n_gaps = 0;
+    size_t *base = gap_base(p, &n_gaps);
+    int32_t *pos = malloc(((size_t)p->n_nodes + 1) * sizeof *pos);
+    int32_t *pre_pos = malloc((n_gaps + 1) * sizeof *pre_pos);
+    int32_t *ow_pos = malloc(((size_t)p->n_cand + 1) * sizeof *ow_pos);
+    hp_mem_interval *blocks = malloc(((size_t)p->n_tensors + n_gaps + 1) * sizeof *blocks);
+    hp_status st = HP_STATUS_OK;
+    if (!base || !pos || !pre_pos || !ow_pos || !blocks) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory packing the arena");
+        goto done;
+    }
+    for (int k = 0; k < n_it; k++) {
+        const hp__ofl_item *x = &it[k];
+        if (x->kind == HP__OFL_NODE) pos[x->node] = k;
+        else if (x->kind == HP__OFL_PREFETCH) pre_pos[base[x->cand] + (size_t)x->gap] = k;
+        else if (x->kind == HP__OFL_OWAIT) ow_pos[x->cand] = k;
+    }
+    int nb = 0;
+    size_t persistent = p->fixed_persistent;
+    for (int t = 0; t < p->n_tensors; t++) {
+        const hp_tensor_liveness *l = &p->lv.t[t];
+        int ci = p->cand_of[t];
+        size_t bytes = (size_t)hp_shape_numel(&hp_graph_tensor(g, t)->shape) * hp_dtype_size(hp_graph_tensor(g, t)->dtype);
+        if (ci < 0 || !p->cand[ci].slow) {
+            if (ci >= 0 && p->cand[ci].persistent) persistent += bytes;
+            if (!l->live || l->persistent || hp_graph_tensor(g, t)->kind != HP_TENSOR_KIND_ACTIVATION) continue;
+            blocks[nb++] = (hp_mem_interval){bytes, pos[l->start], pos[l->end], 0};
+            continue;
+        }
+        const hp__ofl_cand *c = &p->cand[ci];
+        if (c->persistent) continue;
+        int32_t end = ow_pos[ci];
+        if (c->n_fu > 0 && !gap_starts(c, 0) && pos[run_end(c, 0)] > end) end = pos[run_end(c, 0)];
+        blocks[nb++] = (hp_mem_interval){bytes, pos[c->def], end, 0};
+    }
+    for (int ci = 0; ci < p->n_cand; ci++) {
+        const hp__ofl_cand *c = &p->cand[ci];
+        if (!c->slow) continue;
+        for (int j = 0; j < c->n_fu; j++)
+            if (gap_starts(c, j))
+                blocks[nb++] = (hp_mem_interval){c->bytes, pre_pos[base[ci] + (size_t)j], pos[run_end(c, j)], 0};
+    }
+    size_t arena = 0;
+    HP_CHECK_GOTO(hp_memplan_assign(blocks, nb, 64, &arena), st, done);
+    *device_bytes = persistent + arena + p->ws_max;
+done:
+    free(it);
+    free(base);
+    free(pos);
+    free(pre_pos);
+    free(ow_pos);
+    free(blocks);
+    return st;
+}
+
+/* ---------------------------------------------------------------- runtime state */
+
+hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast) {
+    if (t < 0 || t >= s->n_tensors || s->tier[t] == HP_TIER_DEVICE) return hp_loc_mem(HP_TIER_DEVICE, fast);
+    if (s->tier[t] == HP_TIER_HOST) return hp_loc_mem(HP_TIER_HOST, s->data[t]);
+    return hp_loc_disk(s->disk, s->disk_off[t]);
+}
+
+void hp_offload_state_free(hp_offload_state *s) {
+    if (!s) return;
+    if (s->ce) hp_copy_engine_synchronize(s->ce);
+    for (int t = 0; t < s->n_tensors; t++) {
+        if (s->tier && s->tier[t] == HP_TIER_HOST && s->data[t]) hp_mem_free(HP_TIER_HOST, s->data[t], s->bytes[t]);
+        if (s->tier && s->tier[t] == HP_TIER_DISK && s->disk) hp_disk_free(s->disk, s->disk_off[t]);
+    }
+    for (int k = 0; k < s->n_xfers; k++) hp_event_free(s->xfers[k].ev);
+    hp_copy_engine_free(s->ce);
+    hp_disk_close(s->disk);
+    hp_offload_plan_free(s->plan);
+    free(s->tier);
+    free(s->data);
+    free(s->disk_off);
+    free(s->bytes);
+    free(s->xfers);
+    free(s);
+}
+
+const hp_offload_plan *hp_offload_state_plan(const hp_offload_state *s) { return s ? s->plan : NULL; }
+hp_copy_engine *hp_offload_state_copy_engine(hp_offload_state *s) { return s ? s->ce : NULL; }
+hp_disk *hp_offload_state_disk(hp_offload_state *s) { return s ? s->disk : NULL; }
+
+static hp_status ext_write(void *user, hp_tid t, const void *src, size_t bytes) {
+    hp_offload_state *s = user;
+    HP_CHECK(hp_copy_engine_synchronize(s->ce));
+    if (s->tier[t] == HP_TIER_HOST) {
+        memcpy(s->data[t], src, bytes);
+        return HP_STATUS_OK;
+    }
+    return hp_disk_write(s->disk, s->disk_off[t], src, bytes);
+}
+
+static hp_status ext_read(void *user, hp_tid t, void *dst, size_t bytes) {
+    hp_offload_state *s = user;
+    HP_CHECK(hp_copy_engine_synchronize(s->ce));
+    if (s->tier[t] == HP_TIER_HOST) {
+        memcpy(dst, s->data[t], bytes);
+        return HP_STATUS_OK;
+    }
+    return hp_disk_read(s->disk, s->disk_off[t], dst, bytes);
+}
+
+/* The store keeps working on an unlinked file (Linux), but the data would be lost at the end of
+ * the run, and a removed file means someone else is managing that directory: fail loudly. */
+static hp_status ext_before_run(void *user) {
+    hp_offload_state *s = user;
+    if (!s->disk) return HP_STATUS_OK;
+    struct stat sb;
+    const char *path = hp_disk_path(s->disk);
+    if (stat(path, &sb) != 0)
+        return hp_error(HP_STATUS_IO, "offload: disk store file '%s' was removed (%s)", path, strerror(errno));
+    return HP_STATUS_OK;
+}
+
+static hp_status ext_after_run(void *user) {
+    hp_offload_state *s = user;
+    return hp_copy_engine_synchronize(s->ce);
+}
+
+static void ext_report(void *user, FILE *f) {
+    hp_offload_state *s = user;
+    hp_copy_stats cs;
+    hp_copy_engine_get_stats(s->ce, &cs);
+    for (int a = 0; a < HP_TIER_COUNT; a++)
+        for (int b = 0; b < HP_TIER_COUNT; b++)
+            if (cs.copies[a][b])
+                fprintf(f, "copy: %s -> %s: %llu copies, %.1f MiB, %.1f MiB/s\n", hp_tier_name((hp_tier)a),
+                        hp_tier_name((hp_tier)b), (unsigned long long)cs.copies[a][b], (double)cs.bytes[a][b] / 1048576.0,
+                        cs.busy_s[a][b] > 0 ? (double)cs.bytes[a][b] / 1048576.0 / cs.busy_s[a][b] : 0.0);
+    fprintf(f, "copy: busy %.3f s, compute waited %.3f s, %.1f%% of copy time hidden behind compute\n",
+            cs.busy_total_s, cs.wait_s, 100.0 * hp_copy_stats_hidden_fraction(&cs));
+    if (s->disk) {
+        hp_disk_stats ds;
+        hp_disk_get_stats(s->disk, &ds);
+        fprintf(f, "disk: %s (%s, %s): %zu bytes in use, peak %zu, read %.1f MiB, written %.1f MiB\n", ds.path,
+                ds.direct ? "O_DIRECT" : "buffered", ds.uring ? "io_uring" : "pread/pwrite", ds.in_use, ds.peak,
+                (double)ds.bytes_read / 1048576.0, (double)ds.bytes_written / 1048576.0);
+    }
+}
+
+static hp_status alloc_home(hp_offload_state *s, hp_tid t, hp_tier tier, size_t bytes) {
+    s->tier[t] = (uint8_t)tier;
+    s->bytes[t] = bytes;
+    if (tier == HP_TIER_HOST) {
+        s->data[t] = hp_mem_alloc(HP_TIER_HOST, bytes);
+        if (!s->data[t]) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: %zu host bytes for tensor %d", bytes, t);
+        memset(s->data[t], 0, bytes);
+        return HP_STATUS_OK;
+    }
+    hp_status st = hp_disk_alloc(s->disk, bytes, &s->disk_off[t]);
+    if (st != HP_STATUS_OK) s->tier[t] = HP_TIER_DEVICE;
+    return st;
+}
+
+/* ---------------------------------------------------------------- rewrite */
+
+static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
+    hp_offload_plan *p = s->plan;
+    size_t n_gaps = 0;
+    size_t *base = gap_base(p, &n_gaps);
+    hp_tid *y = malloc(((size_t)p->n_cand + 1) * sizeof *y);
+    int32_t *of_node = malloc(((size_t)p->n_cand + 1) * sizeof *of_node);
+    int32_t *ow_node = malloc(((size_t)p->n_cand + 1) * sizeof *ow_node);
+    hp_tid *copy = malloc((n_gaps + 1) * sizeof *copy);
+    int32_t *pf_node = malloc((n_gaps + 1) * sizeof *pf_node);
+    int32_t *pw_node = malloc((n_gaps + 1) * sizeof *pw_node);
+    s->xfers = calloc((size_t)p->stats.n_prefetch + (size_t)p->stats.n_offload + 1, sizeof *s->xfers);
+    hp__ofl_item *it = NULL;
+    hp_node *tmp = NULL;
+    int32_t *order = NULL;
+    int n_it = 0;
+    hp_status st = HP_STATUS_OK;
+    if (!base || !y || !of_node || !ow_node || !copy || !pf_node || !pw_node || !s->xfers) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory rewriting the graph");
+        goto done;
+    }
+    HP_CHECK_GOTO(hp__ofl_emit_order(p, &it, &n_it), st, done);
+    hp_graph_set_node_flags(g, 0);
+    for (int ci = 0; ci < p->n_cand; ci++) {
+        const hp__ofl_cand *c = &p->cand[ci];
+        if (!c->slow) continue;
+        hp_attrs at;
+        memset(&at, 0, sizeof at);
+        at.i[0] = c->tier;
+        hp_tid src = c->t;
+        char name[600];
+        const char *tn = hp_graph_tensor(g, c->t)->name;
+        if (!c->persistent) {
+            hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
+            HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
+            y[ci] = hp_graph_add_node(g, HP_OP_OFFLOAD, &c->t, 1, &at);
+            of_node[ci] = hp_graph_n_nodes(g) - 1;
+            hp_tid win[2] = {c->t, y[ci]};
+            hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, win, 2, NULL);
+            ow_node[ci] = hp_graph_n_nodes(g) - 1;
+            if (hp_graph_status(g) != HP_STATUS_OK) {
+                st = hp_graph_status(g);
+                goto done;
+            }
+            *x = (hp__ofl_xfer){s, y[ci], c->bytes, x->ev};
+            hp_graph_node(g, of_node[ci])->extra = x;
+            hp_graph_node(g, ow_node[ci])->extra = x;
+            if (tn) {
+                snprintf(name, sizeof name, "offload.%s", tn);
+                hp_graph_set_name(g, y[ci], name);
+            }
+            src = y[ci];
+        }
+        for (int j = 0; j < c->n_fu; j++) {
+            if (!gap_starts(c, j)) continue;
+            size_t k = base[ci] + (size_t)j;
+            hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
+            HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
+            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev};
+            copy[k] = hp_graph_add_node(g, HP_OP_PREFETCH, &src, 1, &at);
+            pf_node[k] = hp_graph_n_nodes(g) - 1;
+            hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &copy[k], 1, NULL);
+            pw_node[k] = hp_graph_n_nodes(g) - 1;
+            if (hp_graph_status(g) != HP_STATUS_OK) {
+                st = hp_graph_status(g);
+                goto done;
+            }
+            hp_graph_node(g, pf_node[k])->extra = x;
+            hp_graph_node(g, pw_node[k])->extra = x;
+            hp_graph_node(g, pf_node[k])->scope = p->node_scope[c->fu[j]];
+            hp_graph_node(g, pw_node[k])->scope = p->node_scope[c->fu[j]];
+            if (tn) {
+                snprintf(name, sizeof name, "prefetch%d.%s", j, tn);
+                hp_graph_set_name(g, copy[k], name);
+            }
+        }
+    }
+    /* Rewire the uses. */
+    for (int i = 0; i < p->n_nodes; i++) {
+        if (!p->lv.node_live[i]) continue;
+        hp_node *n = hp_graph_node(g, i);
+        bool adamw = n->op == HP_OP_ADAMW, stream = false;
+        for (int k = 0; k < n->n_in; k++) {
+            hp_tid t = n->in[k];
+            if (t == HP_TID_NONE || t >= p->n_tensors || p->cand_of[t] < 0) continue;
+            int ci = p->cand_of[t];
+            const hp__ofl_cand *c = &p->cand[ci];
+            if (!c->slow) continue;
+            if (adamw && k < 4) {
+                stream = true;
+                n->in[k] = c->persistent ? t : y[ci];
+                continue;
+            }
+            int q = 0;
+            while (q < c->n_fu && c->fu[q] != i) q++;
+            HP_ASSERT(q < c->n_fu);
+            int j = q;
+            while (j > 0 && !gap_starts(c, j)) j--;
+            n->in[k] = gap_starts(c, j) ? copy[base[ci] + (size_t)j] : t;
+        }
+        if (stream) {
+            n->op = HP_OP_ADAMW_STREAM;
+            n->extra = s;
+        }
+    }
+    /* Reorder. */
+    int nn = hp_graph_n_nodes(g);
+    HP_ASSERT(nn == n_it);
+    tmp = malloc((size_t)nn * sizeof *tmp);
+    order = malloc((size_t)nn * sizeof *order);
+    if (!tmp || !order) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory reordering %d nodes", nn);
+        goto done;
+    }
+    for (int k = 0; k < n_it; k++) {
+        const hp__ofl_item *x = &it[k];
+        size_t gk = x->cand >= 0 ? base[x->cand] + (size_t)(x->gap > 0 ? x->gap : 0) : 0;
+        switch (x->kind) {
+        case HP__OFL_NODE: order[k] = x->node; break;
+        case HP__OFL_PREFETCH: order[k] = pf_node[gk]; break;
+        case HP__OFL_PWAIT: order[k] = pw_node[gk]; break;
+        case HP__OFL_OFFLOAD: order[k] = of_node[x->cand]; break;
+        case HP__OFL_OWAIT: order[k] = ow_node[x->cand]; break;
+        }
+    }
+    for (int i = 0; i < nn; i++) tmp[i] = *hp_graph_node(g, i);
+    for (int i = 0; i < nn; i++) {
+        hp_node *n = hp_graph_node(g, i);
+        *n = tmp[order[i]];
+        for (int j = 0; j < n->n_out; j++) hp_graph_tensor(g, n->out[j])->producer = i;
+    }
+    /* Homes. */
+    s->n_tensors = hp_graph_n_tensors(g);
+    s->tier = calloc((size_t)s->n_tensors + 1, sizeof *s->tier);
+    s->data = calloc((size_t)s->n_tensors + 1, sizeof *s->data);
+    s->disk_off = calloc((size_t)s->n_tensors + 1, sizeof *s->disk_off);
+    s->bytes = calloc((size_t)s->n_tensors + 1, sizeof *s->bytes);
+    if (!s->tier || !s->data || !s->disk_off || !s->bytes) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d tensors", s->n_tensors);
+        goto done;
+    }
+    for (int ci = 0; ci < p->n_cand; ci++) {
+        const hp__ofl_cand *c = &p->cand[ci];
+        if (c->slow) HP_CHECK_GOTO(alloc_home(s, c->persistent ? c->t : y[ci], c->tier, c->bytes), st, done);
+    }
+done:
+    free(base);
+    free(y);
+    free(of_node);
+    free(ow_node);
+    free(copy);
+    free(pf_node);
+    free(pw_node);
+    free(it);
+    free(tmp);
+    free(order);
+    return st;
+}
+
+hp_status hp_offload_apply_config(const hp_offload_plan_config *cfg, hp_graph *g, hp_program_opts *opts,
+                                  hp_offload_state **state) {
+    *state = NULL;
+    if (cfg->device_budget == 0) return HP_STATUS_OK;
+    HP_CHECK(hp_graph_verify(g));
+    hp_offload_state *s = calloc(1, sizeof *s);
+    if (!s) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory");
+    hp_status st = HP_STATUS_OK;
+    s->chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : (1u << 20);
+    HP_CHECK_GOTO(hp_offload_plan_new(g, opts->keep, opts->n_keep, cfg, &s->plan), st, fail);
+    HP_CHECK_GOTO(hp_copy_engine_new(&s->ce), st, fail);
+    if (s->plan->stats.home_bytes[HP_TIER_DISK] > 0) {
+        hp_disk_config dc = HP_DISK_CONFIG_INIT;
+        dc.dir = cfg->disk_dir;
+        dc.capacity = cfg->disk_budget;
+        HP_CHECK_GOTO(hp_disk_open(&dc, &s->disk), st, fail);
+    }
+    HP_CHECK_GOTO(rewrite(s, g), st, fail);
+    HP_CHECK_GOTO(hp_graph_verify(g), st, fail);
+    s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, cfg->device_budget, ext_write, ext_read,
+                              ext_before_run, ext_after_run, ext_report, s};
+    opts->ext = &s->ext;
+    opts->view_reshape = false;
+    opts->plan_memory = true;
+    *state = s;
+    return HP_STATUS_OK;
+fail:
+    hp_offload_state_free(s);
+    return st;
+}
+
+hp_status hp_offload_apply(const hp_yaml_node *offload_cfg, hp_graph *g, hp_program_opts *opts,
+                           hp_offload_state **state) {
+    *state = NULL;
+    if (!offload_cfg || hp_yaml_is_null(offload_cfg)) return HP_STATUS_OK;
+    hp_offload_plan_config cfg;
+    HP_CHECK(hp_offload_config_parse(offload_cfg, &cfg));
+    return hp_offload_apply_config(&cfg, g, opts, state);
+}

@@ -1,0 +1,408 @@
+/* HyperOffload's automatic mode: the residency planner, the inserted operators, the runtime with
+ * slow-tier homes, bitwise equality of training with and without offload, faults, the config. */
+#include "testutil.h"
+
+#include "hp/nn.h"
+#include "hp/offload_plan.h"
+#include "hp/ops.h"
+#include "hp/runtime.h"
+#include "hp/train.h"
+#include "hp/yaml.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- a GPT training step */
+
+typedef struct {
+    hp_graph *g;
+    hp_gpt m;
+    hp_train_step ts;
+    hp_tid keep[2];
+} gpt;
+
+static void gpt_build(gpt *x, int layers) {
+    x->g = hp_graph_new();
+    hp_gpt_config c = {.vocab = 64, .context = 16, .layers = layers, .heads = 2, .width = 32, .tied_head = true};
+    assert_ok(hp_gpt_build(x->g, &c, 2, 16, true, &x->m));
+    hp_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    assert_ok(hp_train_step_build(x->g, x->m.loss, &oc, &x->ts));
+    x->keep[0] = x->ts.loss;
+    x->keep[1] = x->ts.grad_sq;
+}
+
+typedef struct {
+    float loss[3];
+    float *params;
+    size_t n;
+    hp_program_stats st;
+} result;
+
+/* Three steps; parameters initialised and read through set_input / get_output (they may be on disk). */
+static hp_status run_steps(gpt *x, hp_program_opts o, result *r, int steps) {
+    o.keep = x->keep;
+    o.n_keep = 2;
+    hp_program *p;
+    HP_CHECK(hp_program_new(x->g, &o, &p));
+    hp_status st = HP_STATUS_OK;
+    r->n = 0;
+    for (int i = 0; i < x->ts.n_params; i++) r->n += (size_t)hp_shape_numel(&hp_graph_tensor(x->g, x->ts.params[i])->shape);
+    r->params = malloc(r->n * sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < x->ts.n_params && st == HP_STATUS_OK; i++) {
+        const hp_tensor *t = hp_graph_tensor(x->g, x->ts.params[i]);
+        int64_t n = hp_shape_numel(&t->shape);
+        st = hp_gpt_init_param(&x->m.cfg, t->name, 42, 0, n, r->params + at);
+        if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->ts.params[i], r->params + at, (size_t)n * sizeof(float));
+        at += (size_t)n;
+    }
+    int32_t tok[32], tgt[32];
+    for (int i = 0; i < 32; i++) {
+        tok[i] = (int32_t)((i * 7 + 3) % 64);
+        tgt[i] = (int32_t)((i * 5 + 1) % 64);
+    }
+    float lr = 1e-3f;
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->m.tokens, tok, sizeof tok);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->m.targets, tgt, sizeof tgt);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->ts.lr, &lr, sizeof lr);
+    for (int k = 0; k < steps && st == HP_STATUS_OK; k++) {
+        float step = (float)(k + 1);
+        st = hp_program_set_input(p, x->ts.step, &step, sizeof step);
+        if (st == HP_STATUS_OK) st = hp_program_run(p);
+        if (st == HP_STATUS_OK) st = hp_program_get_output(p, x->ts.loss, &r->loss[k], sizeof(float));
+    }
+    at = 0;
+    for (int i = 0; i < x->ts.n_params && st == HP_STATUS_OK; i++) {
+        size_t n = (size_t)hp_shape_numel(&hp_graph_tensor(x->g, x->ts.params[i])->shape);
+        st = hp_program_get_output(p, x->ts.params[i], r->params + at, n * sizeof(float));
+        at += n;
+    }
+    hp_program_get_stats(p, &r->st);
+    hp_program_free(p);
+    return st;
+}
+
+static size_t no_offload_peak(gpt *x) {
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
+    hp_offload_plan *p;
+    assert_ok(hp_offload_plan_new(x->g, x->keep, 2, &c, &p));
+    hp_offload_plan_stats s;
+    hp_offload_plan_get_stats(p, &s);
+    hp_offload_plan_free(p);
+    return s.peak_before;
+}
+
+static const char *disk_dir(void) {
+    const char *d = getenv("TMPDIR");
+    return d && *d ? d : "/tmp";
+}
+
+static void test_gpt_bitwise_every_policy(void **state) {
+    (void)state;
+    gpt ref;
+    gpt_build(&ref, 2);
+    result a;
+    assert_ok(run_steps(&ref, HP_PROGRAM_OPTS_DEFAULT, &a, 3));
+    assert_true(a.loss[2] < a.loss[0]);
+    size_t peak = no_offload_peak(&ref);
+    hp_graph_free(ref.g);
+    /* policies: bit c set = class c offloaded; the last ones send params and states to disk */
+    static const struct { unsigned mask; bool disk; } pol[] = {
+        {1u << HP_OFFLOAD_CLASS_PARAMS, false}, {1u << HP_OFFLOAD_CLASS_GRADS, false},
+        {1u << HP_OFFLOAD_CLASS_OPTIMIZER, false}, {1u << HP_OFFLOAD_CLASS_ACTIVATIONS, false},
+        {(1u << HP_OFFLOAD_CLASS_PARAMS) | (1u << HP_OFFLOAD_CLASS_OPTIMIZER), false},
+        {(1u << HP_OFFLOAD_CLASS_GRADS) | (1u << HP_OFFLOAD_CLASS_ACTIVATIONS), false},
+        {15u, false}, {15u, true}, {(1u << HP_OFFLOAD_CLASS_OPTIMIZER), true},
+    };
+    static const double frac[] = {0.5, 0.25};
+    int ran = 0, impossible = 0;
+    for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++)
+        for (size_t b = 0; b < 2; b++) {
+            hp_offload_plan_config c;
+            hp_offload_plan_config_init(&c);
+            c.device_budget = (size_t)(frac[b] * (double)peak);
+            c.bandwidth[HP_TIER_DISK] = 1e9;
+            c.chunk_bytes = 4096; /* several chunks even for small tensors */
+            if (pol[k].disk) c.disk_dir = disk_dir();
+            for (int cl = 0; cl < HP_OFFLOAD_CLASS_COUNT; cl++)
+                c.policy[cl] = !(pol[k].mask & (1u << cl)) ? HP_TIER_DEVICE
+                               : pol[k].disk && cl != HP_OFFLOAD_CLASS_ACTIVATIONS && cl != HP_OFFLOAD_CLASS_GRADS
+                                   ? HP_TIER_DISK
+                                   : HP_TIER_HOST;
+            gpt x;
+            gpt_build(&x, 2);
+            hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+            o.keep = x.keep;
+            o.n_keep = 2;
+            hp_offload_state *s = NULL;
+            hp_status st = hp_offload_apply_config(&c, x.g, &o, &s);
+            if (st == HP_STATUS_OUT_OF_MEMORY && pol[k].mask != 15u) { /* one class alone may not be enough */
+                impossible++;
+                hp_graph_free(x.g);
+                continue;
+            }
+            if (st != HP_STATUS_OK) fail_msg("policy %u disk %d budget %.2f: %s", pol[k].mask, pol[k].disk, frac[b],
+                                             hp_error_message());
+            hp_offload_plan_stats ps;
+            hp_offload_plan_get_stats(hp_offload_state_plan(s), &ps);
+            assert_true(ps.peak_after <= c.device_budget);
+            for (int i = 0; i < hp_graph_n_nodes(x.g); i++)
+                assert_true(hp_offload_plan_resident_at(hp_offload_state_plan(s), i) <= c.device_budget);
+            result r;
+            assert_ok(run_steps(&x, o, &r, 3));
+            assert_true(r.st.device_bytes <= c.device_budget);
+            assert_memory_equal(a.loss, r.loss, sizeof a.loss);
+            assert_int_equal(a.n, r.n);
+            assert_memory_equal(a.params, r.params, a.n * sizeof(float));
+            free(r.params);
+            hp_offload_state_free(s);
+            hp_graph_free(x.g);
+            ran++;
+        }
+    print_message("no-offload peak %zu bytes; %d policy/budget runs bitwise equal, %d budgets impossible for a "
+                  "single class\n", peak, ran, impossible);
+    assert_true(ran >= 8);
+    free(a.params);
+}
+
+/* ---------------------------------------------------------------- synthetic graphs */
+
+/* Forward: h_{i+1} = gelu(h_i @ w_i), every h saved; "backward": a chain that reads them in reverse. */
+static hp_graph *chain_graph(int n, int width, hp_tid *out) {
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(64, width));
+    hp_tid h[64];
+    h[0] = x;
+    for (int i = 0; i < n; i++) {
+        hp_graph_push_scopef(g, "layer%d", i);
+        hp_tid w = hp_param(g, "w", HP_SHAPE(width, width));
+        hp_graph_pop_scope(g);
+        h[i + 1] = hp_gelu(g, hp_matmul(g, h[i], w, false, false));
+    }
+    hp_tid acc = h[n];
+    for (int i = n - 1; i >= 1; i--) acc = hp_add(g, hp_mul(g, acc, h[i]), h[i]);
+    *out = hp_sum(g, acc, -1);
+    return g;
+}
+
+static void check_structure(hp_graph *g, const hp_offload_state *s) {
+    (void)s;
+    int nn = hp_graph_n_nodes(g);
+    for (int i = 0; i < nn; i++) {
+        const hp_node *n = hp_graph_node(g, i);
+        if (n->op == HP_OP_PREFETCH || n->op == HP_OP_OFFLOAD || n->op == HP_OP_OFFLOAD_WAIT) continue;
+        for (int k = 0; k < n->n_in; k++) {
+            hp_tid t = n->in[k];
+            if (t == HP_TID_NONE) continue;
+            const hp_tensor *x = hp_graph_tensor(g, t);
+            assert_true(x->producer < 0 || hp_graph_node(g, x->producer)->op != HP_OP_OFFLOAD ||
+                        n->op == HP_OP_ADAMW_STREAM); /* slow copies are only read by transfers */
+            if (x->producer < 0 || hp_graph_node(g, x->producer)->op != HP_OP_PREFETCH) continue;
+            bool waited = false; /* a wait on t between the prefetch and this use */
+            for (int j = x->producer + 1; j < i; j++) {
+                const hp_node *w = hp_graph_node(g, j);
+                waited |= w->op == HP_OP_OFFLOAD_WAIT && w->in[0] == t;
+            }
+            if (!waited) fail_msg("node %d (%s) reads prefetched %%%d before its wait", i, hp_op_name(n->op), t);
+        }
+    }
+}
+
+static void test_chain_budget_and_order(void **state) {
+    (void)state;
+    hp_tid loss;
+    hp_graph *g0 = chain_graph(8, 64, &loss);
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = &loss;
+    o.n_keep = 1;
+    hp_program *p;
+    assert_ok(hp_program_new(g0, &o, &p));
+    float x[64 * 64], ref;
+    hp_test_fill_uniform(x, 64 * 64, 1, -1, 1);
+    hp_tid params[8];
+    int np = hp_graph_params(g0, params, 8);
+    float *w = malloc(64 * 64 * sizeof(float));
+    for (int i = 0; i < np; i++) {
+        hp_test_fill_uniform(w, 64 * 64, 10 + (uint64_t)i, -0.2f, 0.2f);
+        assert_ok(hp_program_set_input(p, params[i], w, 64 * 64 * sizeof(float)));
+    }
+    assert_ok(hp_program_set_input(p, hp_graph_find(g0, "x"), x, sizeof x));
+    assert_ok(hp_program_run(p));
+    assert_ok(hp_program_get_output(p, loss, &ref, sizeof ref));
+    hp_program_free(p);
+
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
+    hp_offload_plan *plan;
+    assert_ok(hp_offload_plan_new(g0, &loss, 1, &c, &plan));
+    hp_offload_plan_stats s0;
+    hp_offload_plan_get_stats(plan, &s0);
+    hp_offload_plan_free(plan);
+    hp_graph_free(g0);
+
+    for (int f = 0; f < 2; f++) {
+        hp_graph *g = chain_graph(8, 64, &loss);
+        c.device_budget = s0.peak_before * (f ? 4 : 2) / 10;
+        c.machine = (hp_machine_model){1e9, 1e9}; /* slow compute: transfers hide */
+        hp_program_opts oo = HP_PROGRAM_OPTS_DEFAULT;
+        oo.keep = &loss;
+        oo.n_keep = 1;
+        hp_offload_state *s;
+        assert_ok(hp_offload_apply_config(&c, g, &oo, &s));
+        const hp_offload_plan *pl = hp_offload_state_plan(s);
+        hp_offload_plan_stats ps;
+        hp_offload_plan_get_stats(pl, &ps);
+        assert_true(ps.n_prefetch > 0);
+        assert_true(ps.peak_after <= c.device_budget);
+        assert_true(ps.peak_live_after <= c.device_budget);
+        for (int i = 0; i < 200; i++) assert_true(hp_offload_plan_resident_at(pl, i) <= c.device_budget);
+        check_structure(g, s);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mf = open_memstream(&buf, &len);
+        hp_offload_plan_print(pl, g, mf);
+        fclose(mf);
+        assert_non_null(strstr(buf, "prefetch before node"));
+        free(buf);
+        assert_ok(hp_program_new(g, &oo, &p));
+        for (int i = 0; i < np; i++) {
+            hp_test_fill_uniform(w, 64 * 64, 10 + (uint64_t)i, -0.2f, 0.2f);
+            assert_ok(hp_program_set_input(p, params[i], w, 64 * 64 * sizeof(float)));
+        }
+        assert_ok(hp_program_set_input(p, hp_graph_find(g, "x"), x, sizeof x));
+        float got;
+        assert_ok(hp_program_run(p));
+        assert_ok(hp_program_get_output(p, loss, &got, sizeof got));
+        assert_memory_equal(&ref, &got, sizeof got);
+        hp_program_stats st;
+        hp_program_get_stats(p, &st);
+        assert_true(st.device_bytes <= c.device_budget);
+        hp_program_free(p);
+        hp_offload_state_free(s);
+        hp_graph_free(g);
+    }
+    free(w);
+}
+
+static void test_impossible_budget(void **state) {
+    (void)state;
+    hp_tid loss;
+    hp_graph *g = chain_graph(4, 256, &loss);
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
+    /* one matmul reads 64x256 and 256x256 floats and writes 64x256: far more than 64 KiB */
+    c.device_budget = 64 * 1024;
+    hp_offload_plan *p;
+    hp_status st = hp_offload_plan_new(g, &loss, 1, &c, &p);
+    assert_int_equal(st, HP_STATUS_OUT_OF_MEMORY);
+    hp_test_assert_error_contains("cannot hold node");
+    hp_test_assert_error_contains("bytes resident");
+    print_message("impossible budget: %s\n", hp_error_message());
+    hp_graph_free(g);
+}
+
+/* ---------------------------------------------------------------- faults through the runtime */
+
+static void fault_case(int which) {
+    gpt x;
+    gpt_build(&x, 1);
+    size_t peak = no_offload_peak(&x);
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
+    c.device_budget = peak / 2;
+    c.disk_dir = disk_dir();
+    c.policy[HP_OFFLOAD_CLASS_PARAMS] = c.policy[HP_OFFLOAD_CLASS_OPTIMIZER] = HP_TIER_DISK;
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = x.keep;
+    o.n_keep = 2;
+    hp_offload_state *s;
+    assert_ok(hp_offload_apply_config(&c, x.g, &o, &s));
+    hp_disk *d = hp_offload_state_disk(s);
+    assert_non_null(d);
+    char path[512];
+    snprintf(path, sizeof path, "%s", hp_disk_path(d));
+    hp_program *p;
+    assert_ok(hp_program_new(x.g, &o, &p));
+    float lr = 1e-3f, step = 1;
+    assert_ok(hp_program_set_input(p, x.ts.lr, &lr, sizeof lr));
+    assert_ok(hp_program_set_input(p, x.ts.step, &step, sizeof step));
+    assert_ok(hp_program_run(p));
+    if (which == 0) hp_disk_inject_fault(d, EIO, 3);
+    else if (which == 1) hp_disk_inject_fault(d, ENOSPC, 0);
+    else assert_int_equal(unlink(path), 0);
+    hp_status st = hp_program_run(p);
+    assert_int_equal(st, HP_STATUS_IO);
+    hp_test_assert_error_contains(path);
+    print_message("fault %d: %s\n", which, hp_error_message());
+    hp_program_free(p);
+    hp_offload_state_free(s);
+    hp_graph_free(x.g);
+}
+
+static void test_disk_faults(void **state) {
+    (void)state;
+    fault_case(0); /* an I/O error mid-run */
+    fault_case(1); /* the disk full mid-run */
+    fault_case(2); /* the store file removed */
+}
+
+/* ---------------------------------------------------------------- config */
+
+static void test_config(void **state) {
+    (void)state;
+    const char *text = "offload:\n  device_budget: 64MiB\n  host_budget: 8GiB\n  disk_dir: /tmp\n"
+                       "  disk_budget: 1GB\n  policy: {params: disk, grads: true, optimizer: host, activations: false}\n"
+                       "  bandwidth: {host: measure, disk: 2.5e9}\n";
+    hp_yaml_doc *doc;
+    assert_ok(hp_yaml_parse_string(text, strlen(text), "run.yaml", &doc));
+    hp_offload_plan_config c;
+    assert_ok(hp_offload_config_parse(hp_yaml_map_get(hp_yaml_doc_root(doc), "offload"), &c));
+    assert_int_equal(c.device_budget, 64u << 20);
+    assert_int_equal(c.host_budget, 8ull << 30);
+    assert_int_equal(c.disk_budget, 1000000000u);
+    assert_string_equal(c.disk_dir, "/tmp");
+    assert_int_equal(c.policy[HP_OFFLOAD_CLASS_PARAMS], HP_TIER_DISK);
+    assert_int_equal(c.policy[HP_OFFLOAD_CLASS_GRADS], HP_TIER_HOST);
+    assert_int_equal(c.policy[HP_OFFLOAD_CLASS_ACTIVATIONS], HP_TIER_DEVICE);
+    assert_true(c.bandwidth[HP_TIER_HOST] == 0 && c.bandwidth[HP_TIER_DISK] == 2.5e9);
+    hp_yaml_doc_free(doc);
+
+    const char *bad[] = {"offload:\n  device_budget: 64MiB\n  colour: red\n",
+                         "offload:\n  device_budget: 64 parsecs\n",
+                         "offload:\n  policy: {params: maybe}\n",
+                         "offload:\n  policy: {weights: true}\n"};
+    const char *needle[] = {"colour", "parsecs", "maybe", "weights"};
+    for (int k = 0; k < 4; k++) {
+        assert_ok(hp_yaml_parse_string(bad[k], strlen(bad[k]), "run.yaml", &doc));
+        hp_status st = hp_offload_config_parse(hp_yaml_map_get(hp_yaml_doc_root(doc), "offload"), &c);
+        assert_int_equal(st, HP_STATUS_CONFIG);
+        hp_test_assert_error_contains(needle[k]);
+        hp_test_assert_error_contains("run.yaml:");
+        hp_yaml_doc_free(doc);
+    }
+    /* NULL section: a no-op */
+    gpt x;
+    gpt_build(&x, 1);
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    hp_offload_state *s = (hp_offload_state *)&o;
+    int nn = hp_graph_n_nodes(x.g);
+    assert_ok(hp_offload_apply(NULL, x.g, &o, &s));
+    assert_null(s);
+    assert_int_equal(nn, hp_graph_n_nodes(x.g));
+    hp_graph_free(x.g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_chain_budget_and_order),
+        cmocka_unit_test(test_impossible_budget),
+        cmocka_unit_test(test_gpt_bitwise_every_policy),
+        cmocka_unit_test(test_disk_faults),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
