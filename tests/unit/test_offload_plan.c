@@ -118,10 +118,15 @@ static void test_gpt_bitwise_every_policy(void **state) {
         {(1u << HP_OFFLOAD_CLASS_GRADS) | (1u << HP_OFFLOAD_CLASS_ACTIVATIONS), false},
         {15u, false}, {15u, true}, {(1u << HP_OFFLOAD_CLASS_OPTIMIZER), true},
     };
-    static const double frac[] = {0.5, 0.25};
+    /* 50% and 25% of the no-offload peak; a class alone may not reach them (then the planner says
+     * so), and is tried at 75%, 90% and 99.9% too so that every policy runs at least once: the
+     * peak of this small model is at the start of backward, where gradients alone free little. */
+    static const double frac[] = {0.5, 0.25, 0.75, 0.9, 0.999};
     int ran = 0, impossible = 0;
-    for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++)
-        for (size_t b = 0; b < 2; b++) {
+    for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
+        int ran_k = 0;
+        for (size_t b = 0; b < 5; b++) {
+            if (b >= 2 && ran_k > 0) break;
             hp_offload_plan_config c;
             hp_offload_plan_config_init(&c);
             c.device_budget = (size_t)(frac[b] * (double)peak);
@@ -141,6 +146,7 @@ static void test_gpt_bitwise_every_policy(void **state) {
             hp_offload_state *s = NULL;
             hp_status st = hp_offload_apply_config(&c, x.g, &o, &s);
             if (st == HP_STATUS_OUT_OF_MEMORY && pol[k].mask != 15u) { /* one class alone may not be enough */
+                if (getenv("HP_TEST_VERBOSE")) print_message("policy %u budget %.3f: %s\n", pol[k].mask, frac[b], hp_error_message());
                 impossible++;
                 hp_graph_free(x.g);
                 continue;
@@ -162,10 +168,16 @@ static void test_gpt_bitwise_every_policy(void **state) {
             hp_offload_state_free(s);
             hp_graph_free(x.g);
             ran++;
+            ran_k++;
         }
+        /* Gradients alone cannot lower this model's peak (at the start of backward, before most
+         * gradients exist); they run in the combinations. Every other policy must run. */
+        if (ran_k == 0 && pol[k].mask != (1u << HP_OFFLOAD_CLASS_GRADS))
+            fail_msg("policy %u (disk %d) ran at no budget", pol[k].mask, pol[k].disk);
+    }
     print_message("no-offload peak %zu bytes; %d policy/budget runs bitwise equal, %d budgets impossible for a "
                   "single class\n", peak, ran, impossible);
-    assert_true(ran >= 8);
+    assert_true(ran >= 10); /* every policy but gradients alone; everything (host, disk) at 50% and 25% */
     free(a.params);
 }
 
@@ -246,7 +258,7 @@ static void test_chain_budget_and_order(void **state) {
 
     for (int f = 0; f < 2; f++) {
         hp_graph *g = chain_graph(8, 64, &loss);
-        c.device_budget = s0.peak_before * (f ? 4 : 2) / 10;
+        c.device_budget = s0.peak_before * (f ? 6 : 4) / 10;
         c.machine = (hp_machine_model){1e9, 1e9}; /* slow compute: transfers hide */
         hp_program_opts oo = HP_PROGRAM_OPTS_DEFAULT;
         oo.keep = &loss;
