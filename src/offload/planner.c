@@ -211,7 +211,7 @@ static void compute_resident(hp_offload_plan *p, const hp_graph *g) {
 }
 
 typedef struct move {
-    int cand, gap; /* gap -1: only make the home slow */
+    int cand, gap; /* gap -1: only make the home slow; -2: wait for the offload right after the def */
     bool eager;
     double stall;
     size_t freed_at;
@@ -253,6 +253,11 @@ static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, mo
                 double w = c->x_out - (tl->at[wait + 1] - tl->at[c->def + 1]);
                 if (w > 0) stall += w;
             }
+        }
+        if (gap == -2 && c->slow && !c->persistent && wait > c->def) { /* wait for the offload at once */
+            double before = c->x_out - (tl->at[wait + 1] - tl->at[c->def + 1]);
+            wait = c->def;
+            stall += c->x_out - (before > 0 ? before : 0);
         }
         if (gap >= 0 && !off[gap]) {
             int32_t lo = gap == 0 ? (c->persistent ? 0 : c->def + 1) : c->fu[gap - 1] + 1;
@@ -333,7 +338,8 @@ static hp_status greedy(hp_offload_plan *p, const hp_graph *g, int64_t target) {
                 c->x_in = tier_seconds(p, tier, c->bytes, true);
                 c->x_out = tier_seconds(p, tier, c->bytes, false);
             }
-            for (int gap = c->slow ? 0 : -1; gap < c->n_fu; gap++) {
+            for (int gap = c->slow ? -2 : -1; gap < c->n_fu; gap++) {
+                if (gap == -2 && (c->persistent || c->wait == c->def)) continue;
                 if (gap >= 0 && c->off[gap]) continue;
                 for (int e = 0; e < 2; e++)
                     if (try_move(p, ci, gap, e == 1, at, &m, false) && (best.cand < 0 || better(&m, &best))) best = m;
@@ -450,7 +456,7 @@ hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep,
                               "%d rounds of tightening; fragmentation)", cfg->device_budget, dev, round);
                 goto fail;
             }
-            target -= (int64_t)(dev - cfg->device_budget) + ALIGN;
+            target -= (int64_t)(dev - cfg->device_budget) * (1 + round) + ALIGN; /* converge fast */
         }
     }
     compute_resident(p, g);

@@ -1,0 +1,285 @@
+/*
+ * HyperOffload: a budget sweep over a GPT training step whose full state (params, grads, AdamW m
+ * and v) is several times the smaller budgets, and the largest model that fits a fixed budget.
+ *
+ * For each budget (100%, 50%, 25%, 10% of the no-offload fast-tier peak) and two tier layouts
+ * ("host": every class to the host tier; "disk": params, gradients and optimizer states on the
+ * O_DIRECT disk store, activations on the host) a forked child builds the step, plans, runs warmup
+ * + timed steps and reports: step time (median), its ratio to the unlimited step, peak RSS of the
+ * child (VmHWM, from the OS), the fast tier's bytes, bytes per tier per step, the predicted stall
+ * and the fraction of copy time hidden behind compute (copy engine statistics). Then, at a fixed
+ * budget, layers grow until the planner says impossible, without and with offload.
+ *
+ *     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_offload [disk_dir]
+ *
+ * One JSON line per measurement. Bandwidths are measured once (hp_tier_probe) and the machine
+ * model's FLOP/s from the unlimited step, then handed to every child.
+ */
+#include "hp/nn.h"
+#include "hp/offload_plan.h"
+#include "hp/ops.h"
+#include "hp/runtime.h"
+#include "hp/tier.h"
+#include "hp/train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { BATCH = 4, SEQ = 64, STEPS = 9 };
+static const hp_gpt_config CFG = {.vocab = 256, .context = 64, .layers = 4, .heads = 4, .width = 256, .tied_head = true};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static long vm_hwm_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}
+
+static void die(const char *what, hp_status st) {
+    fprintf(stderr, "bench_offload: %s: %s: %s\n", what, hp_status_str(st), hp_error_message());
+    exit(1);
+}
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        hp_status st_ = (expr);                                                                    \
+        if (st_ != HP_STATUS_OK) die(#expr, st_);                                                  \
+    } while (0)
+
+typedef struct {
+    hp_graph *g;
+    hp_gpt m;
+    hp_train_step ts;
+    hp_tid keep[2];
+} step_graph;
+
+static void build(step_graph *s, int layers) {
+    hp_gpt_config c = CFG;
+    c.layers = layers;
+    s->g = hp_graph_new();
+    CHECK(hp_gpt_build(s->g, &c, BATCH, SEQ, true, &s->m));
+    hp_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    CHECK(hp_train_step_build(s->g, s->m.loss, &oc, &s->ts));
+    s->keep[0] = s->ts.loss;
+    s->keep[1] = s->ts.grad_sq;
+}
+
+static int64_t n_params(const step_graph *s) {
+    int64_t n = 0;
+    for (int i = 0; i < s->ts.n_params; i++) n += hp_shape_numel(&hp_graph_tensor(s->g, s->ts.params[i])->shape);
+    return n;
+}
+
+/* Runs warmup + STEPS steps; returns the median step seconds. */
+static double run(step_graph *s, hp_program_opts o, hp_program **out_p) {
+    hp_program *p;
+    CHECK(hp_program_new(s->g, &o, &p));
+    for (int i = 0; i < s->ts.n_params; i++) {
+        const hp_tensor *t = hp_graph_tensor(s->g, s->ts.params[i]);
+        int64_t n = hp_shape_numel(&t->shape);
+        float *buf = malloc((size_t)n * sizeof(float));
+        CHECK(hp_gpt_init_param(&s->m.cfg, t->name, 42, 0, n, buf));
+        CHECK(hp_program_set_input(p, s->ts.params[i], buf, (size_t)n * sizeof(float)));
+        free(buf);
+    }
+    int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
+    for (int i = 0; i < BATCH * SEQ; i++) {
+        tok[i] = (int32_t)((i * 7 + 3) % CFG.vocab);
+        tgt[i] = (int32_t)((i * 5 + 1) % CFG.vocab);
+    }
+    float lr = 1e-3f;
+    CHECK(hp_program_set_input(p, s->m.tokens, tok, sizeof tok));
+    CHECK(hp_program_set_input(p, s->m.targets, tgt, sizeof tgt));
+    CHECK(hp_program_set_input(p, s->ts.lr, &lr, sizeof lr));
+    double t[STEPS + 1];
+    for (int k = 0; k <= STEPS; k++) {
+        float step = (float)(k + 1);
+        CHECK(hp_program_set_input(p, s->ts.step, &step, sizeof step));
+        if (k == 1 && o.ext) hp_copy_engine_reset_stats(((hp_offload_state *)o.ext->user) ? hp_offload_state_copy_engine((hp_offload_state *)o.ext->user) : NULL);
+        double t0 = now_s();
+        CHECK(hp_program_run(p));
+        t[k] = now_s() - t0;
+    }
+    /* median of the timed steps (k >= 1) */
+    for (int i = 2; i <= STEPS; i++)
+        for (int j = i; j > 1 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    *out_p = p;
+    return t[1 + STEPS / 2];
+}
+
+static size_t plan_peak(step_graph *s) {
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
+    hp_offload_plan *p;
+    CHECK(hp_offload_plan_new(s->g, s->keep, 2, &c, &p));
+    hp_offload_plan_stats st;
+    hp_offload_plan_get_stats(p, &st);
+    hp_offload_plan_free(p);
+    return st.peak_before;
+}
+
+static void set_policy(hp_offload_plan_config *c, bool disk, const char *dir) {
+    for (int k = 0; k < HP_OFFLOAD_CLASS_COUNT; k++) c->policy[k] = HP_TIER_HOST;
+    if (disk) {
+        c->disk_dir = dir;
+        c->policy[HP_OFFLOAD_CLASS_PARAMS] = c->policy[HP_OFFLOAD_CLASS_OPTIMIZER] = HP_TIER_DISK;
+        c->policy[HP_OFFLOAD_CLASS_GRADS] = HP_TIER_DISK;
+    }
+}
+
+/* One child: budget fraction `frac` (0: unlimited, no offload). Prints one JSON line. */
+static void child(double frac, bool disk, const char *dir, const hp_tier_list *tiers, double flops, size_t peak,
+                  double base_s) {
+    step_graph s;
+    build(&s, CFG.layers);
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = s.keep;
+    o.n_keep = 2;
+    hp_offload_state *ofl = NULL;
+    hp_offload_plan_stats ps;
+    memset(&ps, 0, sizeof ps);
+    if (frac > 0) {
+        hp_offload_plan_config c;
+        hp_offload_plan_config_init(&c);
+        c.device_budget = (size_t)(frac * (double)peak);
+        set_policy(&c, disk, dir);
+        c.bandwidth[HP_TIER_HOST] = tiers->tier[HP_TIER_HOST].read_bw;
+        c.bandwidth[HP_TIER_DISK] = tiers->tier[HP_TIER_DISK].read_bw;
+        if (flops > 0) c.machine.flops_per_s = flops;
+        CHECK(hp_offload_apply_config(&c, s.g, &o, &ofl));
+        hp_offload_plan_get_stats(hp_offload_state_plan(ofl), &ps);
+    }
+    hp_program *p;
+    double sec = run(&s, o, &p);
+    hp_program_stats st;
+    hp_program_get_stats(p, &st);
+    hp_copy_stats cs;
+    memset(&cs, 0, sizeof cs);
+    if (ofl) hp_copy_engine_get_stats(hp_offload_state_copy_engine(ofl), &cs);
+    float loss;
+    CHECK(hp_program_get_output(p, s.ts.loss, &loss, sizeof loss));
+    printf("{\"bench\":\"offload_sweep\",\"tiers\":\"%s\",\"budget_frac\":%.2f,\"budget_bytes\":%zu,\"layers\":%d,"
+           "\"params\":%lld,\"state_bytes\":%lld,\"step_s\":%.4f,\"vs_unlimited\":%.3f,\"vm_hwm_mib\":%.1f,"
+           "\"fast_tier_bytes\":%zu,\"host_in_mib\":%.1f,\"host_out_mib\":%.1f,\"disk_in_mib\":%.1f,"
+           "\"disk_out_mib\":%.1f,\"prefetch\":%d,\"offload\":%d,\"adamw_streamed\":%d,\"predicted_stall_s\":%.4f,"
+           "\"copy_busy_s\":%.4f,\"copy_wait_s\":%.4f,\"hidden_frac\":%.3f,\"loss\":%.6f}\n",
+           frac > 0 ? (disk ? "disk" : "host") : "none", frac > 0 ? frac : 1.0, frac > 0 ? ps.budget : peak,
+           CFG.layers, (long long)n_params(&s), (long long)(4 * 4 * n_params(&s)), sec,
+           base_s > 0 ? sec / base_s : 1.0, (double)vm_hwm_kib() / 1024.0, st.device_bytes,
+           ps.bytes_in[HP_TIER_HOST] / 1048576.0, ps.bytes_out[HP_TIER_HOST] / 1048576.0,
+           ps.bytes_in[HP_TIER_DISK] / 1048576.0, ps.bytes_out[HP_TIER_DISK] / 1048576.0, ps.n_prefetch, ps.n_offload,
+           ps.n_streamed, ps.stall_s, cs.busy_total_s / STEPS, cs.wait_s / STEPS,
+           ofl ? hp_copy_stats_hidden_fraction(&cs) : 1.0, (double)loss);
+    fflush(stdout);
+    hp_program_free(p);
+    hp_offload_state_free(ofl);
+    hp_graph_free(s.g);
+}
+
+static double fork_child(double frac, bool disk, const char *dir, const hp_tier_list *tiers, double flops, size_t peak,
+                         double base_s) {
+    fflush(stdout);
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 1);
+        child(frac, disk, dir, tiers, flops, peak, base_s);
+        fflush(stdout);
+        _exit(0);
+    }
+    close(fd[1]);
+    char line[4096];
+    FILE *f = fdopen(fd[0], "r");
+    double step = 0;
+    while (fgets(line, sizeof line, f)) {
+        fputs(line, stdout);
+        const char *k = strstr(line, "\"step_s\":");
+        if (k) step = atof(k + 9);
+    }
+    fclose(f);
+    int status;
+    waitpid(pid, &status, 0);
+    return step;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    hp_tier_list tiers;
+    hp_tier_list_init(&tiers);
+    CHECK(hp_tier_probe(&tiers, HP_TIER_HOST, NULL, 0));
+    CHECK(hp_tier_probe(&tiers, HP_TIER_DISK, dir, 0));
+    printf("{\"bench\":\"tiers\",\"host_read_gbps\":%.2f,\"host_write_gbps\":%.2f,\"disk_read_gbps\":%.2f,"
+           "\"disk_write_gbps\":%.2f,\"disk_dir\":\"%s\"}\n",
+           1e-9 * tiers.tier[HP_TIER_HOST].read_bw, 1e-9 * tiers.tier[HP_TIER_HOST].write_bw,
+           1e-9 * tiers.tier[HP_TIER_DISK].read_bw, 1e-9 * tiers.tier[HP_TIER_DISK].write_bw, dir);
+    step_graph s;
+    build(&s, CFG.layers);
+    size_t peak = plan_peak(&s);
+    /* measured FLOP/s of the unlimited step for the cost model */
+    double flops_step = 0;
+    for (int i = 0; i < hp_graph_n_nodes(s.g); i++) flops_step += hp_node_cost(s.g, i).flops;
+    hp_graph_free(s.g);
+    double base = fork_child(0, false, dir, &tiers, 0, peak, 0);
+    double flops = base > 0 ? flops_step / base : 0;
+    printf("{\"bench\":\"machine\",\"step_gflop\":%.3f,\"measured_gflops\":%.2f,\"no_offload_peak_bytes\":%zu}\n",
+           1e-9 * flops_step, 1e-9 * flops, peak);
+    static const double fr[] = {1.0, 0.5, 0.25, 0.10};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 4; k++) fork_child(fr[k], d == 1, dir, &tiers, flops, peak, base);
+
+    /* The largest model under a fixed budget: the no-offload peak of a 2-layer model. */
+    build(&s, 2);
+    size_t budget = plan_peak(&s);
+    hp_graph_free(s.g);
+    int best_plain = 0, best_ofl = 0;
+    int64_t params_plain = 0, params_ofl = 0;
+    for (int L = 1; L <= 96; L++) {
+        build(&s, L);
+        bool plain = plan_peak(&s) <= budget;
+        hp_offload_plan_config c;
+        hp_offload_plan_config_init(&c);
+        c.device_budget = budget;
+        set_policy(&c, true, dir);
+        c.bandwidth[HP_TIER_HOST] = tiers.tier[HP_TIER_HOST].read_bw;
+        c.bandwidth[HP_TIER_DISK] = tiers.tier[HP_TIER_DISK].read_bw;
+        hp_offload_plan *p = NULL;
+        hp_status st = hp_offload_plan_new(s.g, s.keep, 2, &c, &p);
+        if (plain) {
+            best_plain = L;
+            params_plain = n_params(&s);
+        }
+        if (st == HP_STATUS_OK) {
+            best_ofl = L;
+            params_ofl = n_params(&s);
+        }
+        hp_offload_plan_free(p);
+        hp_graph_free(s.g);
+        if (st != HP_STATUS_OK) {
+            printf("{\"bench\":\"offload_capacity_limit\",\"layers\":%d,\"why\":\"%.200s\"}\n", L, hp_error_message());
+            break;
+        }
+    }
+    printf("{\"bench\":\"offload_capacity\",\"budget_bytes\":%zu,\"max_layers_no_offload\":%d,\"params_no_offload\":%lld,"
+           "\"max_layers_offload\":%d,\"params_offload\":%lld,\"ratio\":%.2f}\n",
+           budget, best_plain, (long long)params_plain, best_ofl, (long long)params_ofl,
+           params_plain ? (double)params_ofl / (double)params_plain : 0.0);
+    return 0;
+}
