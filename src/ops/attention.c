@@ -9,8 +9,9 @@
  * ATTENTION_BACKWARD(do, q, k, v, o, lse), same attrs -> dq, dk, dv (B, T, H*D).
  *
  * Workspace: the CPU kernel processes query blocks of HP_ATTN_BLOCK rows; each thread holds the
- * block's scores against all T keys (forward: one block x T floats; backward: two, plus T floats of
- * rowsum(dO * O)). The rule below sizes it for omp_get_max_threads() threads at program build.
+ * block's scores against all T keys (forward: one block x T floats plus the rows' sums; backward:
+ * two blocks plus T floats of rowsum(dO * O)). The rule below sizes it for omp_get_max_threads()
+ * threads at program build; the kernels never use more threads than the workspace holds.
  */
 #include "ops/op.h"
 
@@ -119,7 +120,7 @@ static void attention_backward_cost(const hp_graph *g, const hp_node *n, hp_op_c
 static size_t workspace_common(const hp_graph *g, const hp_node *n, int qi, int n_blocks) {
     int64_t T = hp__shp(g, n->in[qi])->dim[1];
     int64_t rows = T < HP_ATTN_BLOCK ? T : HP_ATTN_BLOCK;
-    size_t per_thread = (size_t)(n_blocks * rows * T + (qi ? T : 0)) * sizeof(float);
+    size_t per_thread = (size_t)(n_blocks * rows * T + T) * sizeof(float); /* + row sums / rowsum(dO o O) */
     per_thread = (per_thread + 63) & ~(size_t)63;
     return per_thread * (size_t)omp_get_max_threads();
 }

@@ -157,14 +157,14 @@ static hp_status threads_for(const hp_kernel_args *a, size_t per_thread, int *nt
     return HP_STATUS_OK;
 }
 
-/* Row softmax of s[0, valid) in place with lse out; zeroes s[valid, L). */
-static float softmax_row(float *s, int64_t valid, int64_t L) {
+/* Unnormalized row softmax: s[0, valid) = exp(s - max) in place, s[valid, L) = 0. Returns the
+ * row's sum; the caller divides the row of P V by it (D values, not L) and stores lse. */
+static float softmax_row(float *s, int64_t valid, int64_t L, float *lse) {
     float m = row_max(s, valid);
     float sum = exp_shift(s, valid, m);
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < valid; j++) s[j] *= inv;
     if (valid < L) memset(s + valid, 0, sizeof(float) * (size_t)(L - valid));
-    return m + logf(sum);
+    *lse = m + logf(sum);
+    return sum;
 }
 
 hp_status hp__cpu_attention(const hp_kernel_args *a) {
@@ -172,7 +172,7 @@ hp_status hp__cpu_attention(const hp_kernel_args *a) {
     const float *q = a->in[0], *k = a->in[1], *v = a->in[2];
     float *o = a->out[0], *lse = a->out[1];
     if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
-    size_t pt = per_thread_floats(d.T, 1, false);
+    size_t pt = per_thread_floats(d.T, 1, true);
     int nt = 1;
     HP_CHECK(threads_for(a, pt, &nt));
     int64_t nblk = (d.T + BQ - 1) / BQ, items = d.B * d.H * nblk;
@@ -188,11 +188,15 @@ hp_status hp__cpu_attention(const hp_kernel_args *a) {
         const float *K = k + b * d.T * d.C + h * d.D, *V = v + b * d.T * d.C + h * d.D;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, D, d.scale, Q, C, K, C, 0.0f, S,
                     (int)L);
-        float *lrow = lse + (b * d.H + h) * d.T + i0;
+        float *lrow = lse + (b * d.H + h) * d.T + i0, *O = o + (b * d.T + i0) * d.C + h * d.D;
+        float *rsum = S + rows * L; /* BQ floats after the score block (see per_thread_floats) */
         for (int64_t r = 0; r < rows; r++)
-            lrow[r] = softmax_row(S + r * L, d.causal ? i0 + r + 1 : L, L);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)L, 1.0f, S, (int)L, V, C, 0.0f,
-                    o + (b * d.T + i0) * d.C + h * d.D, C);
+            rsum[r] = softmax_row(S + r * L, d.causal ? i0 + r + 1 : L, L, &lrow[r]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)L, 1.0f, S, (int)L, V, C, 0.0f, O, C);
+        for (int64_t r = 0; r < rows; r++) {
+            float inv = 1.0f / rsum[r], *orow = O + r * d.C;
+            for (int64_t e = 0; e < d.D; e++) orow[e] *= inv;
+        }
     }
     return HP_STATUS_OK;
 }
@@ -251,11 +255,9 @@ hp_status hp__cpu_attention_backward(const hp_kernel_args *a) {
     HP_CHECK(threads_for(a, pt, &nt));
     int64_t pairs = d.B * d.H;
     float *ws = a->workspace;
-    if (pairs < nt) { /* too few pairs to share out: run them in turn with threaded GEMMs */
-        for (int64_t bh = 0; bh < pairs; bh++)
-            backward_head(&d, bh / d.H, bh % d.H, dout, q, k, v, o, lse, dq, dk, dv, ws);
-        return HP_STATUS_OK;
-    }
+    /* Fewer pairs than threads: leave threads idle rather than thread the small GEMMs (OpenBLAS
+     * runs a 64 x T x 64 product 5-10x slower on 2 threads than on one, from wake-up costs). */
+    if (pairs < nt) nt = (int)pairs;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t bh = 0; bh < pairs; bh++)
         backward_head(&d, bh / d.H, bh % d.H, dout, q, k, v, o, lse, dq, dk, dv,
