@@ -259,7 +259,11 @@ static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, mo
             wait = c->def;
             stall += c->x_out - (before > 0 ? before : 0);
         }
-        if (gap >= 0 && !off[gap]) {
+        if (gap >= 0 && c->slow && off[gap] && pre[gap] < c->fu[gap]) { /* prefetch later: less memory */
+            double before = c->x_in - (tl->at[c->fu[gap]] - tl->at[pre[gap]]);
+            pre[gap] = c->fu[gap];
+            stall += c->x_in - (before > 0 ? before : 0);
+        } else if (gap >= 0 && !off[gap]) {
             int32_t lo = gap == 0 ? (c->persistent ? 0 : c->def + 1) : c->fu[gap - 1] + 1;
             off[gap] = true;
             pre[gap] = eager ? c->fu[gap] : prefetch_at(tl, lo, c->fu[gap], c->x_in);
@@ -340,8 +344,9 @@ static hp_status greedy(hp_offload_plan *p, const hp_graph *g, int64_t target) {
             }
             for (int gap = c->slow ? -2 : -1; gap < c->n_fu; gap++) {
                 if (gap == -2 && (c->persistent || c->wait == c->def)) continue;
-                if (gap >= 0 && c->off[gap]) continue;
-                for (int e = 0; e < 2; e++)
+                bool shrink = gap >= 0 && c->off[gap];
+                if (shrink && c->pre[gap] == c->fu[gap]) continue;
+                for (int e = shrink ? 1 : 0; e < 2; e++)
                     if (try_move(p, ci, gap, e == 1, at, &m, false) && (best.cand < 0 || better(&m, &best))) best = m;
             }
         }
