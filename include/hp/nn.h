@@ -66,7 +66,8 @@ int64_t hp_gpt_n_params(const hp_gpt_config *c);
 
 /*
  * Training FLOPs per token, nanoGPT's estimate_mfu (Karpathy; PaLM paper appendix B):
- * 6 N + 12 L C T, with N the parameters excluding the position embedding. The attention term
+ * 6 N + 12 L C T, with N the parameters that take part in matrix products (all but the position
+ * table, and but the token table when the head is untied, as it is then only looked up). The attention term
  * counts the full (unmasked) T x T products, as PyTorch's and nanoGPT's reports do.
  */
 double hp_gpt_train_flops_per_token(const hp_gpt_config *c, int seq);

@@ -119,6 +119,9 @@ int64_t hp_gpt_n_params(const hp_gpt_config *c) {
 }
 
 double hp_gpt_train_flops_per_token(const hp_gpt_config *c, int seq) {
-    double n = (double)(hp_gpt_n_params(c) - (int64_t)c->context * c->width);
+    /* parameters that take part in matrix products: not the position table, and not the token
+     * table when it is only looked up (untied head) */
+    double n = (double)(hp_gpt_n_params(c) - (int64_t)c->context * c->width -
+                        (c->tied_head ? 0 : (int64_t)c->vocab * c->width));
     return 6.0 * n + 12.0 * c->layers * (double)c->width * seq;
 }

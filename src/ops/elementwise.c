@@ -165,6 +165,29 @@ static hp_status binary_shard(const hp_shard_ctx *c, const hp_node *n, const hp_
             hp__lay_set_partial(&out[0], keep, HP_REDUCE_SUM);
         }
     }
+    /* ADD/SUB: keep the union of both operands' pending sums (an operand without a pending sum
+     * on an axis becomes one for free: one rank keeps its value, the others zeros), so chains of
+     * partial sums (the global gradient norm) resolve once, at the end. Scalars only: on a
+     * tensor a kept pending sum is free here but costs more downstream (the residual stream would
+     * be reduce-scattered and gathered again), which a local rule cannot see. */
+    uint32_t u = hp_shape_numel(hp__shp(g, n->out[0])) == 1 ? in[0].partial | in[1].partial : 0;
+    bool sums = (!in[0].partial || in[0].partial_op == HP_REDUCE_SUM) && (!in[1].partial || in[1].partial_op == HP_REDUCE_SUM);
+    if (n->op != HP_OP_MUL && u && sums) {
+        hp_layout o = expand(g, n, 0, &in[0]);
+        hp__lay_drop_axes(&o, u);
+        hp_layout r[2];
+        for (int k = 0; k < 2; k++) {
+            r[k] = operand(g, n, k, &o);
+            hp__lay_set_partial(&r[k], u, HP_REDUCE_SUM);
+        }
+        int64_t cost = total_cost(c, n, in, r);
+        if (cost < best) {
+            req[0] = r[0];
+            req[1] = r[1];
+            out[0] = o;
+            hp__lay_set_partial(&out[0], u, HP_REDUCE_SUM);
+        }
+    }
     return HP_STATUS_OK;
 }
 

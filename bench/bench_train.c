@@ -1,0 +1,171 @@
+/*
+ * Training-step benchmark (issue: foundation). For GPT config A (vocab 256, context 256, 4 layers,
+ * 4 heads, width 256, batch 8) and B (GPT-2 small: vocab 50257, context 1024, 12 layers, 12 heads,
+ * width 768, batch 4, tied head), times the whole step (forward, backward, clipping, AdamW) and
+ * prints one JSON line per config:
+ *   tokens/s, achieved GFLOP/s by nanoGPT's estimate (6 N + 12 L C T per token, the same formula
+ *   as bench/torch_gpt.py), the machine's SGEMM peak measured in the same run, and the fraction.
+ * With --torch it also runs bench/torch_gpt.py (Debian's python3-torch, 2 threads,
+ * OMP_WAIT_POLICY=PASSIVE) on the same config in the same run and prints the ratio.
+ *
+ *   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_train --config A --steps 20 --torch
+ */
+#include "hp/nn.h"
+#include "hp/ops.h"
+#include "hp/rng.h"
+#include "hp/runtime.h"
+#include "hp/train.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Best of 5 SGEMMs of n x n x n: the ceiling our kernels are measured against. */
+static double sgemm_peak(int n) {
+    float *a = malloc(sizeof(float) * (size_t)n * n), *b = malloc(sizeof(float) * (size_t)n * n),
+          *c = malloc(sizeof(float) * (size_t)n * n);
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = 1e-3f * (float)(i % 101);
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double g = 2.0 * n * n * (double)n / (now_s() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+typedef struct cfg {
+    const char *name;
+    hp_gpt_config gpt;
+    int batch;
+} cfg;
+
+static const cfg CONFIGS[] = {
+    {"A", {256, 256, 4, 4, 256, false}, 8},
+    {"B", {50257, 1024, 12, 12, 768, true}, 4},
+};
+
+static int run(const cfg *c, int warmup, int steps, bool torch, bool profile, double peak) {
+    hp_graph *g = hp_graph_new();
+    hp_gpt gpt;
+    hp_train_step ts;
+    hp_optim_config o = {.lr = 3e-4, .min_lr = 3e-5, .warmup = 0, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
+                         .eps = 1e-8, .grad_clip = 1.0};
+    hp_status st = hp_gpt_build(g, &c->gpt, c->batch, c->gpt.context, true, &gpt);
+    if (st == HP_STATUS_OK) st = hp_train_step_build(g, gpt.loss, &o, &ts);
+    hp_program *p = NULL;
+    hp_tid keep[2] = {ts.loss, ts.grad_sq};
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = keep;
+    po.n_keep = 2;
+    po.profile = profile;
+    if (st == HP_STATUS_OK) st = hp_program_new(g, &po, &p);
+    if (st != HP_STATUS_OK) {
+        fprintf(stderr, "bench_train: %s\n", hp_error_message());
+        return 1;
+    }
+    for (int i = 0; i < ts.n_params; i++) {
+        const hp_tensor *x = hp_graph_tensor(g, ts.params[i]);
+        hp_gpt_init_param(&c->gpt, x->name, 1, 0, hp_shape_numel(&x->shape), hp_program_data(p, ts.params[i]));
+    }
+    int32_t *tok = hp_program_data(p, gpt.tokens), *tgt = hp_program_data(p, gpt.targets);
+    size_t bt = (size_t)c->batch * (size_t)c->gpt.context;
+    double total = 0, best = 1e30;
+    float loss = 0;
+    for (int s = 0; s < warmup + steps; s++) {
+        for (size_t i = 0; i < bt; i++) {
+            tok[i] = (int32_t)(hp_rng_u64(7, (uint64_t)s * bt + i) % (uint64_t)c->gpt.vocab);
+            tgt[i] = (int32_t)(hp_rng_u64(8, (uint64_t)s * bt + i) % (uint64_t)c->gpt.vocab);
+        }
+        *(float *)hp_program_data(p, ts.lr) = 3e-4f;
+        *(float *)hp_program_data(p, ts.step) = (float)(s + 1);
+        double t0 = now_s();
+        st = hp_program_run(p);
+        double dt = now_s() - t0;
+        if (st != HP_STATUS_OK) {
+            fprintf(stderr, "bench_train: %s\n", hp_error_message());
+            return 1;
+        }
+        loss = *(float *)hp_program_data(p, ts.loss);
+        if (s >= warmup) {
+            total += dt;
+            if (dt < best) best = dt;
+        }
+    }
+    double step_s = total / steps, tps = (double)bt / step_s;
+    double fpt = hp_gpt_train_flops_per_token(&c->gpt, c->gpt.context);
+    double gflops = fpt * tps / 1e9;
+    hp_program_stats stats;
+    hp_program_get_stats(p, &stats);
+    printf("{\"bench\": \"train_step\", \"impl\": \"hyperparallel\", \"config\": \"%s\", \"tokens_per_s\": %.1f, "
+           "\"step_s\": %.4f, \"step_s_min\": %.4f, \"gflops\": %.2f, \"sgemm_peak_gflops\": %.1f, "
+           "\"peak_fraction\": %.3f, \"params\": %lld, \"flops_per_token\": %.0f, "
+           "\"flops_formula\": \"6*N + 12*L*C*T (nanoGPT estimate_mfu; N excludes wpe, and wte when untied)\", "
+           "\"arena_mib\": %.1f, \"persistent_mib\": %.1f, \"last_loss\": %.4f, \"steps\": %d}\n",
+           c->name, tps, step_s, best, gflops, peak, gflops / peak, (long long)hp_gpt_n_params(&c->gpt), fpt,
+           (double)stats.arena_bytes / (1 << 20), (double)stats.persistent_bytes / (1 << 20), loss, steps);
+    fflush(stdout);
+    if (profile) hp_program_profile_report(p, stderr);
+    hp_program_free(p);
+    hp_graph_free(g);
+    if (torch) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd,
+                 "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_gpt.py --config %s --steps %d --warmup %d", c->name,
+                 steps, warmup);
+        FILE *f = popen(cmd, "r");
+        char line[4096];
+        double ttps = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            char *q = strstr(line, "\"tokens_per_s\": ");
+            if (q) ttps = strtod(q + 16, NULL);
+            fputs(line, stdout);
+        }
+        if (f) pclose(f);
+        if (ttps > 0)
+            printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"ratio_vs_pytorch\": %.2f, \"goal\": 1.5}\n", c->name,
+                   tps / ttps);
+        else
+            printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"pytorch\": \"unavailable (run scripts/setup-bench.sh)\"}\n",
+                   c->name);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *which = "AB";
+    int steps = 0, warmup = -1;
+    bool torch = false, profile = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) which = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--torch")) torch = true;
+        else if (!strcmp(argv[i], "--profile")) profile = true;
+        else {
+            fprintf(stderr, "usage: bench_train [--config A|B|AB] [--steps N] [--warmup N] [--torch] [--profile]\n");
+            return 2;
+        }
+    }
+    double peak = sgemm_peak(2048);
+    int rc = 0;
+    for (size_t k = 0; k < sizeof CONFIGS / sizeof CONFIGS[0]; k++) {
+        if (!strchr(which, CONFIGS[k].name[0])) continue;
+        bool big = CONFIGS[k].name[0] == 'B';
+        rc |= run(&CONFIGS[k], warmup >= 0 ? warmup : (big ? 1 : 3), steps > 0 ? steps : (big ? 3 : 20), torch, profile,
+                  peak);
+    }
+    return rc;
+}
