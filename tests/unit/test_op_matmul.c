@@ -53,6 +53,32 @@ static void test_matmul_grad_all_transposes(void **state) {
     }
 }
 
+/* The folded form (attr i[2] = 1, made by LINEAR's gradient rule): every leading dim merged into
+ * the row axis, a 2-D result. Its own gradient rule is exercised here on 3-D operands. */
+static hp_tid b_matmul_fold(hp_graph *g, const hp_tid *p, void *u) {
+    const mm_case *c = u;
+    hp_attrs at = {0};
+    at.i[0] = c->ta;
+    at.i[1] = c->tb;
+    at.i[2] = 1;
+    return hp_graph_add_node(g, HP_OP_MATMUL, p, 2, &at);
+}
+
+static void test_matmul_fold_grad(void **state) {
+    (void)state;
+    /* rows of the folded views: a (2, 3, 4) -> (6, 4), b (3, 2, 5) -> (6, 5) */
+    const hp_shape sa[4] = {HP_SHAPE(2, 3, 4), HP_SHAPE(2, 3, 4), HP_SHAPE(2, 3, 4), HP_SHAPE(2, 3, 4)};
+    const hp_shape sb[4] = {HP_SHAPE(2, 2, 5), HP_SHAPE(5, 2, 4), HP_SHAPE(3, 2, 5), HP_SHAPE(3, 1, 6)};
+    /* (6,4) @ (4,5) from b (2,2,5);  (6,4) @ (10,4)^T from b (5,2,4);
+     * (6,4)^T @ (6,5) from b (3,2,5);  (6,4)^T @ (3,6)^T from b (3,1,6). */
+    const mm_case cs[4] = {{false, false}, {false, true}, {true, false}, {true, true}};
+    for (int t = 0; t < 4; t++) {
+        mm_case c = cs[t];
+        hp_gc_spec s = {.n = 2, .lo = -1, .hi = 1, .build = b_matmul_fold, .user = &c, .shapes = {sa[t], sb[t]}};
+        hp_gradcheck(&s);
+    }
+}
+
 static hp_tid b_linear_bias(hp_graph *g, const hp_tid *p, void *u) {
     (void)u;
     return hp_linear(g, p[0], p[1], p[2]);
@@ -223,6 +249,7 @@ static void test_cost(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_grad_all_transposes),
+        cmocka_unit_test(test_matmul_fold_grad),
         cmocka_unit_test(test_linear_grad),
         cmocka_unit_test(test_linear_chain_grad),
         cmocka_unit_test(test_matmul_forward_naive),
