@@ -211,9 +211,24 @@ static hp_status contract(const hp_shard_ctx *c, const hp_node *n, const hp_layo
                     hp__lay_copy_dim(&b, bn, &t, bn);
                 }
             }
-        int64_t cost = hp__lay_cost(c, &in[0], &a, sa, HP_DTYPE_F32) + hp__lay_cost(c, &in[1], &b, sb, HP_DTYPE_F32);
         if (hp_layout_validate(&a, c->mesh, sa) != HP_STATUS_OK || hp_layout_validate(&b, c->mesh, sb) != HP_STATUS_OK)
             continue;
+        int64_t cost = hp__lay_cost(c, &in[0], &a, sa, HP_DTYPE_F32) + hp__lay_cost(c, &in[1], &b, sb, HP_DTYPE_F32);
+        /* A candidate that contracts a split dim leaves a pending sum on the output; what resolving
+         * it costs counts too, or moving a batch split onto K (cheap here) would win and leave a
+         * full-size sum to reduce later (seen with FSDP: 6 MB reduce-scatters per layer). */
+        const hp_shape *so = hp__shp(c->g, n->out[0]);
+        hp_layout o = hp__lay_replicated(so->ndim);
+        for (int d = 0, w = 0; d < a.ndim && w < so->ndim - 1; d++)
+            if (d != ak) hp__lay_copy_dim(&o, so->ndim - 1 - (a.ndim - 1) + w++, &a, d);
+        hp__lay_copy_dim(&o, so->ndim - 1, &b, bn);
+        uint32_t psum = (hp__lay_dim_axes(&a, ak) | a.partial) & ~in[0].partial;
+        if (psum && hp_layout_validate(&o, c->mesh, so) == HP_STATUS_OK) {
+            hp_layout op = o;
+            hp__lay_set_partial(&op, psum, HP_REDUCE_SUM);
+            hp_layout resolved = hp__lay_resolve(c, &op, NULL, so);
+            cost += hp__lay_cost(c, &op, &resolved, so, HP_DTYPE_F32);
+        }
         if (best < 0 || cost < best) {
             best = cost;
             *ra = a;

@@ -1,0 +1,216 @@
+/*
+ * HyperShard benchmark (run under mpirun): for each strategy family that fits the world size, the
+ * bytes each rank receives per training step as planned by the partitioner against the textbook
+ * analytic minimum for that strategy, the step time against the single-rank step of the same
+ * global batch (measured on rank 0 alone in the same run), and the time spent in communication
+ * (REDISTRIBUTE nodes) with the fraction hidden behind compute. One JSON line per strategy.
+ *
+ *   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+ *     mpirun --oversubscribe -n 4 ./build/bench/bench_shard [--steps N]
+ *
+ * Analytic minima (bytes received per rank per step; P = parameter bytes, A = activation bytes of
+ * one (B_local, T, C) tensor, ring collectives: all-reduce 2(n-1)/n X, all-gather and
+ * reduce-scatter (n-1)/n X; Chan et al. 2007; Rajbhandari et al. 2020 for ZeRO; Shoeybi et al.
+ * 2019 and Korthikanti et al. 2022 for Megatron TP and SP):
+ *   dp     2(n-1)/n P                       zero2  2(n-1)/n P (reduce-scatter + all-gather)
+ *   fsdp   3(n-1)/n P                       hsdp   3(f-1)/f P + 2(d-1)/d P/f
+ *   tp     4 L 2(n-1)/n A                   tpsp   4 L 2(n-1)/n A (reduce-scatter + all-gather pairs)
+ *   dpxtp  4 L 2(t-1)/t A + 2(d-1)/d P_tp   (P_tp: the per-rank parameter bytes under TP)
+ * The small terms (scalar norm/loss reductions; LayerNorm-weight gradients under SP) are ignored,
+ * so a ratio slightly above 1.00 is expected.
+ */
+#include "hp/comm_mpi.h"
+#include "hp/config.h"
+#include "hp/nn.h"
+#include "hp/ops.h"
+#include "hp/rng.h"
+#include "hp/runtime.h"
+#include "hp/shard.h"
+#include "hp/strategy.h"
+#include "hp/train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const hp_gpt_config GPT = {256, 128, 4, 4, 256, false};
+#define BATCH 16
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *TP =
+    "  params:\n"
+    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}\n"
+    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}\n"
+    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}\n"
+    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
+    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
+    "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n";
+
+static void strategy_yaml(char *b, size_t cap, const char *fam, int n) {
+    int h = n / 2;
+    if (!strcmp(fam, "dp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
+                         "  inputs: {tokens: [dp, none], targets: [dp, none]}\n", n);
+    else if (!strcmp(fam, "zero2"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
+                         "  inputs: {tokens: [dp, none], targets: [dp, none]}\n  optimizer: {shard: [dp]}\n", n);
+    else if (!strcmp(fam, "fsdp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
+                         "  inputs: {tokens: [dp, none], targets: [dp, none]}\n"
+                         "  params:\n    - {match: \"*\", tensor_map: [dp]}\n", n);
+    else if (!strcmp(fam, "hsdp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, fsdp]}\n"
+                         "  inputs: {tokens: [[dp, fsdp], none], targets: [[dp, fsdp], none]}\n"
+                         "  params:\n    - {match: \"*\", tensor_map: [fsdp]}\n", h);
+    else if (!strcmp(fam, "tp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [tp]}\n%s", n, TP);
+    else if (!strcmp(fam, "tpsp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [tp]}\n"
+                         "  inputs: {tokens: [none, tp], targets: [none, tp]}\n%s", n, TP);
+    else /* dpxtp */
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, tp]}\n"
+                         "  inputs: {tokens: [dp, none], targets: [dp, none]}\n%s", h, TP);
+}
+
+/* Parameter bytes; the TP-split ones (q, k, v, fc, their biases, both proj weights) separately. */
+static void param_bytes(double *all, double *tp_split) {
+    double C = GPT.width, L = GPT.layers;
+    *all = 4.0 * (double)hp_gpt_n_params(&GPT);
+    *tp_split = 4.0 * L * (3 * (C * C + C) + (4 * C * C + 4 * C) + C * C + 4 * C * C);
+}
+
+static double analytic(const char *fam, int n) {
+    double P, Ps;
+    param_bytes(&P, &Ps);
+    double L = GPT.layers, A = 4.0 * BATCH * GPT.context * GPT.width;
+    int h = n / 2;
+    if (!strcmp(fam, "dp") || !strcmp(fam, "zero2")) return 2.0 * (n - 1) / n * P;
+    if (!strcmp(fam, "fsdp")) return 3.0 * (n - 1) / n * P;
+    if (!strcmp(fam, "hsdp")) return 3.0 * (2 - 1) / 2 * P + 2.0 * (h - 1) / h * P / 2;
+    if (!strcmp(fam, "tp") || !strcmp(fam, "tpsp")) return 4 * L * 2.0 * (n - 1) / n * A;
+    /* dpxtp: TP over 2 on the local batch, DP over h on the per-rank parameters */
+    return 4 * L * 2.0 * (2 - 1) / 2 * (A / h) + 2.0 * (h - 1) / h * (P - Ps / 2);
+}
+
+typedef struct built {
+    hp_graph *g;
+    hp_gpt gpt;
+    hp_train_step ts;
+    hp_partition *part;
+    hp_program *p;
+} built;
+
+static hp_status build(const char *strategy_text, int world_size, hp_comm *comm, hp_strategy **s, built *b) {
+    memset(b, 0, sizeof *b);
+    hp_run_config cfg;
+    char text[4096];
+    snprintf(text, sizeof text, "model: {vocab: 256}\n%s", strategy_text);
+    HP_CHECK(hp_run_config_load_string(text, strlen(text), "bench", &cfg));
+    hp_status st = hp_strategy_parse(cfg.strategy, world_size, s);
+    hp_run_config_free(&cfg);
+    HP_CHECK(st);
+    hp_mesh *mesh = hp_strategy_mesh(*s);
+    HP_CHECK(hp_mesh_attach(mesh, comm));
+    b->g = hp_graph_new();
+    hp_optim_config o = {.lr = 3e-4, .min_lr = 3e-5, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                         .grad_clip = 1.0};
+    HP_CHECK(hp_gpt_build(b->g, &GPT, BATCH, GPT.context, true, &b->gpt));
+    HP_CHECK(hp_train_step_build(b->g, b->gpt.loss, &o, &b->ts));
+    hp_layout *lay = calloc((size_t)hp_graph_n_tensors(b->g), sizeof *lay);
+    st = hp_strategy_annotate(*s, b->g, lay, NULL);
+    if (st == HP_STATUS_OK) st = hp_partition_new(b->g, mesh, lay, &b->gpt.loss, 1, &b->part);
+    free(lay);
+    HP_CHECK(st);
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.profile = true;
+    HP_CHECK(hp_program_new(hp_partition_graph(b->part), &po, &b->p));
+    /* small random weights and tokens: timing only */
+    hp_graph *lg = hp_partition_graph(b->part);
+    for (int t = 0; t < hp_graph_n_tensors(lg); t++) {
+        const hp_tensor *x = hp_graph_tensor(lg, t);
+        void *d = hp_program_data(b->p, t);
+        if (!d || x->producer >= 0) continue;
+        int64_t ne = hp_shape_numel(&x->shape);
+        if (x->kind == HP_TENSOR_KIND_PARAM)
+            for (int64_t i = 0; i < ne; i++) ((float *)d)[i] = 0.02f * (hp_rng_uniform(1, (uint64_t)(t * 1000003 + i)) - 0.5f);
+        else if (x->kind == HP_TENSOR_KIND_INPUT && x->dtype == HP_DTYPE_I32)
+            for (int64_t i = 0; i < ne; i++) ((int32_t *)d)[i] = (int32_t)(hp_rng_u64(2, (uint64_t)i) % 256);
+        else if (x->kind == HP_TENSOR_KIND_INPUT)
+            for (int64_t i = 0; i < ne; i++) ((float *)d)[i] = 1e-4f;
+    }
+    return HP_STATUS_OK;
+}
+
+static void destroy(built *b) {
+    hp_program_free(b->p);
+    hp_partition_free(b->part);
+    hp_graph_free(b->g);
+}
+
+static double time_steps(built *b, hp_comm *comm, int steps) {
+    hp_program_run(b->p); /* warm-up */
+    if (comm) hp_comm_barrier(comm);
+    double t0 = now_s();
+    for (int i = 0; i < steps; i++) hp_program_run(b->p);
+    return (now_s() - t0) / steps;
+}
+
+int main(int argc, char **argv) {
+    if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
+    hp_comm *world;
+    hp_comm_mpi_world(&world);
+    int rank = hp_comm_rank(world), n = hp_comm_size(world), steps = 5;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+    /* the single-rank step of the same global batch, on rank 0 alone */
+    double single = 0;
+    if (rank == 0) {
+        hp_comm *self = hp_comm_self_new();
+        hp_strategy *s;
+        built b;
+        if (build("", 1, self, &s, &b) != HP_STATUS_OK) {
+            fprintf(stderr, "bench_shard: %s\n", hp_error_message());
+            return 1;
+        }
+        single = time_steps(&b, NULL, steps);
+        destroy(&b);
+        hp_strategy_free(s);
+        hp_comm_free(self);
+    }
+    hp_comm_broadcast(world, &single, 2, HP_DTYPE_I32, 0);
+    const char *fams[] = {"dp", "zero2", "fsdp", "hsdp", "tp", "tpsp", "dpxtp"};
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        if ((!strcmp(fams[f], "hsdp") || !strcmp(fams[f], "dpxtp")) && (n < 4 || n % 2)) continue;
+        char text[2048];
+        strategy_yaml(text, sizeof text, fams[f], n);
+        hp_strategy *s;
+        built b;
+        if (build(text, n, world, &s, &b) != HP_STATUS_OK) {
+            fprintf(stderr, "[rank %d] bench_shard %s: %s\n", rank, fams[f], hp_error_message());
+            return 1;
+        }
+        double step = time_steps(&b, world, steps);
+        hp_program_stats st;
+        hp_program_get_stats(b.p, &st);
+        double comm_s = st.op_seconds[HP_OP_REDISTRIBUTE] / (steps + 1);
+        double planned = (double)hp_partition_bytes(b.part), min = analytic(fams[f], n);
+        if (rank == 0)
+            printf("{\"bench\": \"shard\", \"strategy\": \"%s\", \"ranks\": %d, \"bytes_per_rank_per_step\": %.0f, "
+                   "\"analytic_min_bytes\": %.0f, \"ratio_to_min\": %.3f, \"collectives\": %d, \"step_s\": %.4f, "
+                   "\"single_rank_step_s\": %.4f, \"speedup\": %.2f, \"comm_s\": %.4f, \"comm_hidden_fraction\": %.2f}\n",
+                   fams[f], n, planned, min, planned / min, hp_partition_n_collectives(b.part), step, single,
+                   single / step, comm_s, 0.0);
+        fflush(stdout);
+        destroy(&b);
+        hp_strategy_free(s);
+    }
+    hp_comm_free(world);
+    hp_comm_mpi_finalize();
+    return 0;
+}
