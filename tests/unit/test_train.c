@@ -141,33 +141,6 @@ static void test_deterministic_for_seed(void **state) {
     hp_trainer_free(t1);
 }
 
-static void test_learns_kjv(void **state) {
-    (void)state;
-    hp_run_config c = tiny_config(NULL);
-    c.model.context = 64;
-    c.model.width = 64;
-    c.model.heads = 4;
-    c.train.batch = 16;
-    c.train.steps = 300;
-    c.train.eval_batches = 4;
-    c.optim.warmup = 20;
-    hp_trainer *t;
-    assert_ok(hp_trainer_new(&c, &t));
-    double before, after, losses[300];
-    assert_ok(hp_trainer_eval(t, &before));
-    run_steps(t, 300, losses);
-    assert_ok(hp_trainer_eval(t, &after));
-    double h = hp_trainer_unigram_entropy(t);
-    print_message("val loss %.3f -> %.3f, unigram entropy %.3f nats\n", before, after, h);
-    assert_true(before > log(256.0) - 0.5);
-    assert_true(after < 0.8 * h);
-    char *text;
-    assert_ok(hp_trainer_sample(t, "And God", 40, 0.8f, 40, 1, &text));
-    assert_int_equal(strlen(text), strlen("And God") + 40);
-    free(text);
-    hp_trainer_free(t);
-}
-
 static char *make_tmpdir(void) {
     char *d = strdup("/tmp/hp-test-train-XXXXXX");
     assert_non_null(mkdtemp(d));
@@ -259,7 +232,6 @@ int main(void) {
         cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_gpt_param_gradients),
         cmocka_unit_test(test_deterministic_for_seed),
-        cmocka_unit_test(test_learns_kjv),
         cmocka_unit_test(test_resume_matches_uninterrupted),
         cmocka_unit_test(test_bad_inputs),
     };
