@@ -8,7 +8,8 @@
  * + timed steps and reports: step time (best of the timed steps), its ratio to the unlimited step, peak RSS of the
  * child (VmHWM, from the OS), the fast tier's bytes, bytes per tier per step, the predicted stall
  * and the fraction of copy time hidden behind compute (copy engine statistics). Then, at a fixed
- * budget, layers grow until the planner says impossible, without and with offload.
+ * budget, layers grow (1, 2, 3, 4, 6, ... 32) until the planner says impossible, without and with
+ * offload.
  *
  *     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_offload [disk_dir]
  *
@@ -189,11 +190,22 @@ static void child(double frac, bool disk, const char *dir, const hp_tier_list *t
     hp_graph_free(s.g);
 }
 
-static double fork_child(double frac, bool disk, const char *dir, const hp_tier_list *tiers, double flops, size_t peak,
-                         double base_s) {
+typedef struct {
+    double step_s, rss_mib, hidden;
+} child_result;
+
+static double json_num(const char *line, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *at = strstr(line, k);
+    return at ? atof(at + strlen(k)) : 0.0;
+}
+
+static child_result fork_child(double frac, bool disk, const char *dir, const hp_tier_list *tiers, double flops,
+                               size_t peak, double base_s) {
     fflush(stdout);
     int fd[2];
-    if (pipe(fd) != 0) return 0;
+    if (pipe(fd) != 0) return (child_result){0, 0, 0};
     pid_t pid = fork();
     if (pid == 0) {
         close(fd[0]);
@@ -205,16 +217,16 @@ static double fork_child(double frac, bool disk, const char *dir, const hp_tier_
     close(fd[1]);
     char line[4096];
     FILE *f = fdopen(fd[0], "r");
-    double step = 0;
+    child_result r = {0, 0, 0};
     while (fgets(line, sizeof line, f)) {
         fputs(line, stdout);
-        const char *k = strstr(line, "\"step_s\":");
-        if (k) step = atof(k + 9);
+        if (strstr(line, "\"step_s\":"))
+            r = (child_result){json_num(line, "step_s"), json_num(line, "vm_hwm_mib"), json_num(line, "hidden_frac")};
     }
     fclose(f);
     int status;
     waitpid(pid, &status, 0);
-    return step;
+    return r;
 }
 
 int main(int argc, char **argv) {
@@ -234,13 +246,28 @@ int main(int argc, char **argv) {
     double flops_step = 0;
     for (int i = 0; i < hp_graph_n_nodes(s.g); i++) flops_step += hp_node_cost(s.g, i).flops;
     hp_graph_free(s.g);
-    double base = fork_child(0, false, dir, &tiers, 0, peak, 0);
+    double base = fork_child(0, false, dir, &tiers, 0, peak, 0).step_s;
     double flops = base > 0 ? flops_step / base : 0;
     printf("{\"bench\":\"machine\",\"step_gflop\":%.3f,\"measured_gflops\":%.2f,\"no_offload_peak_bytes\":%zu}\n",
            1e-9 * flops_step, 1e-9 * flops, peak);
+    /* ROUNDS interleaved rounds over every configuration (unlimited first in each); the summary
+     * keeps each configuration's best round, so a noisy neighbour on a shared machine only hurts
+     * when it hurts every round. */
     static const double fr[] = {1.0, 0.5, 0.25, 0.10};
-    for (int d = 0; d < 2; d++)
-        for (int k = 0; k < 4; k++) fork_child(fr[k], d == 1, dir, &tiers, flops, peak, base);
+    enum { ROUNDS = 3 };
+    child_result best[9];
+    for (int c = 0; c < 9; c++) best[c] = (child_result){1e30, 0, 0};
+    for (int r = 0; r < ROUNDS; r++)
+        for (int c = 0; c < 9; c++) {
+            child_result x = c == 0 ? fork_child(0, false, dir, &tiers, 0, peak, 0)
+                                    : fork_child(fr[(c - 1) % 4], c >= 5, dir, &tiers, flops, peak, base);
+            if (x.step_s > 0 && x.step_s < best[c].step_s) best[c] = x;
+        }
+    for (int c = 0; c < 9; c++)
+        printf("{\"bench\":\"offload_best\",\"tiers\":\"%s\",\"budget_frac\":%.2f,\"step_s\":%.4f,"
+               "\"vs_unlimited\":%.3f,\"vm_hwm_mib\":%.1f,\"hidden_frac\":%.3f,\"rounds\":%d}\n",
+               c == 0 ? "none" : c >= 5 ? "disk" : "host", c == 0 ? 1.0 : fr[(c - 1) % 4], best[c].step_s,
+               best[c].step_s / best[0].step_s, best[c].rss_mib, best[c].hidden, ROUNDS);
 
     /* The largest model under a fixed budget: the no-offload peak of a 2-layer model. */
     build(&s, 2);
@@ -248,7 +275,9 @@ int main(int argc, char **argv) {
     hp_graph_free(s.g);
     int best_plain = 0, best_ofl = 0;
     int64_t params_plain = 0, params_ofl = 0;
-    for (int L = 1; L <= 96; L++) {
+    static const int layers[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+    for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
+        int L = layers[li];
         build(&s, L);
         bool plain = plan_peak(&s) <= budget;
         hp_offload_plan_config c;
