@@ -119,9 +119,16 @@ static hp_status add_candidates(hp_offload_plan *p, const hp_graph *g) {
         hp_offload_class cls;
         if (x->kind == HP_TENSOR_KIND_PARAM) cls = HP_OFFLOAD_CLASS_PARAMS;
         else if (x->kind == HP_TENSOR_KIND_OPT_STATE) cls = HP_OFFLOAD_CLASS_OPTIMIZER;
-        else if (x->kind == HP_TENSOR_KIND_ACTIVATION && x->producer >= 0)
-            cls = x->grad_of >= 0 ? HP_OFFLOAD_CLASS_GRADS : HP_OFFLOAD_CLASS_ACTIVATIONS;
-        else continue;
+        else if (x->kind == HP_TENSOR_KIND_ACTIVATION && x->producer >= 0) {
+            /* A gradient: named so by autodiff, or (per-rank graphs, which do not carry grad_of)
+             * the gradient input of an AdamW update. */
+            bool grad = x->grad_of >= 0;
+            for (int k = 0; k < l->n_uses && !grad; k++) {
+                const hp_node *n = hp_graph_node(g, l->uses[k]);
+                grad = (n->op == HP_OP_ADAMW || n->op == HP_OP_ADAMW_STREAM) && n->in[1] == t;
+            }
+            cls = grad ? HP_OFFLOAD_CLASS_GRADS : HP_OFFLOAD_CLASS_ACTIVATIONS;
+        } else continue;
         if (p->cfg.policy[cls] == HP_TIER_DEVICE) continue;
         /* Writers in place other than AdamW (which streams) keep the tensor in the fast tier. */
         bool ok = true;
