@@ -96,6 +96,8 @@ static size_t no_offload_peak(gpt *x) {
     return s.peak_before;
 }
 
+static void check_structure(hp_graph *g, const hp_offload_state *s);
+
 static const char *disk_dir(void) {
     const char *d = getenv("TMPDIR");
     return d && *d ? d : "/tmp";
@@ -156,6 +158,7 @@ static void test_gpt_bitwise_every_policy(void **state) {
             hp_offload_plan_stats ps;
             hp_offload_plan_get_stats(hp_offload_state_plan(s), &ps);
             assert_true(ps.peak_after <= c.device_budget);
+            check_structure(x.g, s);
             for (int i = 0; i < hp_graph_n_nodes(x.g); i++)
                 assert_true(hp_offload_plan_resident_at(hp_offload_state_plan(s), i) <= c.device_budget);
             result r;
@@ -279,6 +282,7 @@ static void test_chain_budget_and_order(void **state) {
         hp_offload_plan_print(pl, g, mf);
         fclose(mf);
         assert_non_null(strstr(buf, "prefetch before node"));
+        if (getenv("HP_TEST_VERBOSE")) print_message("%s", buf);
         free(buf);
         assert_ok(hp_program_new(g, &oo, &p));
         for (int i = 0; i < np; i++) {
