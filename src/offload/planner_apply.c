@@ -189,9 +189,13 @@ void hp_offload_state_free(hp_offload_state *s) {
     if (!s) return;
     if (s->ce) hp_copy_engine_synchronize(s->ce);
     for (int t = 0; t < s->n_tensors; t++) {
-        if (s->tier && s->tier[t] == HP_TIER_HOST && s->data[t]) hp_mem_free(HP_TIER_HOST, s->data[t], s->bytes[t]);
-        if (s->tier && s->tier[t] == HP_TIER_DISK && s->disk) hp_disk_free(s->disk, s->disk_off[t]);
+        if (!s->tier || (s->in_region && s->in_region[t])) continue;
+        if (s->tier[t] == HP_TIER_HOST && s->data[t]) hp_mem_free(HP_TIER_HOST, s->data[t], s->bytes[t]);
+        if (s->tier[t] == HP_TIER_DISK && s->disk) hp_disk_free(s->disk, s->disk_off[t]);
     }
+    if (s->host_region) hp_mem_free(HP_TIER_HOST, s->host_region, s->region_bytes[HP_TIER_HOST]);
+    if (s->disk && s->region_bytes[HP_TIER_DISK]) hp_disk_free(s->disk, s->disk_region);
+    free(s->in_region);
     for (int k = 0; k < s->n_xfers; k++) hp_event_free(s->xfers[k].ev);
     hp_copy_engine_free(s->ce);
     hp_disk_close(s->disk);
@@ -257,6 +261,10 @@ static void ext_report(void *user, FILE *f) {
                         cs.busy_s[a][b] > 0 ? (double)cs.bytes[a][b] / 1048576.0 / cs.busy_s[a][b] : 0.0);
     fprintf(f, "copy: busy %.3f s, compute waited %.3f s, %.1f%% of copy time hidden behind compute\n",
             cs.busy_total_s, cs.wait_s, 100.0 * hp_copy_stats_hidden_fraction(&cs));
+    for (int t = HP_TIER_HOST; t < HP_TIER_COUNT; t++)
+        if (s->region_naive[t])
+            fprintf(f, "offload: %s region for activation copies %zu bytes (one home each: %zu)\n",
+                    hp_tier_name((hp_tier)t), s->region_bytes[t], s->region_naive[t]);
     if (s->disk) {
         hp_disk_stats ds;
         hp_disk_get_stats(s->disk, &ds);
@@ -277,6 +285,69 @@ static hp_status alloc_home(hp_offload_state *s, hp_tid t, hp_tier tier, size_t 
     }
     hp_status st = hp_disk_alloc(s->disk, bytes, &s->disk_off[t]);
     if (st != HP_STATUS_OK) s->tier[t] = HP_TIER_DEVICE;
+    return st;
+}
+
+/*
+ * The slow-tier copies of activations (OFFLOAD outputs) live from their OFFLOAD node to their last
+ * reader (a PREFETCH or a streamed AdamW) in the rewritten program order; copies whose lifetimes do
+ * not overlap share bytes. The copy stream is FIFO, so a slot's next offload is queued after its
+ * previous prefetch, and streamed AdamW reads it on the compute thread before the next offload is
+ * issued: program order is the order the bytes are touched.
+ */
+static hp_status plan_regions(hp_offload_state *s, const hp_graph *g) {
+    int nn = hp_graph_n_nodes(g), nt = s->n_tensors;
+    hp_mem_interval *blocks = malloc(((size_t)nt + 1) * sizeof *blocks);
+    int32_t *block_of = malloc(((size_t)nt + 1) * sizeof *block_of);
+    hp_status st = HP_STATUS_OK;
+    if (!blocks || !block_of) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory planning slow-tier regions");
+        goto done;
+    }
+    for (int tier = HP_TIER_HOST; tier < HP_TIER_COUNT; tier++) {
+        int nb = 0;
+        for (hp_tid t = 0; t < nt; t++) {
+            block_of[t] = -1;
+            if (!s->in_region[t] || hp_graph_tensor(g, t)->producer < 0) continue;
+            const hp_node *off = hp_graph_node(g, hp_graph_tensor(g, t)->producer);
+            if (off->attr.i[0] != tier) continue;
+            const hp_tensor *x = hp_graph_tensor(g, t);
+            size_t bytes = (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype);
+            block_of[t] = nb;
+            blocks[nb++] = (hp_mem_interval){bytes, x->producer, x->producer, 0};
+            s->region_naive[tier] += bytes;
+        }
+        if (nb == 0) continue;
+        for (int i = 0; i < nn; i++) {
+            const hp_node *n = hp_graph_node(g, i);
+            for (int k = 0; k < n->n_in; k++)
+                if (n->in[k] >= 0 && n->in[k] < nt && block_of[n->in[k]] >= 0 && blocks[block_of[n->in[k]]].end < i)
+                    blocks[block_of[n->in[k]]].end = i;
+        }
+        size_t align = tier == HP_TIER_DISK ? HP_DISK_ALIGN : 64, total = 0;
+        HP_CHECK_GOTO(hp_memplan_assign(blocks, nb, align, &total), st, done);
+        s->region_bytes[tier] = total;
+        char *base = NULL;
+        if (tier == HP_TIER_HOST) {
+            base = s->host_region = hp_mem_alloc(HP_TIER_HOST, total);
+            if (!base) {
+                st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: host region of %zu bytes for activation copies", total);
+                goto done;
+            }
+        } else {
+            HP_CHECK_GOTO(hp_disk_alloc(s->disk, total, &s->disk_region), st, done);
+        }
+        for (hp_tid t = 0; t < nt; t++) {
+            if (block_of[t] < 0) continue;
+            s->tier[t] = (uint8_t)tier;
+            s->bytes[t] = blocks[block_of[t]].bytes;
+            if (tier == HP_TIER_HOST) s->data[t] = base + blocks[block_of[t]].offset;
+            else s->disk_off[t] = s->disk_region + blocks[block_of[t]].offset;
+        }
+    }
+done:
+    free(blocks);
+    free(block_of);
     return st;
 }
 
@@ -422,10 +493,17 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d tensors", s->n_tensors);
         goto done;
     }
+    s->in_region = calloc((size_t)s->n_tensors + 1, sizeof *s->in_region);
+    if (!s->in_region) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d tensors", s->n_tensors);
+        goto done;
+    }
     for (int ci = 0; ci < p->n_cand; ci++) {
         const hp__ofl_cand *c = &p->cand[ci];
-        if (c->slow) HP_CHECK_GOTO(alloc_home(s, c->persistent ? c->t : y[ci], c->tier, c->bytes), st, done);
+        if (c->slow && c->persistent) HP_CHECK_GOTO(alloc_home(s, c->t, c->tier, c->bytes), st, done);
+        if (c->slow && !c->persistent) s->in_region[y[ci]] = true;
     }
+    HP_CHECK_GOTO(plan_regions(s, g), st, done);
 done:
     free(base);
     free(y);

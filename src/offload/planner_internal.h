@@ -75,6 +75,13 @@ struct hp_offload_state {
     int n_xfers;
     size_t chunk_bytes;
     hp_program_ext ext;
+    /* Slow-tier copies of activations share one region per tier, planned from their lifetimes in
+     * the rewritten program (the same greedy-by-size packing as the fast arena). */
+    bool *in_region;              /* per tensor: its home is inside the tier's region */
+    void *host_region;            /* HOST region (hp_mem_alloc) */
+    size_t region_bytes[HP_TIER_COUNT]; /* planned region sizes */
+    size_t region_naive[HP_TIER_COUNT]; /* what one home per copy would take */
+    uint64_t disk_region;         /* DISK region's offset in the store */
 };
 
 /* Where tensor t's home is; `fast` is its address when the home is the fast tier. */

@@ -297,6 +297,14 @@ static void test_chain_budget_and_order(void **state) {
         hp_program_stats st;
         hp_program_get_stats(p, &st);
         assert_true(st.device_bytes <= c.device_budget);
+        mf = open_memstream(&buf, &len);
+        hp_program_report_memory(p, mf);
+        fclose(mf);
+        assert_non_null(strstr(buf, "budget"));
+        assert_non_null(strstr(buf, "copy: host -> device"));
+        assert_non_null(strstr(buf, "hidden behind compute"));
+        if (getenv("HP_TEST_VERBOSE")) print_message("%s", buf);
+        free(buf);
         hp_program_free(p);
         hp_offload_state_free(s);
         hp_graph_free(g);
