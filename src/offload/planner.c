@@ -32,6 +32,7 @@ void hp_offload_plan_free(hp_offload_plan *p) {
     free(p->resident);
     free(p->node_op);
     free(p->node_scope);
+    free(p->node_in1);
     free(p);
 }
 
@@ -242,6 +243,13 @@ static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, mo
     if (ok) {
         memcpy(off, c->off, (size_t)nf);
         memcpy(pre, c->pre, sizeof *pre * (size_t)nf);
+        if (!c->slow && c->tier == HP_TIER_DISK) { /* streamed AdamW reads (and writes) it from disk */
+            for (int k = 0; k < c->n_su; k++) {
+                bool written = p->node_in1[c->su[k]] != c->t;
+                double x = c->x_in + (written ? c->x_out : 0.0) - p->tl.at[c->su[k] + 1] + p->tl.at[c->su[k]];
+                if (x > 0) stall += x;
+            }
+        }
         if (!c->slow) {
             if (c->persistent) {
                 if (nf == 0) {
@@ -438,7 +446,8 @@ hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep,
     p->resident = calloc((size_t)p->n_nodes + 2, sizeof *p->resident);
     p->node_op = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_op);
     p->node_scope = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_scope);
-    if (!p->resident || !p->node_op || !p->node_scope) {
+    p->node_in1 = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_in1);
+    if (!p->resident || !p->node_op || !p->node_scope || !p->node_in1) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory for %d nodes", p->n_nodes);
         goto fail;
     }
@@ -446,6 +455,7 @@ hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep,
         const hp_node *n = hp_graph_node(g, i);
         p->node_op[i] = n->op;
         p->node_scope[i] = n->scope ? n->scope : "";
+        p->node_in1[i] = n->n_in > 1 ? n->in[1] : HP_TID_NONE;
         const hp_op_def *d = hp__op_def(n->op);
         if (p->lv.node_live[i] && d->workspace) {
             size_t w = d->workspace(g, n);
