@@ -134,6 +134,9 @@ enum {
     HP_NODE_FLAG_BACKWARD = 1u << 0,  /* made by autodiff */
     HP_NODE_FLAG_OPTIMIZER = 1u << 1, /* gradient clipping and the optimizer update */
     HP_NODE_FLAG_INPLACE = 1u << 2,   /* writes some of its inputs in place (ADAMW) */
+    HP_NODE_FLAG_ASYNC = 1u << 3,     /* runs on the communication stream (a REDISTRIBUTE that moves
+                                         bytes): the runtime waits for it only where its output is
+                                         first used, and its inputs stay live until then */
 };
 
 typedef struct hp_node {

@@ -65,8 +65,10 @@ typedef struct hp_program_opts {
     hp_backend_t backend; /* where data lives and nodes run; NULL: a CPU backend owned by the program.
                              A caller's backend is borrowed and must outlive the program. */
     const hp_program_ext *ext; /* tensors stored by a pass (HyperOffload); NULL: none */
+    bool sync_comm;     /* run HP_NODE_FLAG_ASYNC nodes (collectives) in program order on the
+                           compute thread instead of the communication stream (no overlap) */
 } hp_program_opts;
-#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL})
+#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL, false})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after
@@ -130,6 +132,9 @@ typedef struct hp_program_stats {
     int n_views;                    /* RESHAPE outputs sharing their input's storage (not run) */
     size_t ext_bytes[HP_TIER_COUNT]; /* bytes of tensors stored by opts.ext, per tier */
     size_t device_bytes;            /* persistent + arena + workspace: the program's fast-tier footprint */
+    double comm_busy_s;             /* the communication stream's time running collectives (all runs) */
+    double comm_wait_s;             /* the compute thread's time blocked waiting for them: the exposed
+                                       part; 1 - wait/busy is the fraction hidden behind compute */
 } hp_program_stats;
 
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s);

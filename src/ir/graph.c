@@ -394,3 +394,15 @@ void hp_graph_dump(const hp_graph *g, FILE *f) {
         fprintf(f, "\n");
     }
 }
+
+hp_status hp__graph_permute_nodes(hp_graph *g, const int *order) {
+    hp_node *nn = malloc(sizeof *nn * (size_t)(g->n_nodes ? g->n_nodes : 1));
+    if (!nn) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory reordering %d nodes", g->n_nodes);
+    for (int i = 0; i < g->n_nodes; i++) {
+        nn[i] = g->nodes[order[i]];
+        for (int j = 0; j < nn[i].n_out; j++) g->tensors[nn[i].out[j]].producer = i;
+    }
+    memcpy(g->nodes, nn, sizeof *nn * (size_t)g->n_nodes);
+    free(nn);
+    return HP_STATUS_OK;
+}

@@ -114,6 +114,23 @@ hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep,
         l->end = l->last_use > l->start ? l->last_use : l->start;
         if (l->kept && nn > 0) l->end = nn - 1; /* read by the caller after the last node */
     }
+    /* An asynchronous node (HP_NODE_FLAG_ASYNC) reads its inputs until the runtime waits for it,
+     * which is where one of its outputs is first used (or the end of the step): its inputs stay
+     * live until then, so the arena does not hand their bytes to another tensor too early. */
+    for (int i = 0; i < nn; i++) {
+        const hp_node *n = hp_graph_node(g, i);
+        if (!out->node_live[i] || !(n->flags & HP_NODE_FLAG_ASYNC)) continue;
+        int wait = nn - 1;
+        for (int j = 0; j < n->n_out; j++) {
+            const hp_tensor_liveness *o = &out->t[n->out[j]];
+            if (o->first_use >= 0 && !o->kept && o->first_use < wait) wait = o->first_use;
+        }
+        for (int k = 0; k < n->n_in; k++) {
+            if (n->in[k] == HP_TID_NONE) continue;
+            hp_tensor_liveness *l = &out->t[n->in[k]];
+            if (l->live && l->end < wait) l->end = wait;
+        }
+    }
     return HP_STATUS_OK;
 }
 

@@ -10,6 +10,7 @@
 
 #include "hp/ops.h"
 #include "ops/op.h"
+#include "runtime/comm_stream.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,16 @@ struct hp_program {
     hp_node_args *exec;  /* bound arguments of the nodes to run, in program order */
     int32_t *exec_node;  /* their node indices */
     double *exec_flops;  /* their flops (hp_node_cost), for the profile */
+    uint8_t *exec_kind;  /* EXEC_* below */
+    hp__comm_stream *cs; /* when some node runs asynchronously */
+    int n_flight;        /* asynchronous outputs not yet waited for: */
+    const char **flight_ptr;
+    size_t *flight_bytes;
+    uint64_t *flight_seq;
     hp_program_stats stats;
 };
+
+enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2 };
 
 static size_t tensor_bytes(const hp_tensor *t) {
     return (size_t)hp_shape_numel(&t->shape) * hp_dtype_size(t->dtype);
@@ -44,6 +53,11 @@ static size_t tensor_bytes(const hp_tensor *t) {
 
 void hp_program_free(hp_program *p) {
     if (!p) return;
+    hp__comm_stream_free(p->cs);
+    free(p->exec_kind);
+    free(p->flight_ptr);
+    free(p->flight_bytes);
+    free(p->flight_seq);
     if (p->data) {
         for (int t = 0; t < p->lv.n_tensors; t++)
             if (p->own[t]) hp_backend_buffer_free(p->be, p->data[t], p->bytes[t]);
@@ -204,7 +218,12 @@ static hp_status bind_nodes(hp_program *p) {
     p->exec = calloc((size_t)nn + 1, sizeof *p->exec);
     p->exec_node = calloc((size_t)nn + 1, sizeof *p->exec_node);
     p->exec_flops = calloc((size_t)nn + 1, sizeof *p->exec_flops);
-    if (!p->exec || !p->exec_node || !p->exec_flops)
+    p->exec_kind = calloc((size_t)nn + 1, sizeof *p->exec_kind);
+    p->flight_ptr = calloc((size_t)nn + 1, sizeof *p->flight_ptr);
+    p->flight_bytes = calloc((size_t)nn + 1, sizeof *p->flight_bytes);
+    p->flight_seq = calloc((size_t)nn + 1, sizeof *p->flight_seq);
+    if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_kind || !p->flight_ptr || !p->flight_bytes ||
+        !p->flight_seq)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
     for (int i = 0; i < nn; i++) {
@@ -227,6 +246,9 @@ static hp_status bind_nodes(hp_program *p) {
         for (int j = 0; j < n->n_out; j++) a->out[j] = p->data[n->out[j]];
         p->exec_node[p->n_exec] = i;
         p->exec_flops[p->n_exec] = hp_node_cost(g, i).flops;
+        p->exec_kind[p->n_exec] = ((n->flags & HP_NODE_FLAG_ASYNC) && !p->opts.sync_comm) ? EXEC_ASYNC
+                                  : ((n->flags & HP_NODE_FLAG_INPLACE) || d->inplace_inputs) ? EXEC_INPLACE
+                                                                                            : EXEC_COMPUTE;
         p->n_exec++;
     }
     p->stats.n_nodes = p->n_exec;
@@ -275,6 +297,8 @@ hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_prog
     }
     HP_CHECK_GOTO(bind_storage(p), st, fail);
     HP_CHECK_GOTO(bind_nodes(p), st, fail);
+    for (int e = 0; e < p->n_exec && !p->cs; e++)
+        if (p->exec_kind[e] == EXEC_ASYNC) HP_CHECK_GOTO(hp__comm_stream_new(p->be, &p->cs), st, fail);
     p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
     if (p->opts.ext && p->opts.ext->device_budget > 0 && p->stats.device_bytes > p->opts.ext->device_budget) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY,
@@ -331,6 +355,51 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
+ * writer, which may overwrite what a collective in flight still reads). */
+static hp_status wait_inputs(hp_program *p, int e) {
+    if (!p->n_flight) return HP_STATUS_OK;
+    if (p->exec_kind[e] == EXEC_INPLACE) {
+        p->n_flight = 0;
+        return hp__comm_stream_wait_all(p->cs);
+    }
+    const hp_node_args *a = &p->exec[e];
+    uint64_t need = 0;
+    for (int k = 0; k < a->node->n_in; k++) {
+        const char *x = a->in[k];
+        if (!x) continue;
+        size_t xb = p->bytes[a->node->in[k]];
+        for (int f = 0; f < p->n_flight; f++)
+            if (x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb && p->flight_seq[f] > need)
+                need = p->flight_seq[f];
+    }
+    if (!need) return HP_STATUS_OK;
+    HP_CHECK(hp__comm_stream_wait(p->cs, need));
+    int w = 0;
+    for (int f = 0; f < p->n_flight; f++)
+        if (p->flight_seq[f] > need) {
+            p->flight_ptr[w] = p->flight_ptr[f];
+            p->flight_bytes[w] = p->flight_bytes[f];
+            p->flight_seq[w++] = p->flight_seq[f];
+        }
+    p->n_flight = w;
+    return HP_STATUS_OK;
+}
+
+/* Runs node e: on the communication stream when it is asynchronous, else here. */
+static hp_status run_exec(hp_program *p, int e) {
+    HP_CHECK(wait_inputs(p, e));
+    const hp_node_args *a = &p->exec[e];
+    if (p->exec_kind[e] != EXEC_ASYNC) return hp_backend_run_node(p->be, a);
+    uint64_t seq = hp__comm_stream_submit(p->cs, a);
+    for (int j = 0; j < a->node->n_out; j++) {
+        p->flight_ptr[p->n_flight] = a->out[j];
+        p->flight_bytes[p->n_flight] = p->bytes[a->node->out[j]];
+        p->flight_seq[p->n_flight++] = seq;
+    }
+    return HP_STATUS_OK;
+}
+
 hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
@@ -338,10 +407,17 @@ hp_status hp_program_run(hp_program *p) {
     for (int e = 0; e < p->n_exec; e++) {
         const hp_node_args *a = &p->exec[e];
         double t0 = prof ? now_s() : 0;
-        hp_status st = hp_backend_run_node(p->be, a);
+        hp_status st = run_exec(p, e);
         if (st == HP_STATUS_OK && prof) st = hp_backend_synchronize(p->be);
         if (st != HP_STATUS_OK) {
             const hp_node *n = a->node;
+            if (p->cs) { /* let collectives in flight finish before their buffers can be reused */
+                char msg[1024];
+                snprintf(msg, sizeof msg, "%s", hp_error_message());
+                p->n_flight = 0;
+                (void)hp__comm_stream_wait_all(p->cs);
+                hp_error(st, "%s", msg);
+            }
             if (ext && ext->after_run) { /* drain the copy stream; the first error is the one to report */
                 char msg[1024];
                 snprintf(msg, sizeof msg, "%s", hp_error_message());
@@ -357,6 +433,11 @@ hp_status hp_program_run(hp_program *p) {
             p->stats.op_calls[op]++;
             p->stats.op_flops[op] += p->exec_flops[e];
         }
+    }
+    if (p->cs) {
+        p->n_flight = 0;
+        HP_CHECK(hp__comm_stream_wait_all(p->cs));
+        hp__comm_stream_times(p->cs, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
     }
     HP_CHECK(hp_backend_synchronize(p->be));
     if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));

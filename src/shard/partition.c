@@ -259,6 +259,83 @@ static hp_status partition_node(hp_partition *p, int i) {
     return HP_STATUS_OK;
 }
 
+/* How far ahead of its use a parameter's collective (an FSDP all-gather) may be issued, in
+ * nodes: enough to hide it behind the previous operators, bounded so the gathered copies of a
+ * whole model are never live at once. */
+#define PREFETCH_WINDOW 24
+
+typedef struct sched_key {
+    int slot, kind, index;
+} sched_key;
+
+static int cmp_key(const void *a, const void *b) {
+    const sched_key *x = a, *y = b;
+    if (x->slot != y->slot) return x->slot < y->slot ? -1 : 1;
+    if (x->kind != y->kind) return x->kind - y->kind;
+    return x->index - y->index;
+}
+
+/*
+ * Communication scheduling: each REDISTRIBUTE that moves bytes is issued as early as its input
+ * allows — right after the input's last writer (its producer, or an in-place update), a parameter
+ * at most PREFETCH_WINDOW nodes ahead of its use — and flagged HP_NODE_FLAG_ASYNC, so the runtime
+ * runs it on the communication stream while the compute in between proceeds (a data-parallel
+ * gradient's all-reduce overlaps the rest of the backward pass, as in PyTorch DDP; an FSDP
+ * all-gather is prefetched). The order depends only on the graph, so every rank issues the same
+ * collectives in the same order.
+ */
+static hp_status schedule_comm(hp_partition *p) {
+    hp_graph *g = p->g;
+    int nn = hp_graph_n_nodes(g), nt = hp_graph_n_tensors(g);
+    sched_key *key = malloc(sizeof *key * (size_t)(nn ? nn : 1));
+    int *last_write = malloc(sizeof *last_write * (size_t)(nt ? nt : 1));
+    int *order = malloc(sizeof *order * (size_t)(nn ? nn : 1));
+    if (!key || !last_write || !order) {
+        free(key);
+        free(last_write);
+        free(order);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory scheduling %d nodes", nn);
+    }
+    for (int t = 0; t < nt; t++) last_write[t] = -1;
+    for (int i = 0; i < nn; i++) {
+        hp_node *n = hp_graph_node(g, i);
+        key[i] = (sched_key){i, 0, i};
+        const hp__redist_extra *x = n->extra;
+        if (n->op == HP_OP_REDISTRIBUTE && x && x->plan.bytes > 0) {
+            hp_tid in = n->in[0];
+            bool leaf = hp_graph_tensor(g, in)->producer < 0;
+            int earliest = last_write[in];
+            if (leaf && i - PREFETCH_WINDOW > earliest) earliest = i - PREFETCH_WINDOW;
+            key[i] = (sched_key){earliest, 1, i};
+            n->flags |= HP_NODE_FLAG_ASYNC;
+        }
+        for (int j = 0; j < n->n_out; j++) last_write[n->out[j]] = i;
+        uint32_t inplace = hp__op_def(n->op)->inplace_inputs;
+        for (int k = 0; k < n->n_in; k++)
+            if (((inplace >> k) & 1u) && n->in[k] != HP_TID_NONE) last_write[n->in[k]] = i;
+    }
+    qsort(key, (size_t)nn, sizeof *key, cmp_key);
+    for (int i = 0; i < nn; i++) order[i] = key[i].index;
+    /* the collectives' records follow their nodes */
+    int *pos = last_write; /* reuse: new position of each old node index */
+    if (nn > nt) {
+        pos = realloc(last_write, sizeof *pos * (size_t)nn);
+        if (!pos) {
+            free(key);
+            free(last_write);
+            free(order);
+            return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory scheduling %d nodes", nn);
+        }
+    }
+    for (int i = 0; i < nn; i++) pos[order[i]] = i;
+    for (int c = 0; c < p->n_coll; c++) p->coll[c].local_node = pos[p->coll[c].local_node];
+    hp_status st = hp__graph_permute_nodes(g, order);
+    free(key);
+    free(pos);
+    free(order);
+    return st;
+}
+
 hp_status hp_partition_new(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
                            const hp_tid *resolve, int n_resolve, hp_partition **out) {
     int index = hp_mesh_my_index(mesh);
@@ -299,6 +376,7 @@ hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index,
         hp_layout rep = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
         st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, &p->resolved[r]);
     }
+    if (st == HP_STATUS_OK) st = schedule_comm(p);
     if (st == HP_STATUS_OK) st = hp_graph_verify(p->g);
     if (st != HP_STATUS_OK) goto fail;
     *out = p;

@@ -270,7 +270,7 @@ hp_status hp_comm_mpi_init(int *argc, char ***argv) {
     MPI_Initialized(&inited);
     if (!inited) {
         int provided;
-        MPI_TRY(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+        MPI_TRY(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
         g_we_initialised = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
