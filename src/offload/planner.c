@@ -32,7 +32,6 @@ void hp_offload_plan_free(hp_offload_plan *p) {
     free(p->resident);
     free(p->node_op);
     free(p->node_scope);
-    free(p->node_in1);
     free(p);
 }
 
@@ -442,8 +441,7 @@ hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep,
     p->resident = calloc((size_t)p->n_nodes + 2, sizeof *p->resident);
     p->node_op = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_op);
     p->node_scope = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_scope);
-    p->node_in1 = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_in1);
-    if (!p->resident || !p->node_op || !p->node_scope || !p->node_in1) {
+    if (!p->resident || !p->node_op || !p->node_scope) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory for %d nodes", p->n_nodes);
         goto fail;
     }
@@ -451,7 +449,6 @@ hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep,
         const hp_node *n = hp_graph_node(g, i);
         p->node_op[i] = n->op;
         p->node_scope[i] = n->scope ? n->scope : "";
-        p->node_in1[i] = n->n_in > 1 ? n->in[1] : HP_TID_NONE;
         const hp_op_def *d = hp__op_def(n->op);
         if (p->lv.node_live[i] && d->workspace) {
             size_t w = d->workspace(g, n);

@@ -40,7 +40,6 @@ struct hp_offload_plan {
     int64_t *resident; /* per node: resident bytes with the plan */
     hp_op *node_op;    /* per original node, for the printout */
     const char **node_scope;
-    hp_tid *node_in1;  /* per original node: input 1 (AdamW's gradient), for streaming costs */
     hp_offload_plan_stats stats;
 };
 
