@@ -22,7 +22,9 @@ norm clipped to 1.0. fp32, one process, 2 threads (torch.set_num_threads). Batch
 tokens from a seeded generator.
 
 One training step = zero_grad, forward, loss, backward, clip_grad_norm_, optimizer step. We run
---warmup untimed steps, then --steps timed ones, and print one JSON line with the mean step time.
+--warmup untimed steps, then --steps timed ones, and print one JSON line: step_s is the mean step
+time (tokens_per_s and gflops derive from it); step_s_min and step_s_median show how much other
+load on the machine disturbed the run.
 
 FLOPs (the formula our C benchmark uses too; the nanoGPT / PaLM-appendix estimate, as in
 nanoGPT's estimate_mfu):
@@ -45,6 +47,7 @@ import datetime
 import json
 import math
 import os
+import statistics
 import time
 
 import torch
@@ -191,6 +194,7 @@ def main():
         "tokens_per_s": round(tokens_per_s, 1),
         "step_s": round(step_s, 4),
         "step_s_min": round(min(times), 4),
+        "step_s_median": round(statistics.median(times), 4),
         "gflops": round(flops_per_token * tokens_per_s / 1e9, 2),
         "params": params,
         "params_flops": n_flops,
