@@ -11,6 +11,8 @@
 #ifndef HP_TRAIN_H
 #define HP_TRAIN_H
 
+#include <stdio.h>
+
 #include "hp/comm.h"
 #include "hp/config.h"
 #include "hp/ir.h"
@@ -110,6 +112,10 @@ hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, flo
  */
 hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int n_tokens, float temp, int top_k,
                                       uint64_t seed, char **text_out);
+
+/* Writes the training program's memory report (fast-tier bytes against the offload budget,
+ * per-tier peaks, copy throughput and the hidden fraction) to f. */
+void hp_trainer_report_memory(const hp_trainer *t, FILE *f);
 
 /* This rank's block of a parameter or optimizer state by name (NULL if unknown); `numel`
  * receives its element count. */

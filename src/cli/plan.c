@@ -8,6 +8,7 @@
 #include "hp/config.h"
 #include "hp/liveness.h"
 #include "hp/nn.h"
+#include "hp/offload_plan.h"
 #include "hp/ops.h"
 #include "hp/shard.h"
 #include "hp/strategy.h"
@@ -134,6 +135,21 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
            " (%.3f s if not overlapped)\n",
            flops / 1e9, tc, PLAN_FLOPS_PER_S / 1e9, tn, PLAN_NET_BYTES_PER_S / 1e9, tc + tn);
     if (warnings) printf("  (%d strategy rule(s) matched no parameter)\n", warnings);
+    if (cfg->offload) { /* the residency plan of this rank's step under the offload budgets */
+        hp_offload_plan_config oc;
+        hp_offload_plan *op = NULL;
+        st = hp_offload_config_parse(cfg->offload, &oc);
+        if (st == HP_STATUS_OK && oc.device_budget) st = hp_offload_plan_new(lg, keep, 2, &oc, &op);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "offload plan");
+            goto out;
+        }
+        if (op) {
+            printf("\n== offload (residency plan)\n");
+            hp_offload_plan_print(op, lg, stdout);
+            hp_offload_plan_free(op);
+        }
+    }
     rc = 0;
 out:
     hp_liveness_free(&lv);

@@ -202,6 +202,7 @@ int hp_cli_train(int argc, char **argv) {
         if (lead) printf("--- sample ---\n%s\n", text);
         free(text);
     }
+    if (lead) hp_trainer_report_memory(t, stderr);
     if (lead && last_val >= 0)
         fprintf(stderr, "done: final val loss %.4f (unigram entropy %.4f)\n", last_val, hp_trainer_unigram_entropy(t));
     rc = 0;

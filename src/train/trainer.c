@@ -27,6 +27,19 @@ hp_gpt_config hp__gpt_config_from(const hp_model_config *m) {
 
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t) { return hp_program_data(pr->p, hp_partition_local(pr->part, t)); }
 
+size_t hp__prog_bytes(const hp_trainer_prog *pr, hp_tid t) {
+    const hp_tensor *x = hp_graph_tensor(hp_partition_graph(pr->part), hp_partition_local(pr->part, t));
+    return (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype);
+}
+
+hp_status hp__prog_read(const hp_trainer_prog *pr, hp_tid t, void *dst) {
+    return hp_program_get_output(pr->p, hp_partition_local(pr->part, t), dst, hp__prog_bytes(pr, t));
+}
+
+hp_status hp__prog_write(const hp_trainer_prog *pr, hp_tid t, const void *src) {
+    return hp_program_set_input(pr->p, hp_partition_local(pr->part, t), src, hp__prog_bytes(pr, t));
+}
+
 void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, int64_t *start, int64_t *len) {
     hp_status st = hp_layout_slice_of(hp_partition_layout(pr->part, lt), t->mesh,
                                       &hp_graph_tensor(pr->lg, lt)->shape, t->index, start, len);
@@ -54,11 +67,15 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
     o.keep = keep;
     o.n_keep = training ? 2 : 1;
+    /* HyperOffload plans the per-rank training step (parameters, gradients, optimizer state and
+     * activations under the `offload:` budgets); evaluation runs without it. */
+    if (training) HP_CHECK(hp_offload_apply(t->cfg.offload, hp_partition_graph(pr->part), &o, &pr->offload));
     return hp_program_new(hp_partition_graph(pr->part), &o, &pr->p);
 }
 
 static void free_prog(hp_trainer_prog *pr) {
     hp_program_free(pr->p);
+    hp_offload_state_free(pr->offload);
     hp_partition_free(pr->part);
     hp_graph_free(pr->lg);
     memset(pr, 0, sizeof *pr);
@@ -74,12 +91,12 @@ static hp_status init_params(hp_trainer *t) {
         int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], gstride[HP_MAX_DIMS], idx[HP_MAX_DIMS] = {0};
         hp__prog_slice(t, pr, p, start, len);
         hp_shape_strides(&x->shape, gstride);
-        float *dst = hp__prog_data(pr, p);
+        float *dst = malloc(hp__prog_bytes(pr, p) + 4);
+        if (!dst) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory initialising '%s'", x->name);
         int nd = x->shape.ndim;
         int64_t rows = 1, inner = nd ? len[nd - 1] : 1;
         for (int d = 0; d < nd - 1; d++) rows *= len[d];
-        if (inner == 0) continue;
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t r = 0; r < rows && inner > 0; r++) {
             int64_t flat = 0, rem = r;
             for (int d = nd - 2; d >= 0; d--) {
                 idx[d] = rem % len[d];
@@ -87,8 +104,15 @@ static hp_status init_params(hp_trainer *t) {
             }
             for (int d = 0; d < nd - 1; d++) flat += (start[d] + idx[d]) * gstride[d];
             if (nd) flat += start[nd - 1];
-            HP_CHECK(hp_gpt_init_param(&t->gcfg, x->name, (uint64_t)t->cfg.train.seed, flat, inner, dst + r * inner));
+            hp_status st = hp_gpt_init_param(&t->gcfg, x->name, (uint64_t)t->cfg.train.seed, flat, inner, dst + r * inner);
+            if (st != HP_STATUS_OK) {
+                free(dst);
+                return st;
+            }
         }
+        hp_status st = hp__prog_write(pr, p, dst);
+        free(dst);
+        HP_CHECK(st);
     }
     return HP_STATUS_OK;
 }
@@ -203,23 +227,26 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
 
 /* Copies this rank's parameter blocks from the training program to the evaluation program (the
  * same strategy gives the same layouts). */
-static void sync_eval(hp_trainer *t) {
+static hp_status sync_eval(hp_trainer *t) {
     for (int i = 0; i < t->train.step.n_params; i++) {
         hp_tid p = t->train.step.params[i];
         const char *name = hp_graph_tensor(t->train.lg, p)->name;
         hp_tid q = hp_graph_find(t->eval.lg, name);
-        HP_ASSERT(q != HP_TID_NONE);
-        hp_graph *lg = hp_partition_graph(t->eval.part);
-        const hp_tensor *x = hp_graph_tensor(lg, hp_partition_local(t->eval.part, q));
-        memcpy(hp__prog_data(&t->eval, q), hp__prog_data(&t->train, p),
-               (size_t)hp_shape_numel(&x->shape) * sizeof(float));
+        HP_ASSERT(q != HP_TID_NONE && hp__prog_bytes(&t->eval, q) == hp__prog_bytes(&t->train, p));
+        void *buf = malloc(hp__prog_bytes(&t->train, p) + 4);
+        if (!buf) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory copying '%s'", name);
+        hp_status st = hp__prog_read(&t->train, p, buf);
+        if (st == HP_STATUS_OK) st = hp__prog_write(&t->eval, q, buf);
+        free(buf);
+        HP_CHECK(st);
     }
     t->eval.synced_at = t->steps_done;
+    return HP_STATUS_OK;
 }
 
 hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
     if (!t->eval.p) HP_CHECK(build_prog(t, &t->eval, false));
-    if (t->eval.synced_at != t->steps_done) sync_eval(t);
+    if (t->eval.synced_at != t->steps_done) HP_CHECK(sync_eval(t));
     double sum = 0;
     for (int64_t b = 0; b < t->cfg.train.eval_batches; b++) {
         HP_CHECK(hp_loader_val_batch(t->loader, b, t->tok_buf, t->tgt_buf));
@@ -232,6 +259,7 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
 }
 
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
+    /* NULL for a tensor HyperOffload keeps on disk: it has no address in memory */
     hp_tid id = hp_graph_find(t->train.lg, name);
     if (id == HP_TID_NONE) return NULL;
     const hp_tensor *x = hp_graph_tensor(t->train.lg, id);
@@ -263,12 +291,17 @@ static hp_status gather_for_sampling(hp_trainer *t) {
         hp_layout rep;
         hp_layout_init(&rep, x->shape.ndim);
         if (hp_layout_equal(l, &rep)) {
-            memcpy(hp_program_data(f->p, d), hp__prog_data(&t->train, p), (size_t)hp_shape_numel(&x->shape) * 4);
+            HP_CHECK(hp__prog_read(&t->train, p, hp_program_data(f->p, d)));
             continue;
         }
+        void *mine = malloc(hp__prog_bytes(&t->train, p) + 4);
+        if (!mine) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory gathering '%s'", x->name);
         hp_redistribute_plan plan;
-        HP_CHECK(hp_redistribute_plan_make(t->mesh, l, &rep, &x->shape, x->dtype, &plan));
-        HP_CHECK(hp_redistribute_execute(&plan, t->mesh, hp__prog_data(&t->train, p), hp_program_data(f->p, d)));
+        hp_status st = hp__prog_read(&t->train, p, mine);
+        if (st == HP_STATUS_OK) st = hp_redistribute_plan_make(t->mesh, l, &rep, &x->shape, x->dtype, &plan);
+        if (st == HP_STATUS_OK) st = hp_redistribute_execute(&plan, t->mesh, mine, hp_program_data(f->p, d));
+        free(mine);
+        HP_CHECK(st);
     }
     f->synced_at = t->steps_done;
     return HP_STATUS_OK;
@@ -350,3 +383,5 @@ hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, cons
     *text_out = text;
     return HP_STATUS_OK;
 }
+
+void hp_trainer_report_memory(const hp_trainer *t, FILE *f) { hp_program_report_memory(t->train.p, f); }

@@ -10,26 +10,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* This rank's view of the parameters (which = 0), exp_avg (1) or exp_avg_sq (2). */
-static hp_sharded_tensor *sharded_views(hp_trainer *t, int which) {
+static hp_tid view_id(const hp_trainer_prog *pr, int which, int i) {
+    return which == 0 ? pr->step.params[i] : which == 1 ? pr->step.m[i] : pr->step.v[i];
+}
+
+/* This rank's view of the parameters (which = 0), exp_avg (1) or exp_avg_sq (2). A tensor
+ * HyperOffload keeps on disk is staged through a malloc'd copy (flagged in `staged`). */
+static hp_sharded_tensor *sharded_views(hp_trainer *t, int which, bool *staged) {
     const hp_trainer_prog *pr = &t->train;
     int n = pr->step.n_params;
     hp_sharded_tensor *v = calloc((size_t)(n ? n : 1), sizeof *v);
     if (!v) return NULL;
     for (int i = 0; i < n; i++) {
-        hp_tid id = which == 0 ? pr->step.params[i] : which == 1 ? pr->step.m[i] : pr->step.v[i];
+        hp_tid id = view_id(pr, which, i);
         const hp_tensor *x = hp_graph_tensor(pr->lg, id);
-        v[i] = (hp_sharded_tensor){x->name, x->dtype, x->shape, *hp_partition_layout(pr->part, id),
-                                   hp__prog_data(pr, id)};
+        void *d = hp__prog_data(pr, id);
+        staged[i] = d == NULL;
+        if (!d && !(d = malloc(hp__prog_bytes(pr, id) + 4))) {
+            for (int k = 0; k < i; k++)
+                if (staged[k]) free(v[k].local);
+            free(v);
+            return NULL;
+        }
+        v[i] = (hp_sharded_tensor){x->name, x->dtype, x->shape, *hp_partition_layout(pr->part, id), d};
     }
     return v;
 }
 
-/* model = params, optim = exp_avg then exp_avg_sq (2n), as the checkpoint files order them. */
-static hp_status views(hp_trainer *t, hp_sharded_tensor **model, hp_sharded_tensor **optim) {
+/* model = params, optim = exp_avg then exp_avg_sq (2n), as the checkpoint files order them.
+ * staged[k] (3n entries, model then optim) marks malloc'd copies of slow-tier tensors. */
+static hp_status views(hp_trainer *t, hp_sharded_tensor **model, hp_sharded_tensor **optim, bool *staged) {
     int n = t->train.step.n_params;
-    *model = sharded_views(t, 0);
-    hp_sharded_tensor *m = sharded_views(t, 1), *v = sharded_views(t, 2);
+    *model = sharded_views(t, 0, staged);
+    hp_sharded_tensor *m = sharded_views(t, 1, staged + n), *v = sharded_views(t, 2, staged + 2 * n);
     *optim = calloc((size_t)(n > 0 ? 2 * n : 1), sizeof **optim);
     hp_status st = HP_STATUS_OK;
     if (!*model || !m || !v || !*optim) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
@@ -39,6 +52,26 @@ static hp_status views(hp_trainer *t, hp_sharded_tensor **model, hp_sharded_tens
     }
     free(m);
     free(v);
+    return st;
+}
+
+/* Reads (read) or writes back (!read) staged slow-tier tensors; with release, only frees the
+ * copies. */
+static hp_status staged_sync(hp_trainer *t, hp_sharded_tensor *model, hp_sharded_tensor *optim, const bool *staged,
+                             bool read, bool release) {
+    int n = t->train.step.n_params;
+    hp_status st = HP_STATUS_OK;
+    for (int k = 0; k < 3 * n; k++) {
+        if (!staged[k]) continue;
+        hp_sharded_tensor *x = k < n ? &model[k] : &optim[k - n];
+        hp_tid id = view_id(&t->train, k / n, k % n);
+        if (!release && st == HP_STATUS_OK && x->local)
+            st = read ? hp__prog_read(&t->train, id, x->local) : hp__prog_write(&t->train, id, x->local);
+        if (release) {
+            free(x->local);
+            x->local = NULL;
+        }
+    }
     return st;
 }
 
@@ -53,7 +86,10 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     size_t n = (size_t)t->train.step.n_params;
     hp_sharded_tensor *model = NULL, *optim = NULL;
     hp_named_tensor *nm = NULL, *no = NULL;
-    hp_status st = views(t, &model, &optim);
+    bool *staged = calloc(3 * n + 1, sizeof *staged);
+    if (!staged) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    hp_status st = views(t, &model, &optim, staged);
+    if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, true, false);
     hp_checkpoint_save_args a = hp_checkpoint_save_args_default();
     a.dir = t->cfg.train.checkpoint_dir;
     a.step = t->steps_done;
@@ -78,6 +114,8 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
         st = hp_mesh_axes_comm(t->mesh, naxes, axes, &mc);
         if (st == HP_STATUS_OK) st = hp_checkpoint_save_sharded(&a, mc, t->mesh, model, n, optim, 2 * n, out, outn);
     }
+    if (model && optim) staged_sync(t, model, optim, staged, true, true); /* release the copies */
+    free(staged);
     free(model);
     free(optim);
     free(nm);
@@ -97,10 +135,15 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
                         (long long)step, (long long)t->cfg.train.steps);
     size_t n = (size_t)t->train.step.n_params;
     hp_sharded_tensor *model = NULL, *optim = NULL;
-    hp_status st = views(t, &model, &optim);
+    bool *staged = calloc(3 * n + 1, sizeof *staged);
+    if (!staged) return hp_error(HP_STATUS_OUT_OF_MEMORY, "resume: out of memory");
+    hp_status st = views(t, &model, &optim, staged);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, false, t->mesh, t->index, model, n);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
+    if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
     if (st == HP_STATUS_OK) t->steps_done = step;
+    if (model && optim) staged_sync(t, model, optim, staged, false, true);
+    free(staged);
     free(model);
     free(optim);
     return st;

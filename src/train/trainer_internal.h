@@ -5,6 +5,7 @@
 #include "hp/comm.h"
 #include "hp/data.h"
 #include "hp/nn.h"
+#include "hp/offload_plan.h"
 #include "hp/runtime.h"
 #include "hp/shard.h"
 #include "hp/strategy.h"
@@ -20,6 +21,7 @@ typedef struct hp_trainer_prog {
     hp_tid loss;           /* per-rank tensor: the replicated loss */
     hp_tid grad_sq;        /* per-rank tensor: the replicated squared gradient norm (training only) */
     int64_t synced_at;     /* eval: the step its parameters were copied at (-1: never) */
+    hp_offload_state *offload; /* HyperOffload's plan for this program (training only), or NULL */
 } hp_trainer_prog;
 
 /* A single-device forward graph for sampling (full parameters gathered into it). */
@@ -59,6 +61,13 @@ hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, cons
 
 /* The per-rank storage of logical tensor t of a program. */
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t);
+
+/* Copies this rank's block of logical tensor t out of / into the program, wherever it lives (a
+ * tensor HyperOffload keeps on host or disk has no fast-tier address). */
+hp_status hp__prog_read(const hp_trainer_prog *pr, hp_tid t, void *dst);
+hp_status hp__prog_write(const hp_trainer_prog *pr, hp_tid t, const void *src);
+/* Bytes of this rank's block of logical tensor t. */
+size_t hp__prog_bytes(const hp_trainer_prog *pr, hp_tid t);
 
 /* This rank's slice of logical tensor t: start and len per dim. */
 void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, int64_t *start, int64_t *len);
