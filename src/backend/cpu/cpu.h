@@ -29,6 +29,16 @@ HP_OP_LIST(HP_CPU_KERNEL_DECL_)
 /* The CPU kernel of `op`. */
 hp_cpu_kernel hp__cpu_kernel(hp_op op);
 
+/*
+ * AdamW's per-element update over n elements: the one definition the in-memory kernel (ADAMW) and
+ * the streamed one over slow-tier states (ADAMW_STREAM) share, so their results are bitwise equal.
+ * c1, c2 are the bias corrections 1 / (1 - beta^t); sc scales the gradient (clipping).
+ */
+typedef struct hp__adamw_coef {
+    float lr, sc, b1, b2, eps, wd, c1, c2;
+} hp__adamw_coef;
+void hp__adamw_update(const hp__adamw_coef *c, float *p, const float *g, float *m, float *v, int64_t n);
+
 /* Shape of the node's input i / output j. */
 static inline const hp_shape *hp__in_shape(const hp_kernel_args *a, int i) {
     return &hp_graph_tensor(a->g, a->node->in[i])->shape;

@@ -29,28 +29,12 @@ hp_status hp__cpu_offload_wait(const hp_kernel_args *a) {
     return hp_event_wait(x->ev);
 }
 
-typedef struct adamw_ctx {
-    float lr, sc, b1, b2, eps, wd, c1, c2;
-} adamw_ctx;
+typedef hp__adamw_coef adamw_ctx;
 
-/* The per-element update of hp__cpu_adamw (k_optim.c), expression for expression, so that results
- * are bitwise the same (the build does not contract floating-point expressions in ISO C mode). */
+/* One chunk of the streamed update: the same per-element update as ADAMW (bitwise). */
 static hp_status adamw_chunk(void *user, size_t chunk, size_t first, size_t count, void *const *bufs) {
     (void)chunk, (void)first;
-    const adamw_ctx *c = user;
-    float *p = bufs[0], *m = bufs[2], *v = bufs[3];
-    const float *gr = bufs[1];
-    const float lr = c->lr, sc = c->sc, b1 = c->b1, b2 = c->b2, eps = c->eps, wd = c->wd, c1 = c->c1, c2 = c->c2;
-    const int64_t n = (int64_t)count;
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; i++) {
-        float g = gr[i] * sc;
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] -= lr * (mi * c1 / (sqrtf(vi * c2) + eps) + wd * p[i]);
-    }
+    hp__adamw_update(user, bufs[0], bufs[1], bufs[2], bufs[3], (int64_t)count);
     return HP_STATUS_OK;
 }
 

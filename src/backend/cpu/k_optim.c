@@ -40,6 +40,19 @@ hp_status hp__cpu_clip_scale(const hp_kernel_args *a) {
     return HP_STATUS_OK;
 }
 
+void hp__adamw_update(const hp__adamw_coef *c, float *p, const float *gr, float *m, float *v, int64_t n) {
+    const float lr = c->lr, sc = c->sc, b1 = c->b1, b2 = c->b2, eps = c->eps, wd = c->wd, c1 = c->c1, c2 = c->c2;
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gr[i] * sc;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * (mi * c1 / (sqrtf(vi * c2) + eps) + wd * p[i]);
+    }
+}
+
 hp_status hp__cpu_adamw(const hp_kernel_args *a) {
     float *p = a->in[0], *m = a->in[2], *v = a->in[3];
     const float *gr = a->in[1];
@@ -51,17 +64,8 @@ hp_status hp__cpu_adamw(const hp_kernel_args *a) {
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: step must be >= 1 (counts from 1), is %g", (double)t);
     if (!isfinite(lr) || !isfinite(sc))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: lr %g and scale %g must be finite", (double)lr, (double)sc);
-    const float c1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
-    const float c2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
-    const int64_t n = hp_shape_numel(hp__in_shape(a, 0));
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; i++) {
-        float g = gr[i] * sc;
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] -= lr * (mi * c1 / (sqrtf(vi * c2) + eps) + wd * p[i]);
-    }
+    hp__adamw_coef c = {lr, sc, b1, b2, eps, wd, (float)(1.0 / (1.0 - pow((double)b1, (double)t))),
+                        (float)(1.0 / (1.0 - pow((double)b2, (double)t)))};
+    hp__adamw_update(&c, p, gr, m, v, hp_shape_numel(hp__in_shape(a, 0)));
     return HP_STATUS_OK;
 }
