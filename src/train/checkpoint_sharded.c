@@ -214,9 +214,9 @@ static hp_status failed(int rank, int bad_rank, hp_status bad_st, int64_t step) 
 hp_status hp_checkpoint_save_sharded(const hp_checkpoint_save_args *a, hp_comm *comm, const hp_mesh *mesh,
                                      const hp_sharded_tensor *model, size_t n_model, const hp_sharded_tensor *optim,
                                      size_t n_optim, char *step_dir_out, size_t n) {
-    int rank = hp_comm_rank(comm), bad_rank;
-    hp_status bad_st;
-    bool hash_same;
+    int rank = hp_comm_rank(comm), bad_rank = -1;
+    hp_status bad_st = HP_STATUS_OK;
+    bool hash_same = false;
     char name[64], tmp[PATH_BYTES], final[PATH_BYTES], old[PATH_BYTES];
     uint32_t hash = 2166136261u;
 
