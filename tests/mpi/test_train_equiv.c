@@ -2,7 +2,8 @@
 /*
  * `hp train` semantics over real MPI processes: for every strategy family at this world size, the
  * distributed trainer's first-step loss and gradient norm equal the single-rank run's within 1e-5
- * (relative), and its 50-step loss trajectory within 1e-4. At 4 ranks also: a checkpoint saved
+ * (relative), and its 50-step loss trajectory within 1e-4 — also with HyperOffload planning the
+ * per-rank step of a ZeRO run under a fast-tier budget. At 4 ranks also: a checkpoint saved
  * under dp2xtp2 resumes under tp4 and under one rank with the same losses afterwards.
  * (Per-element gradient equality for every strategy is tests/unit/test_shard_equiv.c.)
  */
@@ -86,6 +87,14 @@ static void make_config(char *buf, size_t cap, const char *family, int n, const 
                         "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
                         "  inputs: {tokens: [dp, none], targets: [dp, none]}\n"
                         "  params:\n    - {match: \"*\", tensor_map: [dp]}\n", n);
+    else if (!strcmp(family, "zero2+offload")) /* HyperOffload on the per-rank (sharded) step */
+        off += snprintf(buf + off, cap - off,
+                        "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
+                        "  inputs: {tokens: [dp, none], targets: [dp, none]}\n  optimizer: {shard: [dp]}\n"
+                        "offload:\n  device_budget: %d\n  host_budget: 64MiB\n  disk_dir: /tmp\n"
+                        "  disk_budget: 64MiB\n"
+                        "  policy: {params: host, grads: host, optimizer: disk, activations: host}\n",
+                        n, 1100000);
     else if (!strcmp(family, "hsdp"))
         off += snprintf(buf + off, cap - off,
                         "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, fsdp]}\n"
@@ -195,7 +204,7 @@ int main(int argc, char **argv) {
     run(t, STEPS, ref_loss, ref_gn);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-    const char *families[] = {"dp", "zero2", "tp", "tpsp", "dpxtp", "fsdp", "hsdp"};
+    const char *families[] = {"dp", "zero2", "tp", "tpsp", "dpxtp", "fsdp", "hsdp", "zero2+offload"};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(world, families[i], ref_loss, ref_gn);
     if (n == 4) check_reshard(world);
     int failed = g_failed, any = 0;
