@@ -17,21 +17,8 @@
 static const char *kjv(void) { return hp_test_source_path("data/kjv.txt"); }
 
 static hp_run_config tiny_config(const char *ckdir) {
-    hp_run_config c = hp_run_config_defaults();
-    c.model.vocab = 256;
-    c.model.context = 32;
-    c.model.layers = 2;
-    c.model.heads = 2;
-    c.model.width = 32;
-    c.train.batch = 4;
-    c.train.steps = 20;
-    c.train.seed = 7;
-    c.train.eval_batches = 2;
-    c.optim.lr = 3e-3;
-    c.optim.warmup = 5;
-    c.optim.min_lr = 3e-4;
-    snprintf(c.data.corpus, sizeof c.data.corpus, "%s", kjv());
-    snprintf(c.train.checkpoint_dir, sizeof c.train.checkpoint_dir, "%s", ckdir ? ckdir : "/tmp/unused");
+    hp_run_config c;
+    hp_test_tiny_config(&c, ckdir);
     return c;
 }
 
@@ -107,13 +94,7 @@ static void test_gpt_param_gradients(void **state) {
     hp_graph_free(g);
 }
 
-static void run_steps(hp_trainer *t, int n, double *losses) {
-    for (int i = 0; i < n; i++) {
-        hp_step_metrics m;
-        assert_ok(hp_trainer_step(t, &m));
-        losses[i] = m.loss;
-    }
-}
+static void run_steps(hp_trainer *t, int n, double *losses) { hp_test_run_steps(t, n, losses); }
 
 static void test_deterministic_for_seed(void **state) {
     (void)state;
@@ -227,6 +208,48 @@ static void test_bad_inputs(void **state) {
     free(dir);
 }
 
+/* HyperOffload fault: the disk tier's file removed mid-run stops the step with an error naming it,
+ * and the last checkpoint is intact: a new trainer resumes from it and reproduces the losses. */
+static void test_offload_disk_fault_keeps_checkpoint(void **state) {
+    (void)state;
+    char *dir = make_tmpdir(), *disk = make_tmpdir();
+    char text[2048];
+    snprintf(text, sizeof text,
+             "model: {vocab: 256, context: 32, layers: 2, heads: 2, width: 32}\n"
+             "data: {corpus: \"%s\"}\n"
+             "train: {steps: 20, batch: 4, seed: 7, checkpoint_dir: \"%s\"}\n"
+             "offload:\n  device_budget: 600KiB\n  host_budget: 64MiB\n  disk_dir: \"%s\"\n  disk_budget: 64MiB\n"
+             "  policy: {params: disk, grads: host, optimizer: disk, activations: host}\n",
+             kjv(), dir, disk);
+    hp_run_config c;
+    assert_ok(hp_run_config_load_string(text, strlen(text), "offload-fault", &c));
+    hp_trainer *t;
+    double a[6], b[3];
+    assert_ok(hp_trainer_new(&c, &t));
+    run_steps(t, 3, a);
+    assert_ok(hp_trainer_save(t, NULL, 0));
+    run_steps(t, 3, a + 3);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/*", disk); /* the store's file disappears */
+    assert_int_equal(system(cmd), 0);
+    hp_step_metrics m;
+    assert_int_equal(hp_trainer_step(t, &m), HP_STATUS_IO);
+    hp_test_assert_error_contains(disk);
+    hp_trainer_free(t);
+    assert_ok(hp_trainer_new(&c, &t)); /* a new store file; the checkpoint at step 3 */
+    assert_ok(hp_trainer_resume(t, dir));
+    assert_int_equal(hp_trainer_steps_done(t), 3);
+    run_steps(t, 3, b);
+    for (int i = 0; i < 3; i++)
+        if (a[3 + i] != b[i]) fail_msg("step %d after resume: %.9g, before the fault %.9g", 4 + i, b[i], a[3 + i]);
+    hp_trainer_free(t);
+    hp_run_config_free(&c);
+    rm_rf(dir);
+    rm_rf(disk);
+    free(dir);
+    free(disk);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lr_schedule),
@@ -234,6 +257,7 @@ int main(void) {
         cmocka_unit_test(test_deterministic_for_seed),
         cmocka_unit_test(test_resume_matches_uninterrupted),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_offload_disk_fault_keeps_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,35 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void run_steps(hp_trainer *t, int n, double *losses) {
-    for (int i = 0; i < n; i++) {
-        hp_step_metrics m;
-        assert_ok(hp_trainer_step(t, &m));
-        losses[i] = m.loss;
-    }
-}
-
-static hp_run_config tiny_config(void) {
-    hp_run_config c = hp_run_config_defaults();
-    c.model.vocab = 256;
-    c.model.context = 32;
-    c.model.layers = 2;
-    c.model.heads = 2;
-    c.model.width = 32;
-    c.train.batch = 4;
-    c.train.steps = 20;
-    c.train.seed = 7;
-    c.train.eval_batches = 2;
-    c.optim.lr = 3e-3;
-    c.optim.warmup = 5;
-    c.optim.min_lr = 3e-4;
-    snprintf(c.data.corpus, sizeof c.data.corpus, "%s", hp_test_source_path("data/kjv.txt"));
-    return c;
-}
-
 static void test_learns_kjv(void **state) {
     (void)state;
-    hp_run_config c = tiny_config();
+    hp_run_config c;
+    hp_test_tiny_config(&c, NULL);
     c.model.context = 64;
     c.model.width = 64;
     c.model.heads = 4;
@@ -50,7 +25,7 @@ static void test_learns_kjv(void **state) {
     assert_ok(hp_trainer_new(&c, &t));
     double before, after, losses[300];
     assert_ok(hp_trainer_eval(t, &before));
-    run_steps(t, 300, losses);
+    hp_test_run_steps(t, 300, losses);
     assert_ok(hp_trainer_eval(t, &after));
     double h = hp_trainer_unigram_entropy(t);
     print_message("val loss %.3f -> %.3f, unigram entropy %.3f nats\n", before, after, h);

@@ -1,5 +1,8 @@
 #include "testutil.h"
 
+#include "hp/config.h"
+#include "hp/train.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,4 +27,33 @@ const char *hp_test_source_path(const char *rel) {
     const char *root = getenv("HP_SOURCE_DIR");
     snprintf(buf, sizeof buf, "%s/%s", root ? root : ".", rel);
     return buf;
+}
+
+void hp_test_tiny_config(hp_run_config *c, const char *ckdir) {
+    *c = hp_run_config_defaults();
+    c->model.vocab = 256;
+    c->model.context = 32;
+    c->model.layers = 2;
+    c->model.heads = 2;
+    c->model.width = 32;
+    c->train.batch = 4;
+    c->train.steps = 20;
+    c->train.seed = 7;
+    c->train.eval_batches = 2;
+    c->optim.lr = 3e-3;
+    c->optim.warmup = 5;
+    c->optim.min_lr = 3e-4;
+    const char *corpus = hp_test_source_path("data/kjv.txt");
+    size_t n = strlen(corpus) < sizeof c->data.corpus - 1 ? strlen(corpus) : sizeof c->data.corpus - 1;
+    memcpy(c->data.corpus, corpus, n);
+    c->data.corpus[n] = '\0';
+    snprintf(c->train.checkpoint_dir, sizeof c->train.checkpoint_dir, "%s", ckdir ? ckdir : "/tmp/unused");
+}
+
+void hp_test_run_steps(hp_trainer *t, int n, double *losses) {
+    for (int i = 0; i < n; i++) {
+        hp_step_metrics m;
+        assert_ok(hp_trainer_step(t, &m));
+        losses[i] = m.loss;
+    }
 }

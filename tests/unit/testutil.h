@@ -37,4 +37,13 @@ void hp_test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi)
 /* A path under the source tree ($HP_SOURCE_DIR or "."), in a static buffer. */
 const char *hp_test_source_path(const char *rel);
 
+/* Forward declarations so tests that train need not repeat these helpers. */
+struct hp_trainer;
+struct hp_run_config;
+/* A tiny GPT run config on the KJV corpus (context 32, 2 layers, 2 heads, width 32, batch 4,
+ * 20 steps, seed 7); checkpoint_dir = ckdir or "/tmp/unused". */
+void hp_test_tiny_config(struct hp_run_config *c, const char *ckdir);
+/* Runs n training steps, storing each step's loss (fails the test on error). */
+void hp_test_run_steps(struct hp_trainer *t, int n, double *losses);
+
 #endif
