@@ -47,8 +47,8 @@ typedef struct hp_liveness {
 
 /*
  * Computes def-use chains and liveness of `g` after dead-code elimination: a node is live when it
- * writes in place (HP_NODE_FLAG_INPLACE), has no outputs, or some live node or `keep` uses one of
- * its outputs. In-place writes count as uses of the written inputs, so a tensor stays live until
+ * writes in place (HP_NODE_FLAG_INPLACE), is a collective (HP_NODE_FLAG_ASYNC: every rank must
+ * take part), has no outputs, or some live node or `keep` uses one of its outputs. In-place writes count as uses of the written inputs, so a tensor stays live until
  * its last in-place update. keep[0..n_keep) may be NULL when n_keep is 0.
  * Errors: the graph's sticky error; HP_STATUS_INVALID_ARGUMENT naming a keep id out of range;
  * HP_STATUS_OUT_OF_MEMORY. On success free `out` with hp_liveness_free.

@@ -43,8 +43,10 @@ static void *worker(void *arg) {
         pthread_mutex_lock(&s->mu);
         if (st != HP_STATUS_OK && s->error == HP_STATUS_OK) {
             s->error = st;
-            snprintf(s->message, sizeof s->message, "%s (%s in '%s'): %s", "communication stream",
-                     hp_op_name(a->node->op), a->node->scope ? a->node->scope : "", hp_error_message());
+            const hp_tensor *x = a->node->n_in ? hp_graph_tensor(a->g, a->node->in[0]) : NULL;
+            snprintf(s->message, sizeof s->message, "communication stream (%s of %s%%%d%s): %s", hp_op_name(a->node->op),
+                     x && x->name ? "'" : "", a->node->n_in ? a->node->in[0] : -1, x && x->name ? x->name : "",
+                     hp_error_message());
         }
         s->busy_s += dt;
         s->done++;

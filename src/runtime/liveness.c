@@ -56,7 +56,9 @@ hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep,
     /* Dead-code elimination, walking program order backwards. */
     for (int i = nn - 1; i >= 0; i--) {
         const hp_node *n = hp_graph_node(g, i);
-        bool live = (n->flags & HP_NODE_FLAG_INPLACE) || n->n_out == 0;
+        /* A collective (HP_NODE_FLAG_ASYNC) is never eliminated, even when this rank does not use
+         * its result: every rank must take part, or the ranks' collective sequences diverge. */
+        bool live = (n->flags & (HP_NODE_FLAG_INPLACE | HP_NODE_FLAG_ASYNC)) || n->n_out == 0;
         for (int j = 0; j < n->n_out; j++) live |= needed[n->out[j]];
         out->node_live[i] = live;
         if (!live) continue;

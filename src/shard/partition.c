@@ -205,7 +205,9 @@ static hp_status partition_node(hp_partition *p, int i) {
     char lb[256], nb[32];
     for (int k = 0; k < n->n_in; k++) {
         lin[k] = HP_TID_NONE;
-        if (n->in[k] == HP_TID_NONE || drop[k]) continue;
+        /* A dropped input is still brought to its layout: whether a collective runs must never
+         * depend on the rank, or the ranks' collective sequences diverge (it is dropped below). */
+        if (n->in[k] == HP_TID_NONE) continue;
         const hp_tensor *x = hp_graph_tensor(lg, n->in[k]);
         hp_status st = hp_layout_validate(&req[k], p->mesh, &x->shape);
         if (st != HP_STATUS_OK)
@@ -214,6 +216,7 @@ static hp_status partition_node(hp_partition *p, int i) {
                                    hp_layout_format(&req[k], p->mesh, lb, sizeof lb));
         bool inplace = (d->inplace_inputs >> k) & 1u;
         HP_CHECK(get_local(p, n->in[k], &req[k], phase, inplace && !hp_layout_equal(&req[k], &in[k]), &lin[k]));
+        if (drop[k]) lin[k] = HP_TID_NONE;
     }
     hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
     HP_CHECK(hp_graph_status(p->g));
@@ -264,6 +267,15 @@ static hp_status partition_node(hp_partition *p, int i) {
  * whole model are never live at once. */
 #define PREFETCH_WINDOW 24
 
+/* A plan with any collective step — even one that moves no bytes (an all-to-allv in which this
+ * tensor's empty blocks are exchanged) — synchronises the ranks, so it must run on the
+ * communication stream with every other collective, never concurrently from the compute thread. */
+static bool plan_communicates(const hp_redistribute_plan *p) {
+    for (int k = 0; k < p->nsteps; k++)
+        if (p->steps[k].kind != HP_REDIST_LOCAL_SLICE && p->steps[k].kind != HP_REDIST_LOCAL_PARTIAL) return true;
+    return false;
+}
+
 typedef struct sched_key {
     int slot, kind, index;
 } sched_key;
@@ -276,7 +288,7 @@ static int cmp_key(const void *a, const void *b) {
 }
 
 /*
- * Communication scheduling: each REDISTRIBUTE that moves bytes is issued as early as its input
+ * Communication scheduling: each REDISTRIBUTE with a collective step is issued as early as its input
  * allows — right after the input's last writer (its producer, or an in-place update), a parameter
  * at most PREFETCH_WINDOW nodes ahead of its use — and flagged HP_NODE_FLAG_ASYNC, so the runtime
  * runs it on the communication stream while the compute in between proceeds (a data-parallel
@@ -301,7 +313,7 @@ static hp_status schedule_comm(hp_partition *p) {
         hp_node *n = hp_graph_node(g, i);
         key[i] = (sched_key){i, 0, i};
         const hp__redist_extra *x = n->extra;
-        if (n->op == HP_OP_REDISTRIBUTE && x && x->plan.bytes > 0) {
+        if (n->op == HP_OP_REDISTRIBUTE && x && plan_communicates(&x->plan)) {
             hp_tid in = n->in[0];
             bool leaf = hp_graph_tensor(g, in)->producer < 0;
             int earliest = last_write[in];

@@ -158,6 +158,8 @@ static void record(job *j, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(j->failure, sizeof j->failure, fmt, ap);
         va_end(ap);
+        /* printed at once: the other ranks may now block in a collective and never return */
+        fprintf(stderr, "FAILURE: %s\n", j->failure);
     }
     pthread_mutex_unlock(&j->mu);
 }
