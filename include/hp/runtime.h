@@ -85,6 +85,7 @@ hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_prog
 /* Frees all buffers. NULL is allowed. */
 void hp_program_free(hp_program *p);
 
+
 /*
  * Storage of tensor t (backend memory; host memory on the CPU backend): valid for persistent and
  * kept tensors for the program's lifetime; NULL for planned activations (their storage is reused;
@@ -138,6 +139,14 @@ typedef struct hp_program_stats {
 } hp_program_stats;
 
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s);
+
+/*
+ * What hp_program_new would build, without allocating any data: the same liveness, arena plan
+ * and workspace rule, so `stats` (persistent_bytes, arena_bytes, workspace_bytes, naive_bytes,
+ * peak_live_bytes, n_nodes, device_bytes) are the numbers a real program of `g` would have. For
+ * planning tools (`hp plan`). Errors: as hp_program_new (including an offload budget overrun).
+ */
+hp_status hp_program_plan(const hp_graph *g, const hp_program_opts *opts, hp_program_stats *stats);
 
 /*
  * Writes the profile (opts.profile) to `f`, one line per operator kind by decreasing time: calls,

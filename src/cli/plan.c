@@ -6,7 +6,7 @@
 #include "cli/cli.h"
 
 #include "hp/config.h"
-#include "hp/liveness.h"
+#include "hp/runtime.h"
 #include "hp/nn.h"
 #include "hp/offload_plan.h"
 #include "hp/ops.h"
@@ -35,7 +35,6 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
     hp_graph *g = NULL;
     hp_partition *part = NULL;
     hp_layout *lay = NULL;
-    hp_liveness lv = {0};
     int rc = 1;
     hp_status st = hp_strategy_parse(cfg->strategy, ranks, &s);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, "strategy");
@@ -101,35 +100,26 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
         if (count[k]) printf(" %s x%d", hp_redist_kind_name((hp_redist_kind)k), count[k]);
     printf("\n");
 
-    /* memory: persistent blocks + the activation arena planned from liveness */
+    /* memory: what hp_program_new would allocate for this rank's graph (the same liveness, arena
+     * plan, reshape views and workspace rule), planned without allocating */
     hp_tid keep[2] = {hp_partition_resolved(part, 0), hp_partition_resolved(part, 1)};
-    st = hp_liveness_compute(lg, keep, 2, &lv);
-    size_t arena = 0;
-    double flops = 0;
-    if (st == HP_STATUS_OK) {
-        int n = 0;
-        hp_mem_interval *iv = calloc((size_t)hp_graph_n_tensors(lg) + 1, sizeof *iv);
-        for (int t = 0; t < hp_graph_n_tensors(lg); t++) {
-            const hp_tensor_liveness *l = &lv.t[t];
-            if (!l->live || l->persistent) continue;
-            const hp_tensor *y = hp_graph_tensor(lg, t);
-            iv[n++] = (hp_mem_interval){(size_t)hp_shape_numel(&y->shape) * hp_dtype_size(y->dtype), l->start, l->end, 0};
-        }
-        st = hp_memplan_assign(iv, n, 64, &arena);
-        free(iv);
-        for (int i = 0; i < hp_graph_n_nodes(lg); i++)
-            if (lv.node_live[i]) flops += hp_node_cost(lg, i).flops;
-    }
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = keep;
+    po.n_keep = 2;
+    hp_program_stats ps;
+    st = hp_program_plan(lg, &po, &ps);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, "memory plan");
         goto out;
     }
+    double flops = 0;
+    for (int i = 0; i < hp_graph_n_nodes(lg); i++) flops += hp_node_cost(lg, i).flops;
     printf("\n== memory per rank\n");
-    printf("  parameters %.2f MiB | optimizer state %.2f MiB | inputs %.2f MiB | activations + gradients (planned arena) %.2f MiB\n",
+    printf("  parameters %.2f MiB | optimizer state %.2f MiB | inputs %.2f MiB | activations + gradients (planned arena) "
+           "%.2f MiB | kernel workspace %.2f MiB\n",
            mib(bytes_by_kind[HP_TENSOR_KIND_PARAM]), mib(bytes_by_kind[HP_TENSOR_KIND_OPT_STATE]),
-           mib(bytes_by_kind[HP_TENSOR_KIND_INPUT]), mib((double)arena));
-    printf("  total %.2f MiB\n", mib(bytes_by_kind[HP_TENSOR_KIND_PARAM] + bytes_by_kind[HP_TENSOR_KIND_OPT_STATE] +
-                                     bytes_by_kind[HP_TENSOR_KIND_INPUT] + (double)arena));
+           mib(bytes_by_kind[HP_TENSOR_KIND_INPUT]), mib((double)ps.arena_bytes), mib((double)ps.workspace_bytes));
+    printf("  total %.2f MiB\n", mib((double)ps.device_bytes));
     double tc = flops / PLAN_FLOPS_PER_S, tn = (double)total / PLAN_NET_BYTES_PER_S;
     printf("\n== predicted step\n  %.2f GFLOP per rank -> %.3f s compute at %.0f GFLOP/s; %.3f s communication at %.0f GB/s"
            " (%.3f s if not overlapped)\n",
@@ -152,7 +142,6 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
     }
     rc = 0;
 out:
-    hp_liveness_free(&lv);
     hp_partition_free(part);
     free(lay);
     hp_graph_free(g);

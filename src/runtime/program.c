@@ -43,6 +43,7 @@ struct hp_program {
     size_t *flight_bytes;
     uint64_t *flight_seq;
     hp_program_stats stats;
+    bool dry;            /* hp_program_plan: plan and count, allocate no data */
 };
 
 enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2 };
@@ -190,11 +191,11 @@ static hp_status bind_storage(hp_program *p) {
         bool persistent = x->kind != HP_TENSOR_KIND_ACTIVATION || l->persistent;
         if (!persistent && !l->live) continue;
         if (!persistent && p->opts.plan_memory) continue;
-        hp_status st = hp_backend_alloc(p->be, p->bytes[t], &p->data[t]);
+        hp_status st = p->dry ? HP_STATUS_OK : hp_backend_alloc(p->be, p->bytes[t], &p->data[t]);
         if (st != HP_STATUS_OK)
             return hp_error_prefix(st, "program: %zu bytes for tensor %d ('%s'): ", p->bytes[t], t,
                                    x->name ? x->name : "");
-        p->own[t] = true;
+        p->own[t] = !p->dry;
         if (persistent) p->stats.persistent_bytes += p->bytes[t];
         else p->stats.naive_bytes += p->bytes[t];
     }
@@ -203,6 +204,7 @@ static hp_status bind_storage(hp_program *p) {
         return HP_STATUS_OK;
     }
     HP_CHECK(plan_arena(p));
+    if (p->dry) return HP_STATUS_OK;
     p->arena_alloc = p->stats.arena_bytes;
     hp_status st = hp_backend_alloc(p->be, p->arena_alloc, &p->arena);
     if (st != HP_STATUS_OK) return hp_error_prefix(st, "program: activation arena of %zu bytes: ", p->arena_alloc);
@@ -252,7 +254,8 @@ static hp_status bind_nodes(hp_program *p) {
         p->n_exec++;
     }
     p->stats.n_nodes = p->n_exec;
-    if (ws) {
+    if (ws && p->dry) p->stats.workspace_bytes = ws;
+    if (ws && !p->dry) {
         hp_status st = hp_backend_alloc(p->be, ws, &p->workspace);
         if (st != HP_STATUS_OK) return hp_error_prefix(st, "program: workspace of %zu bytes: ", ws);
         p->stats.workspace_bytes = ws;
@@ -264,11 +267,13 @@ static hp_status bind_nodes(hp_program *p) {
     return HP_STATUS_OK;
 }
 
-hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out) {
+/* Builds a program; with `dry`, plans and counts everything but allocates no data buffers. */
+static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, bool dry, hp_program **out) {
     *out = NULL;
     HP_CHECK(hp_graph_verify(g));
     hp_program *p = calloc(1, sizeof *p);
     if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory");
+    p->dry = dry;
     p->g = g;
     p->opts = opts ? *opts : HP_PROGRAM_OPTS_DEFAULT;
     hp_status st = HP_STATUS_OK;
@@ -297,7 +302,7 @@ hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_prog
     }
     HP_CHECK_GOTO(bind_storage(p), st, fail);
     HP_CHECK_GOTO(bind_nodes(p), st, fail);
-    for (int e = 0; e < p->n_exec && !p->cs; e++)
+    for (int e = 0; e < p->n_exec && !p->cs && !dry; e++)
         if (p->exec_kind[e] == EXEC_ASYNC) HP_CHECK_GOTO(hp__comm_stream_new(p->be, &p->cs), st, fail);
     p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
     if (p->opts.ext && p->opts.ext->device_budget > 0 && p->stats.device_bytes > p->opts.ext->device_budget) {
@@ -507,4 +512,16 @@ void hp_program_report_memory(const hp_program *p, FILE *f) {
                 hp_tier_name((hp_tier)t), hp_mem_in_use((hp_tier)t), hp_mem_peak((hp_tier)t),
                 t == HP_TIER_DEVICE ? s->device_bytes : s->ext_bytes[t]);
     if (e && e->report) e->report(e->user, f);
+}
+
+hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out) {
+    return program_build(g, opts, false, out);
+}
+
+hp_status hp_program_plan(const hp_graph *g, const hp_program_opts *opts, hp_program_stats *stats) {
+    hp_program *p;
+    HP_CHECK(program_build(g, opts, true, &p));
+    *stats = p->stats;
+    hp_program_free(p);
+    return HP_STATUS_OK;
 }
