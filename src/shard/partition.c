@@ -82,6 +82,42 @@ static hp_status add_version(hp_partition *p, hp_tid lt, const hp_layout *l, hp_
 }
 
 /*
+ * Appends a REDISTRIBUTE of per-rank tensor `src` (logical tensor lt, laid out as `from`) to
+ * layout `want`, recording the collective. *out receives the new per-rank tensor.
+ */
+static hp_status add_redistribute(hp_partition *p, hp_tid lt, const hp_layout *from, hp_tid src,
+                                  const hp_layout *want, uint32_t phase, hp_tid *out) {
+    const hp_tensor *x = hp_graph_tensor(p->lg, lt);
+    char nb[32];
+    hp__redist_extra *ex = hp_arena_alloc(hp_graph_arena(p->g), sizeof *ex, 16);
+    if (!ex) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+    hp_status st = hp_redistribute_plan_make(p->mesh, from, want, &x->shape, x->dtype, &ex->plan);
+    if (st != HP_STATUS_OK) return hp_error_prefix(st, "redistributing '%s': ", lname(p->lg, lt, nb, sizeof nb));
+    ex->mesh = p->mesh;
+    hp_attrs at = {0};
+    HP_CHECK(hp_layout_local_shape(want, p->mesh, &x->shape, p->index, &at.shape));
+    hp_tid r = hp_graph_add_node(p->g, HP_OP_REDISTRIBUTE, &src, 1, &at);
+    HP_CHECK(hp_graph_status(p->g));
+    int ni = hp_graph_n_nodes(p->g) - 1;
+    hp_graph_node(p->g, ni)->extra = ex;
+    if (p->n_coll == p->cap_coll) {
+        int cap = p->cap_coll ? 2 * p->cap_coll : 64;
+        hp_collective_info *c = realloc(p->coll, sizeof *c * (size_t)cap);
+        if (!c) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+        p->coll = c;
+        p->cap_coll = cap;
+    }
+    hp_collective_info *ci = &p->coll[p->n_coll++];
+    ci->tensor = x->name ? x->name : hp_arena_printf(hp_graph_arena(p->g), "%%%d", lt);
+    ci->plan = ex->plan;
+    ci->local_node = ni;
+    ci->flags = phase;
+    p->bytes += ex->plan.bytes;
+    *out = r;
+    return HP_STATUS_OK;
+}
+
+/*
  * The per-rank tensor holding logical tensor lt in layout `want`: the produced version, a cached
  * redistribution made for the same phase, or a new REDISTRIBUTE node. `fresh` skips the cache
  * (the consumer writes it in place).
@@ -100,34 +136,8 @@ static hp_status get_local(hp_partition *p, hp_tid lt, const hp_layout *want, ui
                 *out = v->local;
                 return HP_STATUS_OK;
             }
-    const hp_tensor *x = hp_graph_tensor(p->lg, lt);
-    char nb[32];
-    hp__redist_extra *ex = hp_arena_alloc(hp_graph_arena(p->g), sizeof *ex, 16);
-    if (!ex) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
-    hp_status st = hp_redistribute_plan_make(p->mesh, &base->layout, want, &x->shape, x->dtype, &ex->plan);
-    if (st != HP_STATUS_OK) return hp_error_prefix(st, "redistributing '%s': ", lname(p->lg, lt, nb, sizeof nb));
-    ex->mesh = p->mesh;
-    hp_attrs at = {0};
-    HP_CHECK(hp_layout_local_shape(want, p->mesh, &x->shape, p->index, &at.shape));
-    hp_tid r = hp_graph_add_node(p->g, HP_OP_REDISTRIBUTE, &base->local, 1, &at);
-    HP_CHECK(hp_graph_status(p->g));
-    int ni = hp_graph_n_nodes(p->g) - 1;
-    hp_graph_node(p->g, ni)->extra = ex;
-    if (p->n_coll == p->cap_coll) {
-        int cap = p->cap_coll ? 2 * p->cap_coll : 64;
-        hp_collective_info *c = realloc(p->coll, sizeof *c * (size_t)cap);
-        if (!c) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
-        p->coll = c;
-        p->cap_coll = cap;
-    }
-    hp_collective_info *ci = &p->coll[p->n_coll++];
-    ci->tensor = x->name ? x->name : hp_arena_printf(hp_graph_arena(p->g), "%%%d", lt);
-    ci->plan = ex->plan;
-    ci->local_node = ni;
-    ci->flags = phase;
-    p->bytes += ex->plan.bytes;
-    if (!fresh) HP_CHECK(add_version(p, lt, want, r, phase));
-    *out = r;
+    HP_CHECK(add_redistribute(p, lt, &base->layout, base->local, want, phase, out));
+    if (!fresh) HP_CHECK(add_version(p, lt, want, *out, phase));
     return HP_STATUS_OK;
 }
 
@@ -243,16 +253,8 @@ static hp_status partition_node(hp_partition *p, int i) {
         if (!((d->inplace_inputs >> k) & 1u) || n->in[k] == HP_TID_NONE || lin[k] == HP_TID_NONE) continue;
         version *base = p->ver[n->in[k]];
         if (lin[k] == base->local) continue;
-        hp_tid back;
-        hp_tid tmp_lt = n->in[k];
-        /* redistribute the updated copy (layout req[k]) back to the base layout */
-        version saved = *base;
-        base->layout = req[k];
-        base->local = lin[k];
-        hp_status st = get_local(p, tmp_lt, &saved.layout, phase, true, &back);
-        base->layout = saved.layout;
-        base->local = saved.local;
-        HP_CHECK(st);
+        hp_tid back; /* the updated copy (layout req[k]) brought back to the original's layout */
+        HP_CHECK(add_redistribute(p, n->in[k], &req[k], lin[k], &base->layout, phase, &back));
         hp_tid asg[2] = {base->local, back};
         hp_graph_add_node(p->g, HP_OP_ASSIGN, asg, 2, NULL);
         HP_CHECK(hp_graph_status(p->g));
@@ -302,11 +304,11 @@ static hp_status schedule_comm(hp_partition *p) {
     sched_key *key = malloc(sizeof *key * (size_t)(nn ? nn : 1));
     int *last_write = malloc(sizeof *last_write * (size_t)(nt ? nt : 1));
     int *order = malloc(sizeof *order * (size_t)(nn ? nn : 1));
-    if (!key || !last_write || !order) {
-        free(key);
-        free(last_write);
-        free(order);
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory scheduling %d nodes", nn);
+    int *pos = malloc(sizeof *pos * (size_t)(nn ? nn : 1)); /* new position of each old node */
+    hp_status st = HP_STATUS_OK;
+    if (!key || !last_write || !order || !pos) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory scheduling %d nodes", nn);
+        goto out;
     }
     for (int t = 0; t < nt; t++) last_write[t] = -1;
     for (int i = 0; i < nn; i++) {
@@ -329,22 +331,14 @@ static hp_status schedule_comm(hp_partition *p) {
     qsort(key, (size_t)nn, sizeof *key, cmp_key);
     for (int i = 0; i < nn; i++) order[i] = key[i].index;
     /* the collectives' records follow their nodes */
-    int *pos = last_write; /* reuse: new position of each old node index */
-    if (nn > nt) {
-        pos = realloc(last_write, sizeof *pos * (size_t)nn);
-        if (!pos) {
-            free(key);
-            free(last_write);
-            free(order);
-            return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory scheduling %d nodes", nn);
-        }
-    }
     for (int i = 0; i < nn; i++) pos[order[i]] = i;
     for (int c = 0; c < p->n_coll; c++) p->coll[c].local_node = pos[p->coll[c].local_node];
-    hp_status st = hp__graph_permute_nodes(g, order);
+    st = hp__graph_permute_nodes(g, order);
+out:
     free(key);
-    free(pos);
+    free(last_write);
     free(order);
+    free(pos);
     return st;
 }
 
