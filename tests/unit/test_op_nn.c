@@ -33,15 +33,6 @@ static void init_ints(hp_graph *g, hp_program *p, void *user) {
     fill_ints(hp_program_data(p, u->tid), hp_shape_numel(&u->shape), u->range, 5);
 }
 
-static hp_program *compile(hp_graph *g, hp_tid *keep, int nk) {
-    assert_ok(hp_graph_status(g));
-    hp_program *p;
-    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
-    o.keep = keep;
-    o.n_keep = nk;
-    assert_ok(hp_program_new(g, &o, &p));
-    return p;
-}
 
 /* ---- EMBEDDING ---- */
 
@@ -78,7 +69,7 @@ static void test_embedding_values_and_errors(void **state) {
     at.shape = HP_SHAPE(50, 24);
     hp_tid dt = hp_graph_add_node(g, HP_OP_EMBEDDING_BACKWARD, in, 2, &at);
     hp_tid keep[2] = {y, dt};
-    hp_program *p = compile(g, keep, 2);
+    hp_program *p = hp_test_compile(g, keep, 2);
     float *pt = hp_program_data(p, t), *pdy = hp_program_data(p, dy);
     int32_t *pid = hp_program_data(p, ids);
     hp_test_fill_uniform(pt, 50 * 24, 1, -1, 1);
@@ -133,7 +124,7 @@ static void test_gelu(void **state) {
     hp_graph *g = hp_graph_new();
     hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(1001));
     hp_tid y = hp_gelu(g, x);
-    hp_program *p = compile(g, &y, 1);
+    hp_program *p = hp_test_compile(g, &y, 1);
     float *px = hp_program_data(p, x);
     for (int i = 0; i < 1001; i++) px[i] = -10.0f + 0.02f * (float)i;
     assert_ok(hp_program_run(p));
@@ -175,7 +166,7 @@ static void test_layernorm_values_and_errors(void **state) {
     hp_shape want = HP_SHAPE(2, 5);
     assert_true(hp_shape_equal(&hp_graph_tensor(g, mean)->shape, &want));
     hp_tid keep[3] = {y, mean, rstd};
-    hp_program *p = compile(g, keep, 3);
+    hp_program *p = hp_test_compile(g, keep, 3);
     float *px = hp_program_data(p, x), *pw = hp_program_data(p, w), *pb = hp_program_data(p, b);
     hp_test_fill_uniform(px, 640, 9, -3, 5);
     for (int i = 0; i < 64; i++) pw[i] = 1.0f, pb[i] = 0.0f;
@@ -220,7 +211,7 @@ static void test_softmax(void **state) {
     hp_graph *g = hp_graph_new();
     hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(5, 1000));
     hp_tid y = hp_softmax(g, x);
-    hp_program *p = compile(g, &y, 1);
+    hp_program *p = hp_test_compile(g, &y, 1);
     float *px = hp_program_data(p, x);
     hp_test_fill_uniform(px, 5000, 4, -30, 30);
     assert_ok(hp_program_run(p));
@@ -289,7 +280,7 @@ static void test_cross_entropy_values_and_errors(void **state) {
     hp_tid grad;
     assert_ok(hp_autodiff(g, loss, &x, 1, &grad));
     hp_tid keep[2] = {loss, grad};
-    hp_program *p = compile(g, keep, 2);
+    hp_program *p = hp_test_compile(g, keep, 2);
     float *px = hp_program_data(p, x);
     int32_t *pt = hp_program_data(p, t);
     fill_ints(pt, rows, v, 11);

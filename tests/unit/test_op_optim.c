@@ -6,15 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-static hp_program *compile(hp_graph *g, hp_tid *keep, int nk) {
-    assert_ok(hp_graph_status(g));
-    hp_program *p;
-    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
-    o.keep = keep;
-    o.n_keep = nk;
-    assert_ok(hp_program_new(g, &o, &p));
-    return p;
-}
 
 static void test_sumsq_and_clip_scale(void **state) {
     (void)state;
@@ -26,7 +17,7 @@ static void test_sumsq_and_clip_scale(void **state) {
     hp_tid ss1 = hp_sumsq(g, x, 1);
     hp_tid cs1 = hp_clip_scale(g, ss1, 100.0f);
     hp_tid keep[4] = {ss, cs, ss1, cs1};
-    hp_program *p = compile(g, keep, 4);
+    hp_program *p = hp_test_compile(g, keep, 4);
     int64_t sizes[3] = {15, 7, 200001};
     double want = 0, want1 = 0;
     for (int i = 0; i < 3; i++) {
@@ -73,7 +64,7 @@ static void run_adamw(bool with_scale, bool no_decay) {
     assert_int_equal(nd->n_out, 0);
     hp_op_cost c = hp_node_cost(g, hp_graph_n_nodes(g) - 1);
     assert_true(c.flops > 0 && c.bytes_written == 3 * 4 * 33);
-    hp_program *p = compile(g, NULL, 0);
+    hp_program *p = hp_test_compile(g, NULL, 0);
     float *pw = hp_program_data(p, w), *pg = hp_program_data(p, gr);
     float *pm = hp_program_data(p, m), *pv = hp_program_data(p, v);
     hp_test_fill_uniform(pw, 33, 1, -1, 1);
@@ -121,7 +112,7 @@ static void test_adamw_first_step_by_hand(void **state) {
     hp_tid step = hp_input(g, "step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
     hp_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.5f};
     assert_ok(hp_adamw(g, w, gr, m, v, lr, step, HP_TID_NONE, &hp));
-    hp_program *p = compile(g, NULL, 0);
+    hp_program *p = hp_test_compile(g, NULL, 0);
     float *pw = hp_program_data(p, w), *pg = hp_program_data(p, gr);
     pw[0] = 1.0f, pw[1] = -2.0f, pg[0] = 3.0f, pg[1] = -0.5f;
     *(float *)hp_program_data(p, lr) = 0.1f;

@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include "hp/config.h"
+#include "hp/runtime.h"
 #include "hp/train.h"
 
 #include <stdio.h>
@@ -56,4 +57,14 @@ void hp_test_run_steps(hp_trainer *t, int n, double *losses) {
         assert_ok(hp_trainer_step(t, &m));
         losses[i] = m.loss;
     }
+}
+
+hp_program *hp_test_compile(hp_graph *g, hp_tid *keep, int nk) {
+    assert_ok(hp_graph_status(g));
+    hp_program *p;
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = keep;
+    o.n_keep = nk;
+    assert_ok(hp_program_new(g, &o, &p));
+    return p;
 }

@@ -37,6 +37,10 @@ void hp_test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi)
 /* A path under the source tree ($HP_SOURCE_DIR or "."), in a static buffer. */
 const char *hp_test_source_path(const char *rel);
 
+/* Compiles g (which must have no builder error) into a program keeping keep[0..nk). */
+struct hp_graph;
+struct hp_program *hp_test_compile(struct hp_graph *g, int32_t *keep, int nk);
+
 /* Forward declarations so tests that train need not repeat these helpers. */
 struct hp_trainer;
 struct hp_run_config;
