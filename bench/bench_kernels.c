@@ -298,6 +298,50 @@ static void bench_attention(const char *cfg, int64_t B, int64_t T, int64_t H, in
     }
 }
 
+/* The memory-bound operators of a block at (M rows, C width, F = 4C hidden): GELU forward and
+ * backward on (M, F), the bias gradient (SUM_TO over rows) of (M, F), LAYERNORM backward on (M, C),
+ * and a residual ADD of (M, C). GFLOP/s from the cost rules; bytes matter more here. */
+static void bench_elementwise(const char *cfg, int64_t M, int64_t C, double min_s) {
+    char name[96], shape[96];
+    int64_t F = 4 * C;
+    snprintf(shape, sizeof shape, "M=%lld F=%lld", (long long)M, (long long)F);
+    snprintf(name, sizeof name, "gelu_fwd_%s", cfg);
+    if (wanted(name)) {
+        hp_graph *g = hp_graph_new();
+        hp_gelu(g, hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(M, F)));
+        bench_graph(name, shape, g, min_s);
+    }
+    snprintf(name, sizeof name, "gelu_bwd_%s", cfg);
+    if (wanted(name)) {
+        hp_graph *g = hp_graph_new();
+        hp_tid in[2] = {hp_input(g, "dy", HP_DTYPE_F32, HP_SHAPE(M, F)), hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(M, F))};
+        hp_graph_add_node(g, HP_OP_GELU_BACKWARD, in, 2, NULL);
+        bench_graph(name, shape, g, min_s);
+    }
+    snprintf(name, sizeof name, "bias_grad_%s", cfg);
+    if (wanted(name)) {
+        hp_graph *g = hp_graph_new();
+        hp_sum_to(g, hp_input(g, "dy", HP_DTYPE_F32, HP_SHAPE(M, F)), hp_input(g, "b", HP_DTYPE_F32, HP_SHAPE(F)));
+        bench_graph(name, shape, g, min_s);
+    }
+    snprintf(shape, sizeof shape, "M=%lld C=%lld", (long long)M, (long long)C);
+    snprintf(name, sizeof name, "layernorm_bwd_%s", cfg);
+    if (wanted(name)) {
+        hp_graph *g = hp_graph_new();
+        hp_tid in[5] = {hp_input(g, "dy", HP_DTYPE_F32, HP_SHAPE(M, C)), hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(M, C)),
+                        hp_input(g, "gamma", HP_DTYPE_F32, HP_SHAPE(C)), hp_input(g, "mean", HP_DTYPE_F32, HP_SHAPE(M)),
+                        hp_input(g, "rstd", HP_DTYPE_F32, HP_SHAPE(M))};
+        hp_graph_add_node(g, HP_OP_LAYERNORM_BACKWARD, in, 5, NULL);
+        bench_graph(name, shape, g, min_s);
+    }
+    snprintf(name, sizeof name, "add_%s", cfg);
+    if (wanted(name)) {
+        hp_graph *g = hp_graph_new();
+        hp_add(g, hp_input(g, "a", HP_DTYPE_F32, HP_SHAPE(M, C)), hp_input(g, "b", HP_DTYPE_F32, HP_SHAPE(M, C)));
+        bench_graph(name, shape, g, min_s);
+    }
+}
+
 int main(int argc, char **argv) {
     g_filter = argc > 1 ? argv[1] : NULL;
     const char *wp = getenv("OMP_WAIT_POLICY");
@@ -312,6 +356,7 @@ int main(int argc, char **argv) {
     bench_linear_autodiff("A", 8, 256, 256, 1024, 0.3);
     bench_dw_reshape("A", 8, 256, 256, 1024, 0.3);
     bench_attention("A", 8, 256, 4, 64, 0.3);
+    bench_elementwise("A", 2048, 256, 0.2);
     /* Config B: GPT-2 small, B=4, T=1024, C=768 -> M = 4096 rows. */
     bench_linear("B", "qkv", 4096, 768, 2304, 0.5);
     bench_linear("B", "attn_proj", 4096, 768, 768, 0.5);

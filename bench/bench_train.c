@@ -113,9 +113,12 @@ static int run(const cfg *c, int warmup, int steps, bool torch, bool profile, do
            "\"step_s\": %.4f, \"step_s_min\": %.4f, \"gflops\": %.2f, \"sgemm_peak_gflops\": %.1f, "
            "\"peak_fraction\": %.3f, \"params\": %lld, \"flops_per_token\": %.0f, "
            "\"flops_formula\": \"6*N + 12*L*C*T (nanoGPT estimate_mfu; N excludes wpe, and wte when untied)\", "
-           "\"arena_mib\": %.1f, \"persistent_mib\": %.1f, \"last_loss\": %.4f, \"steps\": %d}\n",
+           "\"arena_mib\": %.1f, \"persistent_mib\": %.1f, \"last_loss\": %.4f, \"steps\": %d, "
+           "\"omp_wait_policy\": \"%s\", \"gomp_spincount\": \"%s\"}\n",
            c->name, tps, step_s, best, gflops, peak, gflops / peak, (long long)hp_gpt_n_params(&c->gpt), fpt,
-           (double)stats.arena_bytes / (1 << 20), (double)stats.persistent_bytes / (1 << 20), loss, steps);
+           (double)stats.arena_bytes / (1 << 20), (double)stats.persistent_bytes / (1 << 20), loss, steps,
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)",
+           getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)");
     fflush(stdout);
     if (profile) hp_program_profile_report(p, stderr);
     hp_program_free(p);
@@ -123,7 +126,7 @@ static int run(const cfg *c, int warmup, int steps, bool torch, bool profile, do
     if (torch) {
         char cmd[512];
         snprintf(cmd, sizeof cmd,
-                 "OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_gpt.py --config %s --steps %d --warmup %d", c->name,
+                 "env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_gpt.py --config %s --steps %d --warmup %d", c->name,
                  steps, warmup);
         FILE *f = popen(cmd, "r");
         char line[4096];

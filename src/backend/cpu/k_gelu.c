@@ -1,4 +1,4 @@
-/* CPU kernels for GELU (tanh approximation) and its backward. */
+/* CPU kernels for GELU (tanh approximation, written through sigmoid(2u)) and its backward. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/k_math.h"
 
@@ -12,8 +12,8 @@ hp_status hp__cpu_gelu(const hp_kernel_args *a) {
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
-        float t = hp__tanh_fast(GELU_S * (v + GELU_A * v * v * v));
-        y[i] = 0.5f * v * (1.0f + t);
+        /* 0.5 (1 + tanh(u)) = sigmoid(2u): one exp and one division. */
+        y[i] = v / (1.0f + hp__exp_fast(-2.0f * GELU_S * (v + GELU_A * v * v * v)));
     }
     return HP_STATUS_OK;
 }
@@ -25,9 +25,11 @@ hp_status hp__cpu_gelu_backward(const hp_kernel_args *a) {
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
-        float t = hp__tanh_fast(GELU_S * (v + GELU_A * v * v * v));
+        /* With s = sigmoid(2u) = 0.5 (1 + tanh(u)): 1 - tanh(u)^2 = 4 s (1 - s), so
+         * gelu'(x) = s + 0.5 x 4 s (1 - s) u' = s (1 + 2 x (1 - s) u'). */
+        float s = 1.0f / (1.0f + hp__exp_fast(-2.0f * GELU_S * (v + GELU_A * v * v * v)));
         float du = GELU_S * (1.0f + 3.0f * GELU_A * v * v);
-        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+        dx[i] = dy[i] * s * (1.0f + 2.0f * v * (1.0f - s) * du);
     }
     return HP_STATUS_OK;
 }
