@@ -6,7 +6,9 @@
  *   tokens/s, achieved GFLOP/s by nanoGPT's estimate (6 N + 12 L C T per token, the same formula
  *   as bench/torch_gpt.py), the machine's SGEMM peak measured in the same run, and the fraction.
  * With --torch it also runs bench/torch_gpt.py (Debian's python3-torch, 2 threads,
- * OMP_WAIT_POLICY=PASSIVE) on the same config in the same run and prints the ratio.
+ * OMP_WAIT_POLICY=PASSIVE, its fastest setting) on the same config in the same run and prints the
+ * ratio; --pairs N alternates the two N times (so drift in the machine's load hits both sides)
+ * and prints every pair's ratio, then the median, minimum and maximum.
  *
  *   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_train --config A --steps 20 --torch
  */
@@ -57,7 +59,28 @@ static const cfg CONFIGS[] = {
     {"B", {50257, 1024, 12, 12, 768, true}, 4},
 };
 
-static int run(const cfg *c, int warmup, int steps, bool torch, bool profile, double peak) {
+/* Runs bench/torch_gpt.py on config c, echoes its JSON line; returns its tokens/s (0 if unavailable). */
+static double torch_tps(const cfg *c, int warmup, int steps) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_gpt.py --config %s --steps %d "
+             "--warmup %d",
+             c->name, steps, warmup);
+    FILE *f = popen(cmd, "r");
+    char line[4096];
+    double ttps = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *q = strstr(line, "\"tokens_per_s\": ");
+        if (q) ttps = strtod(q + 16, NULL);
+        fputs(line, stdout);
+    }
+    if (f) pclose(f);
+    fflush(stdout);
+    return ttps;
+}
+
+/* Times `steps` training steps of config c after `warmup`; prints the JSON line; *tps_out = tokens/s. */
+static int run(const cfg *c, int warmup, int steps, bool profile, double peak, double *tps_out) {
     hp_graph *g = hp_graph_new();
     hp_gpt gpt;
     hp_train_step ts;
@@ -123,27 +146,7 @@ static int run(const cfg *c, int warmup, int steps, bool torch, bool profile, do
     if (profile) hp_program_profile_report(p, stderr);
     hp_program_free(p);
     hp_graph_free(g);
-    if (torch) {
-        char cmd[512];
-        snprintf(cmd, sizeof cmd,
-                 "env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_gpt.py --config %s --steps %d --warmup %d", c->name,
-                 steps, warmup);
-        FILE *f = popen(cmd, "r");
-        char line[4096];
-        double ttps = 0;
-        while (f && fgets(line, sizeof line, f)) {
-            char *q = strstr(line, "\"tokens_per_s\": ");
-            if (q) ttps = strtod(q + 16, NULL);
-            fputs(line, stdout);
-        }
-        if (f) pclose(f);
-        if (ttps > 0)
-            printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"ratio_vs_pytorch\": %.2f, \"goal\": 1.5}\n", c->name,
-                   tps / ttps);
-        else
-            printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"pytorch\": \"unavailable (run scripts/setup-bench.sh)\"}\n",
-                   c->name);
-    }
+    *tps_out = tps;
     return 0;
 }
 
@@ -151,14 +154,16 @@ int main(int argc, char **argv) {
     const char *which = "AB";
     int steps = 0, warmup = -1;
     bool torch = false, profile = false;
+    int pairs = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) which = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--torch")) torch = true;
         else if (!strcmp(argv[i], "--profile")) profile = true;
+        else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) pairs = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_train [--config A|B|AB] [--steps N] [--warmup N] [--torch] [--profile]\n");
+            fprintf(stderr, "usage: bench_train [--config A|B|AB] [--steps N] [--warmup N] [--torch [--pairs N]] [--profile]\n");
             return 2;
         }
     }
@@ -166,9 +171,42 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (size_t k = 0; k < sizeof CONFIGS / sizeof CONFIGS[0]; k++) {
         if (!strchr(which, CONFIGS[k].name[0])) continue;
-        bool big = CONFIGS[k].name[0] == 'B';
-        rc |= run(&CONFIGS[k], warmup >= 0 ? warmup : (big ? 1 : 3), steps > 0 ? steps : (big ? 3 : 20), torch, profile,
-                  peak);
+        const cfg *c = &CONFIGS[k];
+        bool big = c->name[0] == 'B';
+        int w = warmup >= 0 ? warmup : (big ? 1 : 3), n = steps > 0 ? steps : (big ? 3 : 20);
+        double ratio[64];
+        int np = 0;
+        for (int r = 0; r < (torch ? pairs : 1) && r < 64; r++) {
+            double tps = 0;
+            rc |= run(c, w, n, profile, peak, &tps);
+            if (!torch) break;
+            double ttps = torch_tps(c, w, n);
+            if (ttps <= 0) {
+                printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"pytorch\": \"unavailable (run "
+                       "scripts/setup-bench.sh)\"}\n",
+                       c->name);
+                break;
+            }
+            ratio[np++] = tps / ttps;
+            printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"pair\": %d, \"ratio_vs_pytorch\": %.2f, "
+                   "\"goal\": 1.5}\n",
+                   c->name, np, ratio[np - 1]);
+            fflush(stdout);
+        }
+        if (np > 1) {
+            double sorted[64];
+            memcpy(sorted, ratio, sizeof(double) * (size_t)np);
+            for (int a = 1; a < np; a++) /* insertion sort: at most 64 pairs */
+                for (int b = a; b > 0 && sorted[b] < sorted[b - 1]; b--) {
+                    double t = sorted[b];
+                    sorted[b] = sorted[b - 1];
+                    sorted[b - 1] = t;
+                }
+            double med = np % 2 ? sorted[np / 2] : 0.5 * (sorted[np / 2 - 1] + sorted[np / 2]);
+            printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"pairs\": %d, \"ratio_median\": %.2f, "
+                   "\"ratio_min\": %.2f, \"ratio_max\": %.2f, \"goal\": 1.5}\n",
+                   c->name, np, med, sorted[0], sorted[np - 1]);
+        }
     }
     return rc;
 }
