@@ -65,6 +65,12 @@ typedef struct hp_backend_i {
     hp_status (*run_node)(hp_backend_t b, const hp_node_args *a);
     /* Waits until every queued operation is done. Optional (default: nothing to wait for). */
     hp_status (*synchronize)(hp_backend_t b);
+    /* Runs nodes a[0..n) in order, with the results run_node would give one by one, as one batch
+     * (the CPU backend: one thread team for the whole sequence instead of a parallel region per
+     * kernel). seconds (optional, n entries) receives each node's wall time. On an error, *failed
+     * is the index of the failing node and the later nodes have not run. Optional (default: a
+     * loop over run_node). */
+    hp_status (*run_nodes)(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed);
 } hp_backend_i;
 
 struct hp_backend {
@@ -86,6 +92,10 @@ hp_status hp_backend_get(hp_backend_t b, void *dst_host, const void *src, size_t
 bool hp_backend_supports_op(hp_backend_t b, const hp_graph *g, const hp_node *n);
 hp_status hp_backend_run_node(hp_backend_t b, const hp_node_args *a);
 hp_status hp_backend_synchronize(hp_backend_t b);
+/* Whether the backend runs node sequences as a batch (run_nodes is set). */
+bool hp_backend_has_run_nodes(hp_backend_t b);
+/* The run_nodes method (see hp_backend_i), or the loop over run_node without it. */
+hp_status hp_backend_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed);
 
 #ifdef __cplusplus
 }

@@ -67,8 +67,12 @@ typedef struct hp_program_opts {
     const hp_program_ext *ext; /* tensors stored by a pass (HyperOffload); NULL: none */
     bool sync_comm;     /* run HP_NODE_FLAG_ASYNC nodes (collectives) in program order on the
                            compute thread instead of the communication stream (no overlap) */
+    bool node_by_node;  /* dispatch nodes one at a time even where the backend can run the whole
+                           program as one batch (hp_backend_run_nodes: on the CPU one thread team
+                           for the step instead of a parallel region per kernel). Batching is used
+                           only when no node is asynchronous and opts.ext is NULL. */
 } hp_program_opts;
-#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL, false})
+#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL, false, false})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after

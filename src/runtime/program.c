@@ -37,6 +37,7 @@ struct hp_program {
     int32_t *exec_node;  /* their node indices */
     double *exec_flops;  /* their flops (hp_node_cost), for the profile */
     double *exec_best;   /* with opts.profile: their fastest time over the runs (s), 0 before a run */
+    double *exec_seconds; /* with opts.profile: their times in the last batched run (s) */
     uint8_t *exec_kind;  /* EXEC_* below */
     hp__comm_stream *cs; /* when some node runs asynchronously */
     int n_flight;        /* asynchronous outputs not yet waited for: */
@@ -79,6 +80,7 @@ void hp_program_free(hp_program *p) {
     free(p->exec_node);
     free(p->exec_flops);
     free(p->exec_best);
+    free(p->exec_seconds);
     free(p);
 }
 
@@ -223,11 +225,12 @@ static hp_status bind_nodes(hp_program *p) {
     p->exec_node = calloc((size_t)nn + 1, sizeof *p->exec_node);
     p->exec_flops = calloc((size_t)nn + 1, sizeof *p->exec_flops);
     p->exec_best = calloc((size_t)nn + 1, sizeof *p->exec_best);
+    p->exec_seconds = calloc((size_t)nn + 1, sizeof *p->exec_seconds);
     p->exec_kind = calloc((size_t)nn + 1, sizeof *p->exec_kind);
     p->flight_ptr = calloc((size_t)nn + 1, sizeof *p->flight_ptr);
     p->flight_bytes = calloc((size_t)nn + 1, sizeof *p->flight_bytes);
     p->flight_seq = calloc((size_t)nn + 1, sizeof *p->flight_seq);
-    if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_kind || !p->flight_ptr || !p->flight_bytes ||
+    if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_seconds || !p->exec_kind || !p->flight_ptr || !p->flight_bytes ||
         !p->flight_seq)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
@@ -408,9 +411,36 @@ static hp_status run_exec(hp_program *p, int e) {
     return HP_STATUS_OK;
 }
 
+/* Runs the whole program as one batch on the backend (hp_backend_run_nodes): used when no node
+ * is asynchronous and no pass stores tensors (nothing to wait for between nodes). */
+static hp_status run_batch(hp_program *p) {
+    bool prof = p->opts.profile;
+    int failed = -1;
+    hp_status st = hp_backend_run_nodes(p->be, p->exec, p->n_exec, prof ? p->exec_seconds : NULL, &failed);
+    if (st != HP_STATUS_OK) {
+        const hp_node *n = failed >= 0 ? p->exec[failed].node : NULL;
+        if (!n) return st;
+        return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[failed], hp_op_name(n->op),
+                               n->scope ? n->scope : "");
+    }
+    if (prof)
+        for (int e = 0; e < p->n_exec; e++) {
+            hp_op op = p->exec[e].node->op;
+            double dt = p->exec_seconds[e];
+            if (p->exec_best[e] == 0 || dt < p->exec_best[e]) p->exec_best[e] = dt;
+            p->stats.op_seconds[op] += dt;
+            p->stats.op_calls[op]++;
+            p->stats.op_flops[op] += p->exec_flops[e];
+        }
+    HP_CHECK(hp_backend_synchronize(p->be));
+    p->stats.n_runs++;
+    return HP_STATUS_OK;
+}
+
 hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
+    if (!p->cs && !ext && !p->opts.node_by_node && hp_backend_has_run_nodes(p->be)) return run_batch(p);
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
     for (int e = 0; e < p->n_exec; e++) {
         const hp_node_args *a = &p->exec[e];

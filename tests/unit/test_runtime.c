@@ -351,13 +351,18 @@ static void run_gpt(hp_graph *g, const hp_gpt *m, const hp_train_step *ts, hp_pr
         assert_ok(hp_gpt_init_param(&m->cfg, t->name, 42, 0, n, hp_program_data(p, ts->params[i])));
         r->n += (size_t)n;
     }
-    int32_t tok[2 * 16], tgt[2 * 16];
-    for (int i = 0; i < 32; i++) {
-        tok[i] = (int32_t)((i * 7 + 3) % m->cfg.vocab);
-        tgt[i] = (int32_t)((i * 5 + 1) % m->cfg.vocab);
+    size_t nt = (size_t)hp_shape_numel(&hp_graph_tensor(g, m->tokens)->shape);
+    int32_t *tok = malloc(nt * sizeof *tok), *tgt = malloc(nt * sizeof *tgt);
+    assert_non_null(tok);
+    assert_non_null(tgt);
+    for (size_t i = 0; i < nt; i++) {
+        tok[i] = (int32_t)((i * 7 + 3) % (size_t)m->cfg.vocab);
+        tgt[i] = (int32_t)((i * 5 + 1) % (size_t)m->cfg.vocab);
     }
-    assert_ok(hp_program_set_input(p, m->tokens, tok, sizeof tok));
-    assert_ok(hp_program_set_input(p, m->targets, tgt, sizeof tgt));
+    assert_ok(hp_program_set_input(p, m->tokens, tok, nt * sizeof *tok));
+    assert_ok(hp_program_set_input(p, m->targets, tgt, nt * sizeof *tgt));
+    free(tok);
+    free(tgt);
     float lr = 1e-3f;
     assert_ok(hp_program_set_input(p, ts->lr, &lr, sizeof lr));
     for (int k = 0; k < 2; k++) {
@@ -422,6 +427,75 @@ static void test_gpt_step_plan_matches_reference(void **state) {
     free(a.params);
     free(b.params);
     hp_graph_free(g);
+}
+
+/* The CPU backend runs a program's nodes in one thread team (src/backend/cpu/team.h) unless
+ * opts.node_by_node: both must give bitwise the same losses, gradient norms and parameters (the
+ * GEMM row split depends on the shape only), on a model large enough for GEMMs to be split. */
+static void test_team_matches_node_by_node(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_gpt_config c = {.vocab = 64, .context = 64, .layers = 2, .heads = 2, .width = 128, .tied_head = false};
+    hp_gpt m;
+    hp_train_step ts;
+    hp_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    assert_ok(hp_gpt_build(g, &c, 4, 64, true, &m));
+    assert_ok(hp_train_step_build(g, m.loss, &oc, &ts));
+    hp_program_opts one = HP_PROGRAM_OPTS_DEFAULT, team = HP_PROGRAM_OPTS_DEFAULT;
+    one.node_by_node = true;
+    gpt_result a, b, b2;
+    run_gpt(g, &m, &ts, one, &a);
+    run_gpt(g, &m, &ts, team, &b);
+    run_gpt(g, &m, &ts, team, &b2);
+    for (int k = 0; k < 2; k++) {
+        assert_memory_equal(&a.loss[k], &b.loss[k], sizeof(float));
+        assert_memory_equal(&a.grad_sq[k], &b.grad_sq[k], sizeof(float));
+        assert_memory_equal(&b.loss[k], &b2.loss[k], sizeof(float));
+    }
+    assert_true(b.loss[1] < b.loss[0]);
+    assert_memory_equal(a.params, b.params, a.n * sizeof(float));
+    assert_memory_equal(b.params, b2.params, b.n * sizeof(float));
+    free(a.params);
+    free(b.params);
+    free(b2.params);
+    hp_graph_free(g);
+}
+
+/* A kernel error inside the team (ADAMW, a team kernel, with step 0; and a non-team kernel
+ * after it) stops the run and names the node, as the node-by-node path does. */
+static void test_team_error_names_node(void **state) {
+    (void)state;
+    for (int by_node = 0; by_node < 2; by_node++) {
+        hp_graph *g = hp_graph_new();
+        hp_tid w = hp_param(g, "w", HP_SHAPE(4096)), gr = hp_param(g, "g", HP_SHAPE(4096));
+        hp_tid m = hp_param(g, "m", HP_SHAPE(4096)), v = hp_param(g, "v", HP_SHAPE(4096));
+        hp_tid lr = hp_input(g, "lr", HP_DTYPE_F32, HP_SHAPE(1)), step = hp_input(g, "step", HP_DTYPE_F32, HP_SHAPE(1));
+        hp_tid y = hp_scale(g, w, 2.0f);
+        hp_tid in[6] = {w, gr, m, v, lr, step};
+        hp_attrs at = {0};
+        at.f[0] = 0.9f;
+        at.f[1] = 0.95f;
+        at.f[2] = 1e-8f;
+        at.f[3] = 0.1f;
+        hp_graph_add_node(g, HP_OP_ADAMW, in, 6, &at);
+        assert_ok(hp_graph_status(g));
+        hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+        o.keep = &y;
+        o.n_keep = 1;
+        o.node_by_node = by_node;
+        hp_program *p;
+        assert_ok(hp_program_new(g, &o, &p));
+        float one = 1.0f, zero = 0.0f;
+        assert_ok(hp_program_set_input(p, lr, &one, sizeof one));
+        assert_ok(hp_program_set_input(p, step, &zero, sizeof zero));
+        assert_int_equal(hp_program_run(p), HP_STATUS_INVALID_ARGUMENT);
+        hp_test_assert_error_contains("adamw");
+        hp_test_assert_error_contains("step must be >= 1");
+        assert_ok(hp_program_set_input(p, step, &one, sizeof one));
+        assert_ok(hp_program_run(p)); /* the program still runs after an error */
+        hp_program_free(p);
+        hp_graph_free(g);
+    }
 }
 
 /* ---------------------------------------------------------------- API and errors */
@@ -523,6 +597,8 @@ int main(void) {
         cmocka_unit_test(test_chain_arena_smaller),
         cmocka_unit_test(test_plan_matches_reference),
         cmocka_unit_test(test_gpt_step_plan_matches_reference),
+        cmocka_unit_test(test_team_matches_node_by_node),
+        cmocka_unit_test(test_team_error_names_node),
         cmocka_unit_test(test_program_api),
         cmocka_unit_test(test_errors),
     };

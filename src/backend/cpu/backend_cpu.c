@@ -3,6 +3,7 @@
 #include "hp/backend.h"
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/team.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,7 @@ static const hp_backend_i cpu_iface = {
     /* .supports_op  = */ cpu_supports_op,
     /* .run_node     = */ cpu_run_node,
     /* .synchronize  = */ NULL,
+    /* .run_nodes    = */ hp__cpu_run_nodes,
 };
 
 hp_status hp_backend_cpu_new(hp_backend_t *out) {

@@ -14,6 +14,7 @@
  * threads the pairs run in sequence with threaded GEMMs instead.
  */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/team.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -167,28 +168,29 @@ static float softmax_row(float *s, int64_t valid, int64_t L, float *lse) {
     return sum;
 }
 
-hp_status hp__cpu_attention(const hp_kernel_args *a) {
-    attn_dims d = dims_of(a, 0);
-    const float *q = a->in[0], *k = a->in[1], *v = a->in[2];
-    float *o = a->out[0], *lse = a->out[1];
-    if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
-    size_t pt = per_thread_floats(d.T, 1, true);
-    int nt = 1;
-    HP_CHECK(threads_for(a, pt, &nt));
-    int64_t nblk = (d.T + BQ - 1) / BQ, items = d.B * d.H * nblk;
+typedef struct attn_fwd {
+    attn_dims d;
+    const float *q, *k, *v;
+    float *o, *lse, *ws;
+    size_t pt;
+    int64_t nblk, items;
+} attn_fwd;
+
+static void attention_body(const attn_fwd *f) {
+    const attn_dims d = f->d;
     int C = (int)d.C, D = (int)d.D;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t it = 0; it < items; it++) {
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t it = 0; it < f->items; it++) {
         /* Block index varies slowest and descending: the costly causal blocks are handed out first. */
-        int64_t blk = nblk - 1 - it / (d.B * d.H), bh = it % (d.B * d.H), b = bh / d.H, h = bh % d.H;
-        float *S = (float *)a->workspace + (size_t)omp_get_thread_num() * pt;
+        int64_t blk = f->nblk - 1 - it / (d.B * d.H), bh = it % (d.B * d.H), b = bh / d.H, h = bh % d.H;
+        float *S = f->ws + (size_t)omp_get_thread_num() * f->pt;
         int64_t i0 = blk * BQ, i1 = i0 + BQ < d.T ? i0 + BQ : d.T, rows = i1 - i0;
         int64_t L = d.causal ? i1 : d.T;
-        const float *Q = q + (b * d.T + i0) * d.C + h * d.D;
-        const float *K = k + b * d.T * d.C + h * d.D, *V = v + b * d.T * d.C + h * d.D;
+        const float *Q = f->q + (b * d.T + i0) * d.C + h * d.D;
+        const float *K = f->k + b * d.T * d.C + h * d.D, *V = f->v + b * d.T * d.C + h * d.D;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, D, d.scale, Q, C, K, C, 0.0f, S,
                     (int)L);
-        float *lrow = lse + (b * d.H + h) * d.T + i0, *O = o + (b * d.T + i0) * d.C + h * d.D;
+        float *lrow = f->lse + (b * d.H + h) * d.T + i0, *O = f->o + (b * d.T + i0) * d.C + h * d.D;
         float *rsum = S + rows * L; /* BQ floats after the score block (see per_thread_floats) */
         for (int64_t r = 0; r < rows; r++)
             rsum[r] = softmax_row(S + r * L, d.causal ? i0 + r + 1 : L, L, &lrow[r]);
@@ -198,6 +200,26 @@ hp_status hp__cpu_attention(const hp_kernel_args *a) {
             for (int64_t e = 0; e < d.D; e++) orow[e] *= inv;
         }
     }
+}
+
+/* A team kernel (team.h): every GEMM single-threaded, the (b, h, block) items shared out. */
+hp_status hp__cpu_attention(const hp_kernel_args *a) {
+    attn_dims d = dims_of(a, 0);
+    if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
+    attn_fwd f = {d, a->in[0], a->in[1], a->in[2], a->out[0], a->out[1], a->workspace, per_thread_floats(d.T, 1, true),
+                  (d.T + BQ - 1) / BQ, 0};
+    f.items = d.B * d.H * f.nblk;
+    int nt = 1;
+    HP_CHECK(threads_for(a, f.pt, &nt));
+    if (hp__team_all()) {
+        if (omp_get_num_threads() > nt)
+            return hp_error(HP_STATUS_INTERNAL, "attention: workspace holds %d threads' scratch, the team has %d", nt,
+                            omp_get_num_threads());
+        attention_body(&f);
+        return HP_STATUS_OK;
+    }
+#pragma omp parallel num_threads(nt)
+    attention_body(&f);
     return HP_STATUS_OK;
 }
 
@@ -245,22 +267,41 @@ static void backward_head(const attn_dims *d, int64_t b, int64_t h, const float 
     }
 }
 
+typedef struct attn_bwd {
+    attn_dims d;
+    const float *dout, *q, *k, *v, *o, *lse;
+    float *dq, *dk, *dv, *ws;
+    size_t pt;
+} attn_bwd;
+
+static void attention_backward_body(const attn_bwd *p) {
+    int64_t pairs = p->d.B * p->d.H;
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t bh = 0; bh < pairs; bh++)
+        backward_head(&p->d, bh / p->d.H, bh % p->d.H, p->dout, p->q, p->k, p->v, p->o, p->lse, p->dq, p->dk, p->dv,
+                      p->ws + (size_t)omp_get_thread_num() * p->pt);
+}
+
+/* A team kernel (team.h): each (b, h) pair owned by one thread, its GEMMs single-threaded. */
 hp_status hp__cpu_attention_backward(const hp_kernel_args *a) {
     attn_dims d = dims_of(a, 1);
-    const float *dout = a->in[0], *q = a->in[1], *k = a->in[2], *v = a->in[3], *o = a->in[4], *lse = a->in[5];
-    float *dq = a->out[0], *dk = a->out[1], *dv = a->out[2];
     if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
-    size_t pt = per_thread_floats(d.T, 2, true);
+    attn_bwd p = {d,         a->in[0],  a->in[1],  a->in[2],    a->in[3],
+                  a->in[4],  a->in[5],  a->out[0], a->out[1],   a->out[2],
+                  a->workspace, per_thread_floats(d.T, 2, true)};
     int nt = 1;
-    HP_CHECK(threads_for(a, pt, &nt));
-    int64_t pairs = d.B * d.H;
-    float *ws = a->workspace;
+    HP_CHECK(threads_for(a, p.pt, &nt));
+    if (hp__team_all()) {
+        if (omp_get_num_threads() > nt)
+            return hp_error(HP_STATUS_INTERNAL, "attention_backward: workspace holds %d threads' scratch, the team has %d",
+                            nt, omp_get_num_threads());
+        attention_backward_body(&p);
+        return HP_STATUS_OK;
+    }
     /* Fewer pairs than threads: leave threads idle rather than thread the small GEMMs (OpenBLAS
      * runs a 64 x T x 64 product 5-10x slower on 2 threads than on one, from wake-up costs). */
-    if (pairs < nt) nt = (int)pairs;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t bh = 0; bh < pairs; bh++)
-        backward_head(&d, bh / d.H, bh % d.H, dout, q, k, v, o, lse, dq, dk, dv,
-                      ws + (size_t)omp_get_thread_num() * pt);
+    if (d.B * d.H < nt) nt = (int)(d.B * d.H);
+#pragma omp parallel num_threads(nt)
+    attention_backward_body(&p);
     return HP_STATUS_OK;
 }

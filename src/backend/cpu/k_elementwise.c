@@ -1,5 +1,6 @@
 /* CPU kernels for elementwise operators and reductions (OpenMP over rows). */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/team.h"
 
 #include <string.h>
 
@@ -20,34 +21,37 @@ static inline float bin(bin_op op, float x, float y) {
     return op == BIN_ADD ? x + y : op == BIN_SUB ? x - y : x * y;
 }
 
-static hp_status binary_kernel(const hp_kernel_args *a, bin_op op) {
-    const float *x = a->in[0], *y = a->in[1];
-    float *z = a->out[0];
-    const hp_shape *so = hp__out_shape(a, 0), *sx = hp__in_shape(a, 0), *sy = hp__in_shape(a, 1);
-    int64_t n = hp_shape_numel(so), nx = hp_shape_numel(sx), ny = hp_shape_numel(sy);
-    if (nx == n && ny == n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-        for (int64_t i = 0; i < n; i++) z[i] = bin(op, x[i], y[i]);
-        return HP_STATUS_OK;
+typedef struct binary {
+    bin_op op;
+    const float *x, *y;
+    float *z;
+    int64_t n;
+    /* broadcast case: */
+    const hp_shape *so;
+    int nd;
+    const int64_t *stx, *sty;
+} binary;
+
+/* Work-shared body: same-shape operands elementwise, else by output rows with broadcast strides. */
+static void binary_body(const binary *b) {
+    const bin_op op = b->op;
+    const float *x = b->x, *y = b->y;
+    float *z = b->z;
+    if (!b->so) {
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < b->n; i++) z[i] = bin(op, x[i], y[i]);
+        return;
     }
-    int nd = so->ndim;
-    if (nd == 0) {
-        z[0] = bin(op, x[0], y[0]);
-        return HP_STATUS_OK;
-    }
-    int64_t stx[HP_MAX_DIMS], sty[HP_MAX_DIMS];
-    bcast_strides(sx, nd, stx);
-    bcast_strides(sy, nd, sty);
-    int64_t inner = so->dim[nd - 1], rows = n / inner;
-    int64_t ix = stx[nd - 1], iy = sty[nd - 1];
-#pragma omp parallel for schedule(static) if (n > 32768)
+    const int nd = b->nd;
+    const int64_t inner = b->so->dim[nd - 1], rows = b->n / inner, ix = b->stx[nd - 1], iy = b->sty[nd - 1];
+#pragma omp for schedule(static) nowait
     for (int64_t r = 0; r < rows; r++) {
         int64_t ox = 0, oy = 0, rem = r;
         for (int d = nd - 2; d >= 0; d--) {
-            int64_t c = rem % so->dim[d];
-            rem /= so->dim[d];
-            ox += c * stx[d];
-            oy += c * sty[d];
+            int64_t c = rem % b->so->dim[d];
+            rem /= b->so->dim[d];
+            ox += c * b->stx[d];
+            oy += c * b->sty[d];
         }
         float *zr = z + r * inner;
         const float *xr = x + ox, *yr = y + oy;
@@ -60,6 +64,34 @@ static hp_status binary_kernel(const hp_kernel_args *a, bin_op op) {
         else
             for (int64_t i = 0; i < inner; i++) zr[i] = bin(op, xr[0], yr[0]);
     }
+}
+
+/* A team kernel (team.h). */
+static hp_status binary_kernel(const hp_kernel_args *a, bin_op op) {
+    const hp_shape *so = hp__out_shape(a, 0), *sx = hp__in_shape(a, 0), *sy = hp__in_shape(a, 1);
+    int64_t n = hp_shape_numel(so), nx = hp_shape_numel(sx), ny = hp_shape_numel(sy);
+    binary b = {op, a->in[0], a->in[1], a->out[0], n, NULL, 0, NULL, NULL};
+    int nd = so->ndim;
+    if (nx != n || ny != n) {
+        if (nd == 0) {
+            if (hp__team_leader()) b.z[0] = bin(op, b.x[0], b.y[0]);
+            return HP_STATUS_OK;
+        }
+        int64_t stx[HP_MAX_DIMS], sty[HP_MAX_DIMS];
+        bcast_strides(sx, nd, stx);
+        bcast_strides(sy, nd, sty);
+        b.so = so;
+        b.nd = nd;
+        b.stx = stx;
+        b.sty = sty;
+        HP_TEAM_RUN(n > 32768, binary_body(&b));
+        return HP_STATUS_OK;
+    }
+    if (n == 1) { /* scalars (the optimizer's sums): no work to share */
+        if (hp__team_leader()) b.z[0] = bin(op, b.x[0], b.y[0]);
+        return HP_STATUS_OK;
+    }
+    HP_TEAM_RUN(n > 32768, binary_body(&b));
     return HP_STATUS_OK;
 }
 
@@ -99,41 +131,50 @@ hp_status hp__cpu_copy(const hp_kernel_args *a) {
 #define SUM_COLS 128
 
 /* y (shape of `like`) = sum of x over the broadcast axes. Parallel over output elements' rows. */
+/* Work-shared body of the bias-gradient case: y (inner) = column sums of x (rows, inner). Column
+ * blocks of SUM_COLS, one per task, each summed row by row into a local accumulator the compiler
+ * keeps in registers: every column is summed in row order whatever the thread count. */
+static void sum_rows_body(const float *x, float *y, int64_t rows, int64_t inner) {
+    int64_t nblk = (inner + SUM_COLS - 1) / SUM_COLS;
+#pragma omp for schedule(static) nowait
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t c0 = b * SUM_COLS, w = inner - c0 < SUM_COLS ? inner - c0 : SUM_COLS;
+        float acc[SUM_COLS] = {0};
+        const float *xp = x + c0;
+        if (w == SUM_COLS)
+            for (int64_t r = 0; r < rows; r++, xp += inner)
+#pragma omp simd
+                for (int64_t c = 0; c < SUM_COLS; c++) acc[c] += xp[c];
+        else
+            for (int64_t r = 0; r < rows; r++, xp += inner)
+                for (int64_t c = 0; c < w; c++) acc[c] += xp[c];
+        memcpy(y + c0, acc, sizeof(float) * (size_t)w);
+    }
+}
+
+/* A team kernel (team.h): the bias-gradient case is shared out, the general case runs on one thread. */
 hp_status hp__cpu_sum_to(const hp_kernel_args *a) {
     const float *x = a->in[0];
     float *y = a->out[0];
     const hp_shape *sx = hp__in_shape(a, 0), *sy = hp__out_shape(a, 0);
     int nd = sx->ndim;
     int64_t nx = hp_shape_numel(sx), ny = hp_shape_numel(sy);
-    memset(y, 0, (size_t)ny * sizeof *y);
-    if (nd == 0 || ny == 0) {
-        if (ny) y[0] = x[0];
-        return HP_STATUS_OK;
-    }
     int64_t sty[HP_MAX_DIMS];
-    bcast_strides(sy, nd, sty);
-    int64_t inner = sx->dim[nd - 1], rows = nx / inner;
-    if (sty[nd - 1] != 0 && ny == inner) {
-        /* Common case: bias gradient, sum over all leading rows. Column blocks of SUM_COLS, one per
-         * task, each summed row by row into a local accumulator the compiler keeps in registers:
-         * every column is summed in row order whatever the thread count. */
-        int64_t nblk = (inner + SUM_COLS - 1) / SUM_COLS;
-#pragma omp parallel for schedule(static) if (nx > 65536 && nblk > 1)
-        for (int64_t b = 0; b < nblk; b++) {
-            int64_t c0 = b * SUM_COLS, w = inner - c0 < SUM_COLS ? inner - c0 : SUM_COLS;
-            float acc[SUM_COLS] = {0};
-            const float *xp = x + c0;
-            if (w == SUM_COLS)
-                for (int64_t r = 0; r < rows; r++, xp += inner)
-#pragma omp simd
-                    for (int64_t c = 0; c < SUM_COLS; c++) acc[c] += xp[c];
-            else
-                for (int64_t r = 0; r < rows; r++, xp += inner)
-                    for (int64_t c = 0; c < w; c++) acc[c] += xp[c];
-            memcpy(y + c0, acc, sizeof(float) * (size_t)w);
+    if (nd > 0 && ny > 0 && nx > 0) {
+        bcast_strides(sy, nd, sty);
+        int64_t inner = sx->dim[nd - 1], rows = nx / inner;
+        if (sty[nd - 1] != 0 && ny == inner) {
+            HP_TEAM_RUN(nx > 65536 && inner > SUM_COLS, sum_rows_body(x, y, rows, inner));
+            return HP_STATUS_OK;
         }
+    }
+    if (!hp__team_leader()) return HP_STATUS_OK;
+    memset(y, 0, (size_t)ny * sizeof *y);
+    if (nd == 0 || ny == 0 || nx == 0) {
+        if (nd == 0 && ny) y[0] = x[0];
         return HP_STATUS_OK;
     }
+    int64_t inner = sx->dim[nd - 1], rows = nx / inner;
     for (int64_t r = 0; r < rows; r++) {
         int64_t oy = 0, rem = r;
         for (int d = nd - 2; d >= 0; d--) {

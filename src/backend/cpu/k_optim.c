@@ -1,5 +1,6 @@
 /* CPU kernels for the optimizer operators: SUMSQ, CLIP_SCALE, ADAMW. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/team.h"
 
 #include <math.h>
 
@@ -40,9 +41,9 @@ hp_status hp__cpu_clip_scale(const hp_kernel_args *a) {
     return HP_STATUS_OK;
 }
 
-void hp__adamw_update(const hp__adamw_coef *c, float *p, const float *gr, float *m, float *v, int64_t n) {
+static void adamw_body(const hp__adamw_coef *c, float *p, const float *gr, float *m, float *v, int64_t n) {
     const float lr = c->lr, sc = c->sc, b1 = c->b1, b2 = c->b2, eps = c->eps, wd = c->wd, c1 = c->c1, c2 = c->c2;
-#pragma omp parallel for schedule(static) if (n > 32768)
+#pragma omp for schedule(static) nowait
     for (int64_t i = 0; i < n; i++) {
         float g = gr[i] * sc;
         float mi = b1 * m[i] + (1.0f - b1) * g;
@@ -51,6 +52,11 @@ void hp__adamw_update(const hp__adamw_coef *c, float *p, const float *gr, float 
         v[i] = vi;
         p[i] -= lr * (mi * c1 / (sqrtf(vi * c2) + eps) + wd * p[i]);
     }
+}
+
+/* Shared out inside a team (ADAMW is a team kernel, team.h); a region of its own otherwise. */
+void hp__adamw_update(const hp__adamw_coef *c, float *p, const float *gr, float *m, float *v, int64_t n) {
+    HP_TEAM_RUN(n > 32768, adamw_body(c, p, gr, m, v, n));
 }
 
 hp_status hp__cpu_adamw(const hp_kernel_args *a) {

@@ -1,0 +1,138 @@
+/* The CPU backend's thread team for a node sequence (team.h). */
+#include "backend/cpu/team.h"
+
+#include "backend/cpu/cpu.h"
+
+#include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* Polls of the barrier flag before each sched_yield: long enough for the other thread to finish a
+ * node of similar length, short enough not to matter when the core is wanted elsewhere. */
+#define SPIN_POLLS 2000
+
+/* Sense-reversing central barrier (Mellor-Crummey and Scott, ACM TOCS 9(1), 1991, the
+ * "centralized barrier"). Waiters spin, then yield; they never sleep. */
+typedef struct team {
+    _Atomic int arrived;
+    _Atomic int sense;
+    int size;
+    _Atomic int fail_at; /* index of the first failing node, or n */
+} team;
+
+static _Thread_local bool tl_all;  /* running a team kernel with the whole team */
+static _Thread_local int tl_sense; /* this thread's barrier sense */
+
+bool hp__team_all(void) { return tl_all; }
+
+bool hp__team_leader(void) { return !tl_all || omp_get_thread_num() == 0; }
+
+static void barrier(team *t) {
+    int s = tl_sense = !tl_sense;
+    if (atomic_fetch_add_explicit(&t->arrived, 1, memory_order_acq_rel) == t->size - 1) {
+        atomic_store_explicit(&t->arrived, 0, memory_order_relaxed);
+        atomic_store_explicit(&t->sense, s, memory_order_release);
+        return;
+    }
+    for (;;) {
+        for (int k = 0; k < SPIN_POLLS; k++) {
+            if (atomic_load_explicit(&t->sense, memory_order_acquire) == s) return;
+            CPU_RELAX();
+        }
+        sched_yield();
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Team kernels: every thread calls them (their loops are work-shared). The rest run on thread 0. */
+static const bool g_team[HP_OP_COUNT] = {
+    [HP_OP_MATMUL] = true,    [HP_OP_LINEAR] = true,     [HP_OP_ATTENTION] = true, [HP_OP_ATTENTION_BACKWARD] = true,
+    [HP_OP_GELU] = true,      [HP_OP_GELU_BACKWARD] = true, [HP_OP_ADD] = true,    [HP_OP_SUB] = true,
+    [HP_OP_MUL] = true,       [HP_OP_SUM_TO] = true,     [HP_OP_LAYERNORM] = true, [HP_OP_LAYERNORM_BACKWARD] = true,
+    [HP_OP_ADAMW] = true,
+};
+
+bool hp__cpu_team_kernel(hp_op op) { return op >= 0 && op < HP_OP_COUNT && g_team[op]; }
+
+/* hp_kernel_args from hp_node_args (the same fields; see backend_cpu.c). */
+static hp_status run_one(const hp_node_args *a) {
+    hp_kernel_args k;
+    k.g = a->g;
+    k.node = a->node;
+    memcpy(k.in, a->in, sizeof k.in);
+    memcpy(k.out, a->out, sizeof k.out);
+    k.workspace = a->workspace;
+    k.workspace_bytes = a->workspace_bytes;
+    return hp__cpu_kernel(a->node->op)(&k);
+}
+
+hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed) {
+    (void)b;
+    *failed = -1;
+    int nt = omp_get_max_threads();
+    if (nt <= 1 || omp_in_parallel() || omp_get_max_active_levels() > 1) {
+        for (int i = 0; i < n; i++) {
+            double t0 = seconds ? now_s() : 0;
+            hp_status st = run_one(&a[i]);
+            if (st != HP_STATUS_OK) {
+                *failed = i;
+                return st;
+            }
+            if (seconds) seconds[i] = now_s() - t0;
+        }
+        return HP_STATUS_OK;
+    }
+    team t;
+    atomic_init(&t.arrived, 0);
+    atomic_init(&t.sense, 0);
+    atomic_init(&t.fail_at, n);
+    hp_status status = HP_STATUS_OK;
+    char msg[1024] = "";
+#pragma omp parallel num_threads(nt)
+    {
+        int id = omp_get_thread_num();
+#pragma omp single
+        t.size = omp_get_num_threads(); /* the implicit barrier publishes it */
+        tl_sense = 0;
+        for (int i = 0; i < n; i++) {
+            double t0 = id == 0 && seconds ? now_s() : 0;
+            bool all = g_team[a[i].node->op];
+            if (all || id == 0) {
+                tl_all = all;
+                hp_status st = run_one(&a[i]);
+                tl_all = false;
+                /* Team kernels validate identically on every thread: thread 0's result speaks. */
+                if (id == 0 && st != HP_STATUS_OK) {
+                    status = st;
+                    snprintf(msg, sizeof msg, "%s", hp_error_message());
+                    atomic_store_explicit(&t.fail_at, i, memory_order_relaxed);
+                }
+            }
+            barrier(&t);
+            if (id == 0 && seconds) seconds[i] = now_s() - t0;
+            /* fail_at is written before barrier i only for node i, so every thread sees the same. */
+            if (atomic_load_explicit(&t.fail_at, memory_order_relaxed) <= i) break;
+        }
+    }
+    int f = atomic_load(&t.fail_at);
+    if (f < n) {
+        *failed = f;
+        return hp_error(status, "%s", msg);
+    }
+    return HP_STATUS_OK;
+}
