@@ -3,32 +3,44 @@
 #include "backend/cpu/team.h"
 
 #include <math.h>
+#include <omp.h>
 
 /*
  * Sum of squares in double over a fixed number of chunks, the partial sums added in chunk order:
- * the result does not depend on the thread count.
+ * the result does not depend on the thread count. A team kernel (team.h): chunks are shared out,
+ * partial sums meet in shared scratch, thread 0 adds them.
  */
-#define SUMSQ_CHUNKS 64
+#define SUMSQ_CHUNKS HP_TEAM_SHARED_DOUBLES
 
-static double sumsq1(const float *x, int64_t n) {
-    double part[SUMSQ_CHUNKS];
-    int64_t per = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int c = 0; c < SUMSQ_CHUNKS; c++) {
-        int64_t lo = (int64_t)c * per, hi = lo + per < n ? lo + per : n;
-        double s = 0.0;
-        for (int64_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
-        part[c] = s;
-    }
+static void sumsq_body(const hp_kernel_args *a, double *part) {
     double s = 0.0;
-    for (int c = 0; c < SUMSQ_CHUNKS; c++) s += part[c];
-    return s;
+    for (int i = 0; i < a->node->n_in; i++) {
+        const float *x = a->in[i];
+        int64_t n = hp_shape_numel(hp__in_shape(a, i)), per = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+#pragma omp for schedule(static) nowait
+        for (int c = 0; c < SUMSQ_CHUNKS; c++) {
+            int64_t lo = (int64_t)c * per, hi = lo + per < n ? lo + per : n;
+            double p = 0.0;
+            for (int64_t k = lo; k < hi; k++) p += (double)x[k] * (double)x[k];
+            part[c] = p;
+        }
+        hp__team_sync();
+        if (omp_get_thread_num() == 0) {
+            double si = 0.0;
+            for (int c = 0; c < SUMSQ_CHUNKS; c++) si += part[c];
+            s += si;
+        }
+        hp__team_sync(); /* part is rewritten for the next input */
+    }
+    if (omp_get_thread_num() == 0) *(float *)a->out[0] = (float)s;
 }
 
 hp_status hp__cpu_sumsq(const hp_kernel_args *a) {
-    double s = 0.0;
-    for (int i = 0; i < a->node->n_in; i++) s += sumsq1(a->in[i], hp_shape_numel(hp__in_shape(a, i)));
-    *(float *)a->out[0] = (float)s;
+    int64_t total = 0;
+    for (int i = 0; i < a->node->n_in; i++) total += hp_shape_numel(hp__in_shape(a, i));
+    double local[SUMSQ_CHUNKS], *shared = hp__team_shared();
+    double *part = shared ? shared : local;
+    HP_TEAM_RUN(total > 65536, sumsq_body(a, part));
     return HP_STATUS_OK;
 }
 

@@ -8,8 +8,10 @@
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/k_math.h"
+#include "backend/cpu/team.h"
 
 #include <math.h>
+#include <omp.h>
 
 #define ROW_BLK 1024
 
@@ -100,46 +102,66 @@ static hp_status check_targets(const int32_t *t, int64_t rows, int64_t v, const 
     return HP_STATUS_OK;
 }
 
+typedef struct ce_fwd {
+    const float *x;
+    const int32_t *t;
+    int64_t rows, v;
+    double *loss;
+    float *out;
+    double div;
+} ce_fwd;
+
+/* Per-row losses work-shared, then (after every row is written) summed in row order by one thread:
+ * the same result for any thread count. */
+static void cross_entropy_body(const ce_fwd *c) {
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < c->rows; r++) {
+        const float *xr = c->x + r * c->v;
+        float m;
+        double s;
+        row_stats(xr, c->v, &m, &s);
+        c->loss[r] = log(s) + (double)m - (double)xr[c->t[r]];
+    }
+    hp__team_sync();
+    if (omp_get_thread_num() == 0) {
+        double sum = 0.0;
+        for (int64_t r = 0; r < c->rows; r++) sum += c->loss[r];
+        *c->out = c->div > 0 ? (float)(sum / c->div) : 0.0f;
+    }
+}
+
+/* A team kernel (team.h). */
 hp_status hp__cpu_cross_entropy(const hp_kernel_args *a) {
     const float *x = a->in[0];
     const int32_t *t = a->in[1];
     const hp_shape *xs = hp__in_shape(a, 0);
     const int64_t v = xs->dim[xs->ndim - 1], rows = hp_shape_numel(xs) / v;
     HP_CHECK(check_targets(t, rows, v, "cross_entropy"));
-    double *loss = a->workspace;
-    if (a->workspace_bytes < (size_t)rows * sizeof *loss)
+    if (a->workspace_bytes < (size_t)rows * sizeof(double))
         return hp_error(HP_STATUS_INTERNAL, "cross_entropy: workspace of %zu bytes, need %zu", a->workspace_bytes,
-                        (size_t)rows * sizeof *loss);
-#pragma omp parallel for schedule(static) if (rows * v > 16384)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * v;
-        float m;
-        double s;
-        row_stats(xr, v, &m, &s);
-        loss[r] = log(s) + (double)m - (double)xr[t[r]];
-    }
-    double sum = 0.0;
-    for (int64_t r = 0; r < rows; r++) sum += loss[r];
+                        (size_t)rows * sizeof(double));
     /* attr i[0]: the global row count when this rank holds some rows of the batch */
     const double div = a->node->attr.i[0] > 0 ? (double)a->node->attr.i[0] : (double)rows;
-    *(float *)a->out[0] = div > 0 ? (float)(sum / div) : 0.0f;
+    ce_fwd c = {x, t, rows, v, a->workspace, a->out[0], div};
+    HP_TEAM_RUN(rows * v > 16384, cross_entropy_body(&c));
     return HP_STATUS_OK;
 }
 
-hp_status hp__cpu_cross_entropy_backward(const hp_kernel_args *a) {
-    const float dloss = *(const float *)a->in[0];
-    const float *x = a->in[1];
-    const int32_t *t = a->in[2];
-    float *dx = a->out[0];
-    const hp_shape *xs = hp__in_shape(a, 1);
-    const int64_t v = xs->dim[xs->ndim - 1], rows = hp_shape_numel(xs) / v;
-    HP_CHECK(check_targets(t, rows, v, "cross_entropy_backward"));
-    const double div = a->node->attr.i[0] > 0 ? (double)a->node->attr.i[0] : (double)rows;
-    const float scale = div > 0 ? (float)(dloss / div) : 0.0f;
-#pragma omp parallel for schedule(static) if (rows * v > 16384)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * v;
-        float *dr = dx + r * v;
+typedef struct ce_bwd {
+    const float *x;
+    const int32_t *t;
+    float *dx;
+    int64_t rows, v;
+    float scale;
+} ce_bwd;
+
+static void cross_entropy_backward_body(const ce_bwd *c) {
+    const int64_t v = c->v;
+    const float scale = c->scale;
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < c->rows; r++) {
+        const float *xr = c->x + r * v;
+        float *dr = c->dx + r * v;
         /* max, then exponentials written and summed, then scaled in place while the row is in
          * cache: one exponential per logit */
         const float m = row_max(xr, v);
@@ -147,7 +169,19 @@ hp_status hp__cpu_cross_entropy_backward(const hp_kernel_args *a) {
         const float k = (float)(scale / s);
 #pragma omp simd
         for (int64_t i = 0; i < v; i++) dr[i] *= k;
-        dr[t[r]] -= scale;
+        dr[c->t[r]] -= scale;
     }
+}
+
+/* A team kernel (team.h). */
+hp_status hp__cpu_cross_entropy_backward(const hp_kernel_args *a) {
+    const float dloss = *(const float *)a->in[0];
+    const int32_t *t = a->in[2];
+    const hp_shape *xs = hp__in_shape(a, 1);
+    const int64_t v = xs->dim[xs->ndim - 1], rows = hp_shape_numel(xs) / v;
+    HP_CHECK(check_targets(t, rows, v, "cross_entropy_backward"));
+    const double div = a->node->attr.i[0] > 0 ? (double)a->node->attr.i[0] : (double)rows;
+    ce_bwd c = {a->in[1], t, a->out[0], rows, v, div > 0 ? (float)(dloss / div) : 0.0f};
+    HP_TEAM_RUN(rows * v > 16384, cross_entropy_backward_body(&c));
     return HP_STATUS_OK;
 }

@@ -28,14 +28,28 @@ typedef struct team {
     _Atomic int sense;
     int size;
     _Atomic int fail_at; /* index of the first failing node, or n */
+    double shared[HP_TEAM_SHARED_DOUBLES]; /* hp__team_shared */
 } team;
 
 static _Thread_local bool tl_all;  /* running a team kernel with the whole team */
+static _Thread_local team *tl_team; /* the team this thread belongs to, inside hp__cpu_run_nodes */
 static _Thread_local int tl_sense; /* this thread's barrier sense */
 
 bool hp__team_all(void) { return tl_all; }
 
 bool hp__team_leader(void) { return !tl_all || omp_get_thread_num() == 0; }
+
+static void barrier(team *t);
+
+double *hp__team_shared(void) { return tl_all ? tl_team->shared : NULL; }
+
+void hp__team_sync(void) {
+    if (tl_all) {
+        barrier(tl_team);
+        return;
+    }
+#pragma omp barrier
+}
 
 static void barrier(team *t) {
     int s = tl_sense = !tl_sense;
@@ -64,7 +78,7 @@ static const bool g_team[HP_OP_COUNT] = {
     [HP_OP_MATMUL] = true,    [HP_OP_LINEAR] = true,     [HP_OP_ATTENTION] = true, [HP_OP_ATTENTION_BACKWARD] = true,
     [HP_OP_GELU] = true,      [HP_OP_GELU_BACKWARD] = true, [HP_OP_ADD] = true,    [HP_OP_SUB] = true,
     [HP_OP_MUL] = true,       [HP_OP_SUM_TO] = true,     [HP_OP_LAYERNORM] = true, [HP_OP_LAYERNORM_BACKWARD] = true,
-    [HP_OP_ADAMW] = true,
+    [HP_OP_ADAMW] = true,     [HP_OP_SUMSQ] = true,      [HP_OP_CROSS_ENTROPY] = true, [HP_OP_CROSS_ENTROPY_BACKWARD] = true,
 };
 
 bool hp__cpu_team_kernel(hp_op op) { return op >= 0 && op < HP_OP_COUNT && g_team[op]; }
@@ -109,6 +123,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
 #pragma omp single
         t.size = omp_get_num_threads(); /* the implicit barrier publishes it */
         tl_sense = 0;
+        tl_team = &t;
         for (int i = 0; i < n; i++) {
             double t0 = id == 0 && seconds ? now_s() : 0;
             bool all = g_team[a[i].node->op];
@@ -128,6 +143,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
             /* fail_at is written before barrier i only for node i, so every thread sees the same. */
             if (atomic_load_explicit(&t.fail_at, memory_order_relaxed) <= i) break;
         }
+        tl_team = NULL;
     }
     int f = atomic_load(&t.fail_at);
     if (f < n) {

@@ -37,6 +37,17 @@ bool hp__team_all(void);
  * result): thread 0 of a team kernel, or any thread outside one. */
 bool hp__team_leader(void);
 
+/* Waits until every thread of the kernel's team gets here: inside a team kernel the team's
+ * barrier, otherwise `omp barrier` of the enclosing region (nothing outside one). For kernels with
+ * dependent phases (a reduction summed by hp__team_leader() after every share is written). */
+void hp__team_sync(void);
+
+/* Doubles of scratch every thread of a team sees (for partial sums between hp__team_sync calls). */
+#define HP_TEAM_SHARED_DOUBLES 64
+
+/* Inside a team kernel: HP_TEAM_SHARED_DOUBLES doubles shared by the team; NULL otherwise. */
+double *hp__team_shared(void);
+
 /* Whether op's CPU kernel is a team kernel (see above). */
 bool hp__cpu_team_kernel(hp_op op);
 
