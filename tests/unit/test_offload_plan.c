@@ -430,6 +430,7 @@ static void test_config(void **state) {
  * is read by an AdamW node after its wait, and written operands have a write-back wait after the
  * update; the budget holds at every program point with the early copies counted and in the packed
  * arena; training is bitwise that of the run without offload; read_ahead = false streams everything.
+ * Also the choice of what goes to disk: optimizer states before parameters and gradients.
  */
 static void test_early_reads(void **state) {
     (void)state;
@@ -463,6 +464,12 @@ static void test_early_reads(void **state) {
             hp_offload_plan_stats ps;
             hp_offload_plan_get_stats(pl, &ps);
             if (!ra) assert_int_equal(ps.n_early, 0);
+            /* Moves are chosen by transfer seconds per byte freed: m and v (one read and one write per
+             * step) and activations to the host go before parameters (also read for the forward and
+             * backward passes) and gradients (written, read for the norm, read for the update). */
+            assert_int_equal(ps.n_offloaded[HP_OFFLOAD_CLASS_PARAMS], 0);
+            assert_int_equal(ps.n_offloaded[HP_OFFLOAD_CLASS_GRADS], 0);
+            assert_true(ps.n_offloaded[HP_OFFLOAD_CLASS_OPTIMIZER] > 0);
             assert_true(ps.peak_after <= c.device_budget);
             for (int i = 0; hp_offload_plan_resident_at(pl, i) > 0; i++)
                 if (hp_offload_plan_resident_at(pl, i) > c.device_budget)
@@ -508,8 +515,9 @@ static void test_early_reads(void **state) {
             assert_int_equal(a.n, r.n);
             assert_memory_equal(a.params, r.params, a.n * sizeof(float));
             if (getenv("HP_TEST_VERBOSE"))
-                print_message("read_ahead %d budget %.2f: %d early reads, %d of states before the first update\n", ra,
-                              frac[b], ps.n_early, n_state_before);
+                print_message("read_ahead %d budget %.2f: %d early reads, %d of states before the first update; "
+                              "offloaded params %d grads %d optimizer %d activations %d\n", ra, frac[b], ps.n_early,
+                              n_state_before, ps.n_offloaded[0], ps.n_offloaded[1], ps.n_offloaded[2], ps.n_offloaded[3]);
             free(r.params);
             hp_offload_state_free(s);
             hp_graph_free(x.g);
