@@ -84,7 +84,7 @@ typedef struct hp_offload_plan_config {
     double bandwidth[HP_TIER_COUNT];       /* bytes/s between the fast tier and HOST / DISK; 0: measure */
     hp_machine_model machine;
     size_t chunk_bytes;                    /* ADAMW_STREAM chunk, a multiple of HP_DISK_ALIGN */
-    /* Early reads: once the budget is met, every slow-tier operand of an AdamW update (param, grad,
+    /* Early reads: once the budget is met, every disk-tier operand of an AdamW update (param, grad,
      * m, v) is read whole into the fast tier as early as the budget left over allows (during the
      * backward pass), the update runs on that copy and writes it back, instead of streaming it in
      * chunks at the end of the step where nothing hides the reads. Operands with no room stream. */

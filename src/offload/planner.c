@@ -259,8 +259,10 @@ static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, mo
          * slower, bench_offload; tried again with early reads, 2026-11-21: every state, 60 params
          * and 67 grads moved, more copy wait at both bench points). The stall is still predicted
          * in the plan's statistics. */
-        if (!c->slow) { /* the streamed AdamW use moves the bytes in (and out, when written) */
+        if (!c->slow && c->tier == HP_TIER_DISK) /* the streamed AdamW use reads (and writes) the disk;
+                                                   * host-tier states are updated in place (fill_stats) */
             copy_s += (double)c->n_su * (c->x_in + (c->written ? c->x_out : 0.0));
+        if (!c->slow) {
             if (c->persistent) {
                 if (nf == 0) {
                     pre[0] = 0; /* unused: no fast use at all (optimizer states) */
@@ -471,7 +473,8 @@ static int cmp_adamw(const void *a, const void *b) {
 
 /*
  * Early reads for AdamW (after the eviction has met the budget): an optimizer state, parameter or
- * gradient whose home is slow is otherwise streamed through the update in chunks, and the updates run
+ * gradient whose home is on disk is otherwise streamed through the update in chunks (host-tier homes
+ * are updated where they are, ZeRO-Offload's CPU optimizer, and need no read), and the updates run
  * at the very end of the step (they need the global gradient norm), where no compute is left to hide
  * the reads. Instead, in the order of the AdamW nodes, each such tensor is read whole into the fast
  * tier as early as the budget allows: at the earliest node p (after the tensor's last other fast use)
@@ -492,7 +495,7 @@ static hp_status read_ahead(hp_offload_plan *p, const hp_graph *g) {
     if (!order) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory");
     for (int ci = 0; ci < p->n_cand; ci++) {
         hp__ofl_cand *c = &p->cand[ci];
-        if (c->slow && c->n_su == 1 && p->lv.node_live[c->su[0]]) order[n++] = c;
+        if (c->slow && c->tier == HP_TIER_DISK && c->n_su == 1 && p->lv.node_live[c->su[0]]) order[n++] = c;
     }
     qsort(order, (size_t)n, sizeof *order, cmp_adamw);
     compute_resident(p, g);
