@@ -12,13 +12,16 @@
  * PREFETCH issued early enough (the prefetch distance) to be complete before its next use whenever
  * the bandwidth allows, and waited for (OFFLOAD_WAIT) right before it. Parameters and optimizer
  * states whose home is a slower tier take fast memory only while resident; AdamW then updates them
- * where they are, streamed in chunks (ADAMW_STREAM), overlapping the copies with the update.
+ * where they are, streamed in chunks (ADAMW_STREAM), overlapping the copies with the update; or,
+ * for disk homes where the budget leaves room, on a whole copy read early, during the backward pass,
+ * and written back after the update (read_ahead below).
  *
  * Greedy eviction in the spirit of Belady's rule (evict what is needed furthest away; Belady 1966):
  * while the resident bytes at the fullest program point exceed the budget, take the move (one gap
- * of one tensor leaves the fast tier) that frees that point with the least predicted stall and the
- * most bytes. Then the fast-tier arena is packed (hp_memplan_assign); fragmentation beyond the
- * budget lowers the target and the greedy continues.
+ * of one tensor leaves the fast tier) that frees that point: hidden moves (no predicted stall)
+ * before exposed ones (least stall first); among hidden ones, the fewest transfer seconds per byte
+ * freed (the copy stream is shared), then the most bytes. Then the fast-tier arena is packed
+ * (hp_memplan_assign); fragmentation beyond the budget lowers the target and the greedy continues.
  *
  *     hp_offload_state *ofl = NULL;
  *     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
