@@ -1,20 +1,26 @@
 /*
- * HyperOffload: a budget sweep over a GPT training step whose full state (params, grads, AdamW m
- * and v) is several times the smaller budgets, and the largest model that fits a fixed budget.
+ * HyperOffload: budget sweeps over GPT training steps whose full state (params, grads, AdamW m and v)
+ * exceeds the smaller budgets, and the largest model that fits a fixed budget.
  *
- * For each budget (100%, 50%, 25%, 10% of the no-offload fast-tier peak) and two tier layouts
- * ("host": every class to the host tier; "disk": params, gradients and optimizer states on the
- * O_DIRECT disk store, activations on the host) a forked child builds the step, plans, runs warmup
- * + timed steps and reports: step time (best of the timed steps), its ratio to the unlimited step, peak RSS of the
- * child (VmHWM, from the OS), the fast tier's bytes, bytes per tier per step, the predicted stall
- * and the fraction of copy time hidden behind compute (copy engine statistics). Then, at a fixed
- * budget, layers grow (1, 2, 3, 4, 6, ... 32) until the planner says impossible, without and with
- * offload.
+ * Points (POINTS below): "small" (256 tokens per step; budgets 100%, 50%, 25%, 10% of the no-offload
+ * fast-tier peak, both layouts), "tokens" (the training bench's config A, 2,048 tokens per step; 50%)
+ * and "wide4/6/8" (width 512, 1,024 to 2,048 tokens per step; 50%, and 25% on disk for wide4). Layouts: "host":
+ * every class to the host tier; "disk": params, gradients and optimizer states on the O_DIRECT disk
+ * store, activations on the host. For each configuration a forked child builds the step, plans, runs
+ * warmup + timed steps and reports: step time (best of the timed steps), its ratio to the unlimited
+ * step, peak RSS of the child (VmHWM, from the OS), the fast tier's bytes, bytes per tier per step,
+ * the predicted stall and the fraction of copy time hidden behind compute (copy engine statistics).
+ * Each point also prints a bound: the bytes that must be read from the slow tier after the gradient
+ * norm is known (state minus the 50% budget) and their time at the probed disk read bandwidth. Then,
+ * at a fixed budget, layers grow (1, 2, 3, 4, 6, ... 32) until the planner says impossible, without
+ * and with offload.
  *
  *     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_offload [disk_dir]
+ *     ./build/bench/bench_offload DIR POINT FRAC host|disk   # one configuration (HP_BENCH_PLAN=1:
+ *                                                            # print its plan on stderr)
  *
  * One JSON line per measurement. Bandwidths are measured once (hp_tier_probe) and the machine
- * model's FLOP/s from the unlimited step, then handed to every child.
+ * model's FLOP/s from each point's unlimited step, then handed to every child.
  */
 #include "hp/nn.h"
 #include "hp/offload_plan.h"
@@ -30,8 +36,43 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { BATCH = 4, SEQ = 64, STEPS = 9 };
-static const hp_gpt_config CFG = {.vocab = 256, .context = 64, .layers = 4, .heads = 4, .width = 256, .tied_head = true};
+/* The measured points: "small" (256 tokens per step) and "tokens" (realistic tokens per step). */
+typedef struct {
+    const char *name;
+    int batch, seq, steps, rounds;
+    hp_gpt_config cfg;
+    int n_conf;          /* configurations: budget fraction (1: unlimited, no offload) and disk layout */
+    double frac[9];
+    bool disk[9];
+} bench_point;
+/* "small": 256 tokens per step, the full sweep. "tokens": the training bench's config A (2,048 tokens
+ * per step); its state fits in half its own peak (activations dominate), so nothing needs the disk.
+ * "wide4/6/8": width 512 at 1,024, 1,536 and 2,048 tokens per step: the state is 1.35x, 1.09x and
+ * 0.92x half the point's own peak, and the disk layout moves state through the disk file in all
+ * three (ZeRO-Infinity's argument: more tokens per step, more compute to hide the same bytes). */
+static const bench_point POINTS[] = {
+    {"small", 4, 64, 9, 3, {.vocab = 256, .context = 64, .layers = 4, .heads = 4, .width = 256, .tied_head = true},
+     9, {1, 1.0, 0.5, 0.25, 0.10, 1.0, 0.5, 0.25, 0.10}, {0, 0, 0, 0, 0, 1, 1, 1, 1}},
+    {"tokens", 8, 256, 4, 3, {.vocab = 256, .context = 256, .layers = 4, .heads = 4, .width = 256, .tied_head = true},
+     3, {1, 0.5, 0.5}, {0, 0, 1}},
+    {"wide4", 4, 256, 4, 5, {.vocab = 256, .context = 256, .layers = 4, .heads = 8, .width = 512, .tied_head = true},
+     4, {1, 0.5, 0.5, 0.25}, {0, 0, 1, 1}},
+    {"wide6", 6, 256, 4, 5, {.vocab = 256, .context = 256, .layers = 4, .heads = 8, .width = 512, .tied_head = true},
+     3, {1, 0.5, 0.5}, {0, 0, 1}},
+    {"wide8", 8, 256, 4, 5, {.vocab = 256, .context = 256, .layers = 4, .heads = 8, .width = 512, .tied_head = true},
+     3, {1, 0.5, 0.5}, {0, 0, 1}},
+};
+enum { MAX_STEPS = 16, MAX_ROUNDS = 8 };
+static int BATCH, SEQ, STEPS;
+static hp_gpt_config CFG;
+static const char *POINT = "";
+static void use_point(const bench_point *pt) {
+    BATCH = pt->batch;
+    SEQ = pt->seq;
+    STEPS = pt->steps;
+    CFG = pt->cfg;
+    POINT = pt->name;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -95,16 +136,18 @@ static double run(step_graph *s, hp_program_opts o, hp_program **out_p) {
         CHECK(hp_program_set_input(p, s->ts.params[i], buf, (size_t)n * sizeof(float)));
         free(buf);
     }
-    int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
+    int32_t *tok = malloc(sizeof *tok * (size_t)(BATCH * SEQ)), *tgt = malloc(sizeof *tgt * (size_t)(BATCH * SEQ));
     for (int i = 0; i < BATCH * SEQ; i++) {
         tok[i] = (int32_t)((i * 7 + 3) % CFG.vocab);
         tgt[i] = (int32_t)((i * 5 + 1) % CFG.vocab);
     }
     float lr = 1e-3f;
-    CHECK(hp_program_set_input(p, s->m.tokens, tok, sizeof tok));
-    CHECK(hp_program_set_input(p, s->m.targets, tgt, sizeof tgt));
+    CHECK(hp_program_set_input(p, s->m.tokens, tok, sizeof *tok * (size_t)(BATCH * SEQ)));
+    CHECK(hp_program_set_input(p, s->m.targets, tgt, sizeof *tgt * (size_t)(BATCH * SEQ)));
+    free(tok);
+    free(tgt);
     CHECK(hp_program_set_input(p, s->ts.lr, &lr, sizeof lr));
-    double t[STEPS + 1];
+    double t[MAX_STEPS + 1] = {0};
     for (int k = 0; k <= STEPS; k++) {
         float step = (float)(k + 1);
         CHECK(hp_program_set_input(p, s->ts.step, &step, sizeof step));
@@ -130,6 +173,17 @@ static size_t plan_peak(step_graph *s) {
     hp_offload_plan_get_stats(p, &st);
     hp_offload_plan_free(p);
     return st.peak_before;
+}
+
+static int64_t n_params_of(const hp_gpt_config *c) {
+    step_graph s;
+    hp_gpt_config save = CFG;
+    CFG = *c;
+    build(&s, c->layers);
+    int64_t n = n_params(&s);
+    hp_graph_free(s.g);
+    CFG = save;
+    return n;
 }
 
 static void set_policy(hp_offload_plan_config *c, bool disk, const char *dir) {
@@ -162,6 +216,11 @@ static void child(double frac, bool disk, const char *dir, const hp_tier_list *t
         if (flops > 0) c.machine.flops_per_s = flops;
         CHECK(hp_offload_apply_config(&c, s.g, &o, &ofl));
         hp_offload_plan_get_stats(hp_offload_state_plan(ofl), &ps);
+        /* HP_BENCH_PLAN=1: the residency plan on stderr (tensor names only are read from the graph) */
+        if (getenv("HP_BENCH_PLAN")) hp_offload_plan_print(hp_offload_state_plan(ofl), s.g, stderr);
+        if (getenv("HP_BENCH_PLAN") && atoi(getenv("HP_BENCH_PLAN")) > 1) /* resident bytes per node */
+            for (int i = 0; hp_offload_plan_resident_at(hp_offload_state_plan(ofl), i) > 0; i += 8)
+                fprintf(stderr, "resident at %d: %zu\n", i, hp_offload_plan_resident_at(hp_offload_state_plan(ofl), i));
     }
     hp_program *p;
     double sec = run(&s, o, &p);
@@ -172,12 +231,13 @@ static void child(double frac, bool disk, const char *dir, const hp_tier_list *t
     if (ofl) hp_copy_engine_get_stats(hp_offload_state_copy_engine(ofl), &cs);
     float loss;
     CHECK(hp_program_get_output(p, s.ts.loss, &loss, sizeof loss));
-    printf("{\"bench\":\"offload_sweep\",\"tiers\":\"%s\",\"budget_frac\":%.2f,\"budget_bytes\":%zu,\"layers\":%d,"
+    printf("{\"bench\":\"offload_sweep\",\"point\":\"%s\",\"batch\":%d,\"seq\":%d,\"tiers\":\"%s\",\"budget_frac\":%.2f,\"budget_bytes\":%zu,\"layers\":%d,"
            "\"params\":%lld,\"state_bytes\":%lld,\"step_s\":%.4f,\"vs_unlimited\":%.3f,\"vm_hwm_mib\":%.1f,"
            "\"fast_tier_bytes\":%zu,\"host_in_mib\":%.1f,\"host_out_mib\":%.1f,\"disk_in_mib\":%.1f,"
            "\"disk_out_mib\":%.1f,\"prefetch\":%d,\"offload\":%d,\"adamw_streamed\":%d,\"predicted_stall_s\":%.4f,"
            "\"copy_busy_s\":%.4f,\"copy_wait_s\":%.4f,\"hidden_frac\":%.3f,\"loss\":%.6f}\n",
-           frac > 0 ? (disk ? "disk" : "host") : "none", frac > 0 ? frac : 1.0, frac > 0 ? ps.budget : peak,
+           POINT, BATCH, SEQ, frac > 0 ? (disk ? "disk" : "host") : "none", frac > 0 ? frac : 1.0,
+           frac > 0 ? ps.budget : peak,
            CFG.layers, (long long)n_params(&s), (long long)(4 * 4 * n_params(&s)), sec,
            base_s > 0 ? sec / base_s : 1.0, (double)vm_hwm_kib() / 1024.0, st.device_bytes,
            ps.bytes_in[HP_TIER_HOST] / 1048576.0, ps.bytes_out[HP_TIER_HOST] / 1048576.0,
@@ -199,6 +259,11 @@ static double json_num(const char *line, const char *key) {
     snprintf(k, sizeof k, "\"%s\":", key);
     const char *at = strstr(line, k);
     return at ? atof(at + strlen(k)) : 0.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 static child_result fork_child(double frac, bool disk, const char *dir, const hp_tier_list *tiers, double flops,
@@ -239,37 +304,78 @@ int main(int argc, char **argv) {
            "\"disk_write_gbps\":%.2f,\"disk_dir\":\"%s\"}\n",
            1e-9 * tiers.tier[HP_TIER_HOST].read_bw, 1e-9 * tiers.tier[HP_TIER_HOST].write_bw,
            1e-9 * tiers.tier[HP_TIER_DISK].read_bw, 1e-9 * tiers.tier[HP_TIER_DISK].write_bw, dir);
-    step_graph s;
-    build(&s, CFG.layers);
-    size_t peak = plan_peak(&s);
-    /* measured FLOP/s of the unlimited step for the cost model */
-    double flops_step = 0;
-    for (int i = 0; i < hp_graph_n_nodes(s.g); i++) flops_step += hp_node_cost(s.g, i).flops;
-    hp_graph_free(s.g);
-    double base = fork_child(0, false, dir, &tiers, 0, peak, 0).step_s;
-    double flops = base > 0 ? flops_step / base : 0;
-    printf("{\"bench\":\"machine\",\"step_gflop\":%.3f,\"measured_gflops\":%.2f,\"no_offload_peak_bytes\":%zu}\n",
-           1e-9 * flops_step, 1e-9 * flops, peak);
-    /* ROUNDS interleaved rounds over every configuration (unlimited first in each); the summary
-     * keeps each configuration's best round, so a noisy neighbour on a shared machine only hurts
-     * when it hurts every round. */
-    static const double fr[] = {1.0, 0.5, 0.25, 0.10};
-    enum { ROUNDS = 3 };
-    child_result best[9];
-    for (int c = 0; c < 9; c++) best[c] = (child_result){1e30, 0, 0};
-    for (int r = 0; r < ROUNDS; r++)
-        for (int c = 0; c < 9; c++) {
-            child_result x = c == 0 ? fork_child(0, false, dir, &tiers, 0, peak, 0)
-                                    : fork_child(fr[(c - 1) % 4], c >= 5, dir, &tiers, flops, peak, base);
-            if (x.step_s > 0 && x.step_s < best[c].step_s) best[c] = x;
+    /* bench_offload DIR POINT FRAC host|disk: that one configuration only (for looking at a plan) */
+    const char *only = argc > 4 ? argv[2] : NULL;
+    for (size_t pi = 0; pi < sizeof POINTS / sizeof POINTS[0]; pi++) {
+        if (only && strcmp(only, POINTS[pi].name) != 0) continue;
+        use_point(&POINTS[pi]);
+        step_graph s;
+        build(&s, CFG.layers);
+        size_t peak = plan_peak(&s);
+        /* measured FLOP/s of the unlimited step for the cost model */
+        double flops_step = 0;
+        for (int i = 0; i < hp_graph_n_nodes(s.g); i++) flops_step += hp_node_cost(s.g, i).flops;
+        hp_graph_free(s.g);
+        double base = fork_child(0, false, dir, &tiers, 0, peak, 0).step_s;
+        double flops = base > 0 ? flops_step / base : 0;
+        /* A bound at 50% budget: when the AdamW updates start (they need the global gradient norm, so
+         * every gradient exists), params, grads, m and v all exist and at most the budget of them is in
+         * the fast tier: the rest must be read from the slow tier after that point, with nothing left to
+         * compute behind it but the updates. */
+        double state = 16.0 * (double)n_params_of(&CFG), half = 0.5 * (double)peak;
+        printf("{\"bench\":\"machine\",\"point\":\"%s\",\"tokens_per_step\":%d,\"step_gflop\":%.3f,"
+               "\"measured_gflops\":%.2f,\"no_offload_peak_bytes\":%zu,\"state_bytes\":%.0f,"
+               "\"state_over_half_budget\":%.2f,\"read_after_norm_min_mib\":%.1f,\"read_after_norm_min_s\":%.4f}\n",
+               POINT, BATCH * SEQ, 1e-9 * flops_step, 1e-9 * flops, peak, state, state / half,
+               (state > half ? state - half : 0) / 1048576.0,
+               (state > half ? state - half : 0) / tiers.tier[HP_TIER_DISK].read_bw);
+        if (only) {
+            fork_child(atof(argv[3]), strcmp(argv[4], "disk") == 0, dir, &tiers, flops, peak, base);
+            continue;
         }
-    for (int c = 0; c < 9; c++)
-        printf("{\"bench\":\"offload_best\",\"tiers\":\"%s\",\"budget_frac\":%.2f,\"step_s\":%.4f,"
-               "\"vs_unlimited\":%.3f,\"vm_hwm_mib\":%.1f,\"hidden_frac\":%.3f,\"rounds\":%d}\n",
-               c == 0 ? "none" : c >= 5 ? "disk" : "host", c == 0 ? 1.0 : fr[(c - 1) % 4], best[c].step_s,
-               best[c].step_s / best[0].step_s, best[c].rss_mib, best[c].hidden, ROUNDS);
+        /* Rounds interleaved over the configurations (unlimited first in each); the summary keeps each
+         * configuration's best round, so a noisy neighbour on a shared machine only hurts when it
+         * hurts every round. Configuration 0 is the unlimited step (no offload). */
+        const bench_point *pt = &POINTS[pi];
+        child_result best[9];
+        double round_s[9][MAX_ROUNDS], median[9];
+        for (int c = 0; c < pt->n_conf; c++) best[c] = (child_result){1e30, 0, 0};
+        for (int r = 0; r < pt->rounds; r++)
+            for (int c = 0; c < pt->n_conf; c++) {
+                child_result x = c == 0 ? fork_child(0, false, dir, &tiers, 0, peak, 0)
+                                        : fork_child(pt->frac[c], pt->disk[c], dir, &tiers, flops, peak, base);
+                round_s[c][r] = x.step_s;
+                if (x.step_s > 0 && x.step_s < best[c].step_s) best[c] = x;
+            }
+        /* The median over rounds of the ratio to the same round's unlimited step: configurations of a
+         * round run back to back, so they share the machine's load (the best and median rounds of
+         * each configuration may come from different load). */
+        double paired[9];
+        for (int c = 0; c < pt->n_conf; c++) {
+            double q[MAX_ROUNDS];
+            for (int r = 0; r < pt->rounds; r++) q[r] = round_s[0][r] > 0 ? round_s[c][r] / round_s[0][r] : 0;
+            qsort(q, (size_t)pt->rounds, sizeof(double), cmp_double);
+            int h = pt->rounds / 2;
+            paired[c] = pt->rounds % 2 ? q[h] : 0.5 * (q[h - 1] + q[h]);
+        }
+        for (int c = 0; c < pt->n_conf; c++) { /* the median round too: less at the mercy of one lucky round */
+            qsort(round_s[c], (size_t)pt->rounds, sizeof(double), cmp_double);
+            int h = pt->rounds / 2;
+            median[c] = pt->rounds % 2 ? round_s[c][h] : 0.5 * (round_s[c][h - 1] + round_s[c][h]);
+        }
+        for (int c = 0; c < pt->n_conf; c++)
+            printf("{\"bench\":\"offload_best\",\"point\":\"%s\",\"tiers\":\"%s\",\"budget_frac\":%.2f,"
+                   "\"step_s\":%.4f,\"vs_unlimited\":%.3f,\"median_step_s\":%.4f,\"median_vs_unlimited\":%.3f,"
+                   "\"paired_vs_unlimited\":%.3f,\"vm_hwm_mib\":%.1f,\"hidden_frac\":%.3f,\"rounds\":%d}\n",
+                   POINT, c == 0 ? "none" : pt->disk[c] ? "disk" : "host", pt->frac[c], best[c].step_s,
+                   best[c].step_s / best[0].step_s, median[c], median[c] / median[0], paired[c], best[c].rss_mib,
+                   best[c].hidden, pt->rounds);
+    }
+    if (only) return 0;
 
-    /* The largest model under a fixed budget: the no-offload peak of a 2-layer model. */
+    /* The largest model under a fixed budget: the no-offload peak of a 2-layer model (small point). */
+    use_point(&POINTS[0]);
+    step_graph s;
     build(&s, 2);
     size_t budget = plan_peak(&s);
     hp_graph_free(s.g);

@@ -12,13 +12,16 @@
  * PREFETCH issued early enough (the prefetch distance) to be complete before its next use whenever
  * the bandwidth allows, and waited for (OFFLOAD_WAIT) right before it. Parameters and optimizer
  * states whose home is a slower tier take fast memory only while resident; AdamW then updates them
- * where they are, streamed in chunks (ADAMW_STREAM), overlapping the copies with the update.
+ * where they are, streamed in chunks (ADAMW_STREAM), overlapping the copies with the update; or,
+ * for disk homes where the budget leaves room, on a whole copy read early, during the backward pass,
+ * and written back after the update (read_ahead below).
  *
  * Greedy eviction in the spirit of Belady's rule (evict what is needed furthest away; Belady 1966):
  * while the resident bytes at the fullest program point exceed the budget, take the move (one gap
- * of one tensor leaves the fast tier) that frees that point with the least predicted stall and the
- * most bytes. Then the fast-tier arena is packed (hp_memplan_assign); fragmentation beyond the
- * budget lowers the target and the greedy continues.
+ * of one tensor leaves the fast tier) that frees that point: hidden moves (no predicted stall)
+ * before exposed ones (least stall first); among hidden ones, the fewest transfer seconds per byte
+ * freed (the copy stream is shared), then the most bytes. Then the fast-tier arena is packed
+ * (hp_memplan_assign); fragmentation beyond the budget lowers the target and the greedy continues.
  *
  *     hp_offload_state *ofl = NULL;
  *     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
@@ -70,6 +73,7 @@ const char *hp_offload_class_name(hp_offload_class c);
  *       bandwidth: {host: measure, disk: 2.0e9}   # bytes/s, or measure (hp_tier_probe)
  *       machine: {flops: 1.0e11, bytes: 1.0e10}   # the cost model's FLOP/s and bytes/s
  *       chunk: 1MiB                # AdamW streaming chunk over slow-tier states
+ *       read_ahead: true           # early reads of AdamW operands (see below); default true
  *
  * A policy value true sends the class to the host tier (spilling to disk when the host budget is
  * full and a disk tier exists); host or disk names the tier; false keeps it in the fast tier.
@@ -83,10 +87,15 @@ typedef struct hp_offload_plan_config {
     double bandwidth[HP_TIER_COUNT];       /* bytes/s between the fast tier and HOST / DISK; 0: measure */
     hp_machine_model machine;
     size_t chunk_bytes;                    /* ADAMW_STREAM chunk, a multiple of HP_DISK_ALIGN */
+    /* Early reads: once the budget is met, every disk-tier operand of an AdamW update (param, grad,
+     * m, v) is read whole into the fast tier as early as the budget left over allows (during the
+     * backward pass), the update runs on that copy and writes it back, instead of streaming it in
+     * chunks at the end of the step where nothing hides the reads. Operands with no room stream. */
+    bool read_ahead;
 } hp_offload_plan_config;
 
 /* Defaults: no budget, every class enabled to the host tier, bandwidths 10 GB/s host and 1 GB/s disk,
- * HP_MACHINE_MODEL_DEFAULT, 1 MiB chunks. */
+ * HP_MACHINE_MODEL_DEFAULT, 1 MiB chunks, read_ahead on. */
 void hp_offload_plan_config_init(hp_offload_plan_config *c);
 
 /*
@@ -122,7 +131,8 @@ typedef struct hp_offload_plan_stats {
     size_t bytes_in[HP_TIER_COUNT];   /* per step: prefetched from the tier (streamed AdamW included) */
     size_t bytes_out[HP_TIER_COUNT];  /* per step: offloaded to the tier (streamed AdamW write-back included) */
     int n_offloaded[HP_OFFLOAD_CLASS_COUNT]; /* tensors whose home leaves the fast tier, per class */
-    int n_prefetch, n_offload, n_wait, n_streamed; /* operators inserted / AdamW nodes streamed */
+    int n_prefetch, n_offload, n_wait, n_streamed; /* operators inserted / AdamW nodes over slow-tier operands */
+    int n_early;                 /* AdamW operands read early (whole, before the update; in n_prefetch) */
     double compute_s;            /* predicted compute time of one step */
     double stall_s;              /* predicted time the compute stream waits for copies */
 } hp_offload_plan_stats;

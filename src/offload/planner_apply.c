@@ -26,7 +26,8 @@ static void bucket_free(bucket *b) {
     free(b->gap);
 }
 
-/* what: 0 prefetch (by pre), 1 prefetch wait (by fu), 2 offload (by def), 3 offload wait (by wait). */
+/* what: 0 prefetch (by pre), 1 prefetch wait (by fu), 2 offload (by def), 3 offload wait (by wait),
+ * 4 early read for AdamW (by spre), 5 its wait (by the AdamW node), 6 write-back wait (by swait). */
 static bool bucket_build(const hp_offload_plan *p, int what, bucket *b) {
     int nn = p->n_nodes;
     b->start = calloc((size_t)nn + 2, sizeof *b->start);
@@ -48,10 +49,17 @@ static bool bucket_build(const hp_offload_plan *p, int what, bucket *b) {
             if (!c->slow) continue;
             int lo = 0, hi = 1;
             if (what <= 1) hi = c->n_fu;
-            else if (c->persistent) continue;
+            else if (what <= 3 && c->persistent) continue;
+            else if (what >= 4 && (c->spre < 0 || (what == 6 && !c->written))) continue;
             for (int j = lo; j < hi; j++) {
                 if (what <= 1 && !gap_starts(c, j)) continue;
-                int32_t at = what == 0 ? c->pre[j] : what == 1 ? c->fu[j] : what == 2 ? c->def : c->wait;
+                int32_t at = what == 0   ? c->pre[j]
+                             : what == 1 ? c->fu[j]
+                             : what == 2 ? c->def
+                             : what == 3 ? c->wait
+                             : what == 4 ? c->spre
+                             : what == 5 ? c->su[0]
+                                         : c->swait;
                 if (pass == 0) {
                     b->start[at + 1]++;
                     total++;
@@ -68,29 +76,38 @@ static bool bucket_build(const hp_offload_plan *p, int what, bucket *b) {
 }
 
 hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int *n_items) {
-    bucket b[4];
+    enum { NB = 7 };
+    bucket b[NB];
     memset(b, 0, sizeof b);
     bool ok = true;
-    for (int k = 0; k < 4; k++) ok &= bucket_build(p, k, &b[k]);
+    for (int k = 0; k < NB; k++) ok &= bucket_build(p, k, &b[k]);
     size_t n = (size_t)p->n_nodes;
-    for (int k = 0; k < 4 && ok; k++) n += (size_t)b[k].start[p->n_nodes];
+    for (int k = 0; k < NB && ok; k++) n += (size_t)b[k].start[p->n_nodes];
     hp__ofl_item *it = ok ? malloc((n + 1) * sizeof *it) : NULL;
     if (!it) {
-        for (int k = 0; k < 4; k++) bucket_free(&b[k]);
+        for (int k = 0; k < NB; k++) bucket_free(&b[k]);
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory ordering %zu nodes", n);
     }
-    static const hp__ofl_item_kind kinds[4] = {HP__OFL_PREFETCH, HP__OFL_PWAIT, HP__OFL_OFFLOAD, HP__OFL_OWAIT};
+    static const hp__ofl_item_kind kinds[NB] = {HP__OFL_PREFETCH, HP__OFL_PWAIT,     HP__OFL_OFFLOAD, HP__OFL_OWAIT,
+                                                HP__OFL_EPREFETCH, HP__OFL_EPWAIT, HP__OFL_WBWAIT};
+    /* before a node: prefetches, early reads, then their waits; after it: offloads, their waits,
+     * write-back waits (a write-back is queued by the AdamW node itself) */
+    static const int before[] = {0, 4, 1, 5}, after[] = {2, 3, 6};
     int m = 0;
     for (int i = 0; i < p->n_nodes; i++) {
-        for (int k = 0; k < 2; k++)
+        for (int kk = 0; kk < 4; kk++) {
+            int k = before[kk];
             for (int32_t q = b[k].start[i]; q < b[k].start[i + 1]; q++)
                 it[m++] = (hp__ofl_item){kinds[k], i, b[k].ci[q], b[k].gap[q]};
+        }
         it[m++] = (hp__ofl_item){HP__OFL_NODE, i, -1, -1};
-        for (int k = 2; k < 4; k++)
+        for (int kk = 0; kk < 3; kk++) {
+            int k = after[kk];
             for (int32_t q = b[k].start[i]; q < b[k].start[i + 1]; q++)
                 it[m++] = (hp__ofl_item){kinds[k], i, b[k].ci[q], b[k].gap[q]};
+        }
     }
-    for (int k = 0; k < 4; k++) bucket_free(&b[k]);
+    for (int k = 0; k < NB; k++) bucket_free(&b[k]);
     *items = it;
     *n_items = m;
     return HP_STATUS_OK;
@@ -127,9 +144,11 @@ hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *devi
     int32_t *pos = malloc(((size_t)p->n_nodes + 1) * sizeof *pos);
     int32_t *pre_pos = malloc((n_gaps + 1) * sizeof *pre_pos);
     int32_t *ow_pos = malloc(((size_t)p->n_cand + 1) * sizeof *ow_pos);
-    hp_mem_interval *blocks = malloc(((size_t)p->n_tensors + n_gaps + 1) * sizeof *blocks);
+    int32_t *ep_pos = malloc(((size_t)p->n_cand + 1) * sizeof *ep_pos);
+    int32_t *wb_pos = malloc(((size_t)p->n_cand + 1) * sizeof *wb_pos);
+    hp_mem_interval *blocks = malloc(((size_t)p->n_tensors + n_gaps + (size_t)p->n_cand + 1) * sizeof *blocks);
     hp_status st = HP_STATUS_OK;
-    if (!base || !pos || !pre_pos || !ow_pos || !blocks) {
+    if (!base || !pos || !pre_pos || !ow_pos || !ep_pos || !wb_pos || !blocks) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory packing the arena");
         goto done;
     }
@@ -138,6 +157,8 @@ hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *devi
         if (x->kind == HP__OFL_NODE) pos[x->node] = k;
         else if (x->kind == HP__OFL_PREFETCH) pre_pos[base[x->cand] + (size_t)x->gap] = k;
         else if (x->kind == HP__OFL_OWAIT) ow_pos[x->cand] = k;
+        else if (x->kind == HP__OFL_EPREFETCH) ep_pos[x->cand] = k;
+        else if (x->kind == HP__OFL_WBWAIT) wb_pos[x->cand] = k;
     }
     int nb = 0;
     size_t persistent = p->fixed_persistent;
@@ -163,6 +184,8 @@ hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *devi
         for (int j = 0; j < c->n_fu; j++)
             if (gap_starts(c, j))
                 blocks[nb++] = (hp_mem_interval){c->bytes, pre_pos[base[ci] + (size_t)j], pos[run_end(c, j)], 0};
+        if (c->spre >= 0) /* the early-read copy: created after the gap copies, as in the rewrite */
+            blocks[nb++] = (hp_mem_interval){c->bytes, ep_pos[ci], c->written ? wb_pos[ci] : pos[c->su[0]], 0};
     }
     size_t arena = 0;
     HP_CHECK_GOTO(hp_memplan_assign(blocks, nb, 64, &arena), st, done);
@@ -173,6 +196,8 @@ done:
     free(pos);
     free(pre_pos);
     free(ow_pos);
+    free(ep_pos);
+    free(wb_pos);
     free(blocks);
     return st;
 }
@@ -205,6 +230,7 @@ void hp_offload_state_free(hp_offload_state *s) {
     free(s->disk_off);
     free(s->bytes);
     free(s->xfers);
+    free(s->write_back);
     free(s);
 }
 
@@ -363,13 +389,21 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
     hp_tid *copy = malloc((n_gaps + 1) * sizeof *copy);
     int32_t *pf_node = malloc((n_gaps + 1) * sizeof *pf_node);
     int32_t *pw_node = malloc((n_gaps + 1) * sizeof *pw_node);
-    s->xfers = calloc((size_t)p->stats.n_prefetch + (size_t)p->stats.n_offload + 1, sizeof *s->xfers);
+    /* early reads for AdamW: the copy, its PREFETCH and wait, the write-back's wait and record */
+    hp_tid *ecopy = malloc(((size_t)p->n_cand + 1) * sizeof *ecopy);
+    int32_t *ep_node = malloc(((size_t)p->n_cand + 1) * sizeof *ep_node);
+    int32_t *epw_node = malloc(((size_t)p->n_cand + 1) * sizeof *epw_node);
+    int32_t *wbw_node = malloc(((size_t)p->n_cand + 1) * sizeof *wbw_node);
+    hp__ofl_xfer **wb_rec = calloc((size_t)p->n_cand + 1, sizeof *wb_rec);
+    s->xfers = calloc((size_t)p->stats.n_prefetch + (size_t)p->stats.n_offload + (size_t)p->stats.n_early + 1,
+                      sizeof *s->xfers);
     hp__ofl_item *it = NULL;
     hp_node *tmp = NULL;
     int32_t *order = NULL;
     int n_it = 0;
     hp_status st = HP_STATUS_OK;
-    if (!base || !y || !of_node || !ow_node || !copy || !pf_node || !pw_node || !s->xfers) {
+    if (!base || !y || !of_node || !ow_node || !copy || !pf_node || !pw_node || !ecopy || !ep_node || !epw_node ||
+        !wbw_node || !wb_rec || !s->xfers) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory rewriting the graph");
         goto done;
     }
@@ -428,6 +462,39 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
                 hp_graph_set_name(g, copy[k], name);
             }
         }
+        if (c->spre >= 0) { /* early read for AdamW; written operands are written back by the update */
+            hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
+            HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
+            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev};
+            ecopy[ci] = hp_graph_add_node(g, HP_OP_PREFETCH, &src, 1, &at);
+            ep_node[ci] = hp_graph_n_nodes(g) - 1;
+            hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &ecopy[ci], 1, NULL);
+            epw_node[ci] = hp_graph_n_nodes(g) - 1;
+            if (c->written) {
+                hp__ofl_xfer *w = &s->xfers[s->n_xfers++];
+                HP_CHECK_GOTO(hp_event_new(&w->ev), st, done);
+                *w = (hp__ofl_xfer){s, c->t, c->bytes, w->ev};
+                wb_rec[ci] = w;
+                hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &ecopy[ci], 1, NULL);
+                wbw_node[ci] = hp_graph_n_nodes(g) - 1;
+            }
+            if (hp_graph_status(g) != HP_STATUS_OK) {
+                st = hp_graph_status(g);
+                goto done;
+            }
+            hp_graph_node(g, ep_node[ci])->extra = x;
+            hp_graph_node(g, epw_node[ci])->extra = x;
+            hp_graph_node(g, ep_node[ci])->scope = p->node_scope[c->su[0]];
+            hp_graph_node(g, epw_node[ci])->scope = p->node_scope[c->su[0]];
+            if (c->written) {
+                hp_graph_node(g, wbw_node[ci])->extra = wb_rec[ci];
+                hp_graph_node(g, wbw_node[ci])->scope = p->node_scope[c->su[0]];
+            }
+            if (tn) {
+                snprintf(name, sizeof name, "early.%s", tn);
+                hp_graph_set_name(g, ecopy[ci], name);
+            }
+        }
     }
     /* Rewire the uses. */
     for (int i = 0; i < p->n_nodes; i++) {
@@ -442,7 +509,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             if (!c->slow) continue;
             if (adamw && k < 4) {
                 stream = true;
-                n->in[k] = c->persistent ? t : y[ci];
+                n->in[k] = c->spre >= 0 ? ecopy[ci] : c->persistent ? t : y[ci];
                 continue;
             }
             int q = 0;
@@ -475,6 +542,9 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         case HP__OFL_PWAIT: order[k] = pw_node[gk]; break;
         case HP__OFL_OFFLOAD: order[k] = of_node[x->cand]; break;
         case HP__OFL_OWAIT: order[k] = ow_node[x->cand]; break;
+        case HP__OFL_EPREFETCH: order[k] = ep_node[x->cand]; break;
+        case HP__OFL_EPWAIT: order[k] = epw_node[x->cand]; break;
+        case HP__OFL_WBWAIT: order[k] = wbw_node[x->cand]; break;
         }
     }
     for (int i = 0; i < nn; i++) tmp[i] = *hp_graph_node(g, i);
@@ -494,7 +564,8 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         goto done;
     }
     s->in_region = calloc((size_t)s->n_tensors + 1, sizeof *s->in_region);
-    if (!s->in_region) {
+    s->write_back = calloc((size_t)s->n_tensors + 1, sizeof *s->write_back);
+    if (!s->in_region || !s->write_back) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d tensors", s->n_tensors);
         goto done;
     }
@@ -502,6 +573,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         const hp__ofl_cand *c = &p->cand[ci];
         if (c->slow && c->persistent) HP_CHECK_GOTO(alloc_home(s, c->t, c->tier, c->bytes), st, done);
         if (c->slow && !c->persistent) s->in_region[y[ci]] = true;
+        if (c->slow && c->spre >= 0 && c->written) s->write_back[ecopy[ci]] = wb_rec[ci];
     }
     HP_CHECK_GOTO(plan_regions(s, g), st, done);
 done:
@@ -512,6 +584,11 @@ done:
     free(copy);
     free(pf_node);
     free(pw_node);
+    free(ecopy);
+    free(ep_node);
+    free(epw_node);
+    free(wbw_node);
+    free(wb_rec);
     free(it);
     free(tmp);
     free(order);

@@ -22,6 +22,12 @@ typedef struct hp__ofl_cand {
     int32_t *pre;     /* per off gap: the prefetch is issued before this node */
     int32_t wait;     /* activations with a slow home: the offload is waited for after this node */
     double x_in, x_out; /* transfer seconds in / out under the tier bandwidths */
+    /* Early read for the AdamW use (su[0]) of a slow candidate: spre >= 0 reads the whole tensor into
+     * the fast tier before node spre (while the backward pass still computes), and the update runs
+     * on that copy instead of streaming from the home; written tensors (param, m, v) are written
+     * back by the update and the write-back is waited for after node swait. spre = -1: streamed. */
+    int32_t spre, swait;
+    bool written;     /* the AdamW use updates it in place (param, m, v; not the gradient) */
 } hp__ofl_cand;
 
 struct hp_offload_plan {
@@ -44,7 +50,12 @@ struct hp_offload_plan {
 };
 
 /* One entry of the rewritten program order. */
-typedef enum { HP__OFL_PREFETCH, HP__OFL_PWAIT, HP__OFL_NODE, HP__OFL_OFFLOAD, HP__OFL_OWAIT } hp__ofl_item_kind;
+typedef enum {
+    HP__OFL_PREFETCH, HP__OFL_PWAIT, HP__OFL_NODE, HP__OFL_OFFLOAD, HP__OFL_OWAIT,
+    HP__OFL_EPREFETCH, /* early read of an AdamW operand (before node spre) */
+    HP__OFL_EPWAIT,    /* its wait (before the AdamW node) */
+    HP__OFL_WBWAIT     /* the wait for its write-back (after node swait) */
+} hp__ofl_item_kind;
 typedef struct hp__ofl_item {
     hp__ofl_item_kind kind;
     int32_t node; /* HP__OFL_NODE: the original node */
@@ -62,6 +73,10 @@ typedef struct hp__ofl_xfer {
     hp_event *ev;
 } hp__ofl_xfer;
 
+/* Early reads: the AdamW node's fast copy `copy` of a written slow-tier tensor is written back to
+ * the home of xfer->slow by the AdamW kernel right after the update (xfer->ev recorded), and waited
+ * for by an OFFLOAD_WAIT whose extra is the same record. */
+
 struct hp_offload_state {
     hp_offload_plan *plan;
     hp_copy_engine *ce;
@@ -74,6 +89,7 @@ struct hp_offload_state {
     hp__ofl_xfer *xfers;
     int n_xfers;
     size_t chunk_bytes;
+    hp__ofl_xfer **write_back; /* per tensor: the write-back record of an early-read AdamW copy, or NULL */
     hp_program_ext ext;
     /* Slow-tier copies of activations share one region per tier, planned from their lifetimes in
      * the rewritten program (the same greedy-by-size packing as the fast arena). */

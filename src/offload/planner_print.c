@@ -18,8 +18,9 @@ void hp_offload_plan_print(const hp_offload_plan *p, const hp_graph *g, FILE *f)
     for (int c = 0; c < HP_OFFLOAD_CLASS_COUNT; c++)
         fprintf(f, " %s %d%s", hp_offload_class_name((hp_offload_class)c), s->n_offloaded[c],
                 p->cfg.policy[c] == HP_TIER_DEVICE ? " (policy: off)" : "");
-    fprintf(f, "\n  inserted: %d prefetch, %d offload, %d wait; %d AdamW updates streamed over slow-tier states\n",
-            s->n_prefetch, s->n_offload, s->n_wait, s->n_streamed);
+    fprintf(f, "\n  inserted: %d prefetch, %d offload, %d wait; %d AdamW updates over slow-tier operands (%d operands "
+               "read early, the rest streamed)\n",
+            s->n_prefetch, s->n_offload, s->n_wait, s->n_streamed, s->n_early);
     for (int t = HP_TIER_HOST; t < HP_TIER_COUNT; t++)
         fprintf(f, "  tier %-4s: homes %.2f MiB; per step %.2f MiB in, %.2f MiB out\n", hp_tier_name((hp_tier)t),
                 mib(s->home_bytes[t]), mib(s->bytes_in[t]), mib(s->bytes_out[t]));
@@ -46,7 +47,17 @@ void hp_offload_plan_print(const hp_offload_plan *p, const hp_graph *g, FILE *f)
                     hp_op_name(p->node_op[c->fu[j]]), 1e3 * ahead, 1e3 * c->x_in,
                     ahead >= c->x_in ? " (hidden)" : " (stalls)");
         }
-        for (int k = 0; k < c->n_su; k++)
-            fprintf(f, "      adamw at node %d streams it from the %s tier\n", c->su[k], hp_tier_name(c->tier));
+        if (c->spre >= 0) {
+            double ahead = tl->at[c->su[0]] - tl->at[c->spre];
+            fprintf(f, "      early read before node %d (%s in '%s') for adamw at node %d, %.3f ms ahead, copy %.3f ms%s",
+                    c->spre, hp_op_name(p->node_op[c->spre]), p->node_scope[c->spre], c->su[0], 1e3 * ahead,
+                    1e3 * c->x_in, ahead >= c->x_in ? " (hidden)" : " (stalls)");
+            if (c->written)
+                fprintf(f, "; written back, waited after node %d", c->swait);
+            fprintf(f, "\n");
+        } else {
+            for (int k = 0; k < c->n_su; k++)
+                fprintf(f, "      adamw at node %d streams it from the %s tier\n", c->su[k], hp_tier_name(c->tier));
+        }
     }
 }

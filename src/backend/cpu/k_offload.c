@@ -2,7 +2,8 @@
  * CPU kernels of HyperOffload's operators. PREFETCH and OFFLOAD queue a copy on the plan's copy
  * stream (hp/copy_engine.h) and record the transfer's event; OFFLOAD_WAIT waits for it. ADAMW_STREAM
  * runs AdamW chunk by chunk where the states are (hp_copy_stream_chunks: fast and host buffers in
- * place, disk buffers staged through host memory with the next chunk's read overlapping the update).
+ * place, disk buffers staged through host memory with the next chunk's read overlapping the update);
+ * operands the planner read early into the fast tier are updated in place there and written back.
  */
 #include "backend/cpu/cpu.h"
 #include "offload/planner_internal.h"
@@ -55,5 +56,15 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
         b[k] = (hp_stream_buffer){hp__ofl_loc(st, a->node->in[k], a->in[k]), sizeof(float), k != 1};
     size_t numel = (size_t)hp_shape_numel(hp__in_shape(a, 0));
     size_t chunk = st->chunk_bytes / sizeof(float);
-    return hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c);
+    HP_CHECK(hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c));
+    /* Operands read early into the fast tier (param, m, v) are written back home now; an
+     * OFFLOAD_WAIT on the same record keeps the copy alive until the write is done. */
+    for (int k = 0; k < 4; k++) {
+        hp_tid t = a->node->in[k];
+        hp__ofl_xfer *x = st->write_back && t >= 0 && t < st->n_tensors ? st->write_back[t] : NULL;
+        if (!x) continue;
+        HP_CHECK(hp_copy_async(st->ce, hp__ofl_loc(st, x->slow, NULL), hp_loc_mem(HP_TIER_DEVICE, a->in[k]), x->bytes));
+        HP_CHECK(hp_event_record(x->ev, st->ce));
+    }
+    return HP_STATUS_OK;
 }
