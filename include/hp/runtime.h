@@ -70,7 +70,7 @@ typedef struct hp_program_opts {
     bool node_by_node;  /* dispatch nodes one at a time even where the backend can run the whole
                            program as one batch (hp_backend_run_nodes: on the CPU one thread team
                            for the step instead of a parallel region per kernel). Batching is used
-                           only when no node is asynchronous and opts.ext is NULL. */
+                           only when no node is asynchronous. */
 } hp_program_opts;
 #define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL, false, false})
 

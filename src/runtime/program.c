@@ -412,12 +412,20 @@ static hp_status run_exec(hp_program *p, int e) {
 }
 
 /* Runs the whole program as one batch on the backend (hp_backend_run_nodes): used when no node
- * is asynchronous and no pass stores tensors (nothing to wait for between nodes). */
+ * is asynchronous (nothing to wait for between nodes). A pass's hooks (opts.ext) run around it. */
 static hp_status run_batch(hp_program *p) {
     bool prof = p->opts.profile;
+    const hp_program_ext *ext = p->opts.ext;
+    if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
     int failed = -1;
     hp_status st = hp_backend_run_nodes(p->be, p->exec, p->n_exec, prof ? p->exec_seconds : NULL, &failed);
     if (st != HP_STATUS_OK) {
+        if (ext && ext->after_run) { /* drain the copy stream; the first error is the one to report */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", hp_error_message());
+            (void)ext->after_run(ext->user);
+            hp_error(st, "%s", msg);
+        }
         const hp_node *n = failed >= 0 ? p->exec[failed].node : NULL;
         if (!n) return st;
         return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[failed], hp_op_name(n->op),
@@ -433,6 +441,7 @@ static hp_status run_batch(hp_program *p) {
             p->stats.op_flops[op] += p->exec_flops[e];
         }
     HP_CHECK(hp_backend_synchronize(p->be));
+    if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
     p->stats.n_runs++;
     return HP_STATUS_OK;
 }
@@ -440,7 +449,7 @@ static hp_status run_batch(hp_program *p) {
 hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
-    if (!p->cs && !ext && !p->opts.node_by_node && hp_backend_has_run_nodes(p->be)) return run_batch(p);
+    if (!p->cs && !p->opts.node_by_node && hp_backend_has_run_nodes(p->be)) return run_batch(p);
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
     for (int e = 0; e < p->n_exec; e++) {
         const hp_node_args *a = &p->exec[e];
