@@ -40,8 +40,7 @@ static bool cpu_supports_op(hp_backend_t b, const hp_graph *g, const hp_node *n)
 
 /* hp_kernel_args mirrors hp_node_args field for field; the copy keeps cpu.h free of the public
  * interface (kernels stay backend-internal). */
-static hp_status cpu_run_node(hp_backend_t b, const hp_node_args *a) {
-    (void)b;
+hp_status hp__cpu_run_args(const hp_node_args *a) {
     hp_kernel_args k;
     k.g = a->g;
     k.node = a->node;
@@ -50,6 +49,11 @@ static hp_status cpu_run_node(hp_backend_t b, const hp_node_args *a) {
     k.workspace = a->workspace;
     k.workspace_bytes = a->workspace_bytes;
     return hp__cpu_kernel(a->node->op)(&k);
+}
+
+static hp_status cpu_run_node(hp_backend_t b, const hp_node_args *a) {
+    (void)b;
+    return hp__cpu_run_args(a);
 }
 
 _Static_assert(sizeof(((hp_kernel_args *)0)->in) == sizeof(((hp_node_args *)0)->in), "input slots differ");

@@ -7,7 +7,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <string.h>
 #include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -83,18 +82,6 @@ static const bool g_team[HP_OP_COUNT] = {
 
 bool hp__cpu_team_kernel(hp_op op) { return op >= 0 && op < HP_OP_COUNT && g_team[op]; }
 
-/* hp_kernel_args from hp_node_args (the same fields; see backend_cpu.c). */
-static hp_status run_one(const hp_node_args *a) {
-    hp_kernel_args k;
-    k.g = a->g;
-    k.node = a->node;
-    memcpy(k.in, a->in, sizeof k.in);
-    memcpy(k.out, a->out, sizeof k.out);
-    k.workspace = a->workspace;
-    k.workspace_bytes = a->workspace_bytes;
-    return hp__cpu_kernel(a->node->op)(&k);
-}
-
 hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed) {
     (void)b;
     *failed = -1;
@@ -102,7 +89,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
     if (nt <= 1 || omp_in_parallel() || omp_get_max_active_levels() > 1) {
         for (int i = 0; i < n; i++) {
             double t0 = seconds ? now_s() : 0;
-            hp_status st = run_one(&a[i]);
+            hp_status st = hp__cpu_run_args(&a[i]);
             if (st != HP_STATUS_OK) {
                 *failed = i;
                 return st;
@@ -129,7 +116,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
             bool all = g_team[a[i].node->op];
             if (all || id == 0) {
                 tl_all = all;
-                hp_status st = run_one(&a[i]);
+                hp_status st = hp__cpu_run_args(&a[i]);
                 tl_all = false;
                 /* Team kernels validate identically on every thread: thread 0's result speaks. */
                 if (id == 0 && st != HP_STATUS_OK) {

@@ -51,6 +51,9 @@ double *hp__team_shared(void);
 /* Whether op's CPU kernel is a team kernel (see above). */
 bool hp__cpu_team_kernel(hp_op op);
 
+/* Runs one node's CPU kernel (the backend's run_node). */
+hp_status hp__cpu_run_args(const hp_node_args *a);
+
 /* The CPU backend's run_nodes (hp/backend.h): one team for nodes a[0..n). Falls back to running
  * them one by one (each kernel with its own regions) with one thread or when OpenMP nesting is
  * enabled (a nested kernel region would then start new threads). */
