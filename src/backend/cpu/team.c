@@ -3,8 +3,12 @@
 
 #include "backend/cpu/cpu.h"
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <omp.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
@@ -19,12 +23,21 @@
 /* Polls of the barrier flag before each sched_yield: long enough for the other thread to finish a
  * node of similar length, short enough not to matter when the core is wanted elsewhere. */
 #define SPIN_POLLS 2000
+/* Poll-and-yield rounds (about 20 us each) before a waiter sleeps on a futex: a node that runs on
+ * thread 0 alone for more than about a millisecond (a streamed optimizer update, a long serial
+ * kernel) then leaves the core to the copy and communication threads. */
+#define YIELD_ROUNDS 50
+/* A sleeping waiter wakes at least this often (ns) even without a futex wake-up. */
+#define SLEEP_NS 1000000
 
 /* Sense-reversing central barrier (Mellor-Crummey and Scott, ACM TOCS 9(1), 1991, the
- * "centralized barrier"). Waiters spin, then yield; they never sleep. */
+ * "centralized barrier"). Waiters spin, then yield, then sleep on the sense word (futex); the last
+ * arriver flips the sense and wakes sleepers. The sleepers count and the sense are sequentially
+ * consistent, so a waiter either sees the flip or is counted before the waker looks. */
 typedef struct team {
     _Atomic int arrived;
     _Atomic int sense;
+    _Atomic int sleepers;
     int size;
     _Atomic int fail_at; /* index of the first failing node, or n */
     double shared[HP_TEAM_SHARED_DOUBLES]; /* hp__team_shared */
@@ -54,15 +67,26 @@ static void barrier(team *t) {
     int s = tl_sense = !tl_sense;
     if (atomic_fetch_add_explicit(&t->arrived, 1, memory_order_acq_rel) == t->size - 1) {
         atomic_store_explicit(&t->arrived, 0, memory_order_relaxed);
-        atomic_store_explicit(&t->sense, s, memory_order_release);
+        atomic_store(&t->sense, s);
+        if (atomic_load(&t->sleepers) > 0)
+            syscall(SYS_futex, (int *)&t->sense, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
         return;
     }
-    for (;;) {
+    for (int round = 0;; round++) {
         for (int k = 0; k < SPIN_POLLS; k++) {
             if (atomic_load_explicit(&t->sense, memory_order_acquire) == s) return;
             CPU_RELAX();
         }
-        sched_yield();
+        if (round < YIELD_ROUNDS) {
+            sched_yield();
+            continue;
+        }
+        atomic_fetch_add(&t->sleepers, 1);
+        if (atomic_load(&t->sense) != s) {
+            struct timespec ts = {0, SLEEP_NS};
+            syscall(SYS_futex, (int *)&t->sense, FUTEX_WAIT_PRIVATE, !s, &ts, NULL, 0);
+        }
+        atomic_fetch_sub(&t->sleepers, 1);
     }
 }
 
@@ -101,6 +125,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
     team t;
     atomic_init(&t.arrived, 0);
     atomic_init(&t.sense, 0);
+    atomic_init(&t.sleepers, 0);
     atomic_init(&t.fail_at, n);
     hp_status status = HP_STATUS_OK;
     char msg[1024] = "";

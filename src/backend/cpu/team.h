@@ -7,9 +7,9 @@
  * on a futex at once, and on a virtual machine waking its vCPU for the next region costs 25-120 us
  * (bench/bench_kernels omp_region; an ACTIVE, spinning team costs 6-12 us but steals the cores
  * from every other process). The team instead opens ONE region for the sequence: its threads run
- * the nodes in order and meet at a barrier after each node (hp__team_barrier: spin briefly, then
- * sched_yield, never sleep, so a busy machine still gets its cores back and a quiet one pays
- * about a microsecond). "One pool, kept busy": OpenBLAS's OpenMP build sees the region and runs
+ * the nodes in order and meet at a barrier after each node (spin briefly, then sched_yield, and
+ * only after about a millisecond sleep on a futex: a busy machine still gets its cores back, a
+ * quiet one pays about a microsecond per node). "One pool, kept busy": OpenBLAS's OpenMP build sees the region and runs
  * each GEMM single-threaded; the kernels split GEMMs by rows themselves (k_matmul.c).
  *
  * Kernels are of two kinds (hp__cpu_team_kernel):
