@@ -6,9 +6,11 @@
  * operands the planner read early into the fast tier are updated in place there and written back.
  */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/team.h"
 #include "offload/planner_internal.h"
 
 #include <math.h>
+#include <string.h>
 
 hp_status hp__cpu_prefetch(const hp_kernel_args *a) {
     hp__ofl_xfer *x = a->node->extra;
@@ -39,6 +41,39 @@ static hp_status adamw_chunk(void *user, size_t chunk, size_t first, size_t coun
     return HP_STATUS_OK;
 }
 
+/* Inside a team (team.h) thread 0 drives the stream and hands every chunk to the whole team: the
+ * chunk is published in the team's shared scratch, every thread updates its share, and thread 0
+ * queues the chunk's write-back only after all shares are done. */
+typedef struct team_chunk {
+    const adamw_ctx *c;
+    void *bufs[4];
+    size_t count;
+    int done;
+} team_chunk;
+_Static_assert(sizeof(team_chunk) <= HP_TEAM_SHARED_DOUBLES * sizeof(double), "team scratch too small");
+
+static hp_status adamw_chunk_team(void *user, size_t chunk, size_t first, size_t count, void *const *bufs) {
+    (void)chunk, (void)first;
+    team_chunk *tc = user;
+    memcpy(tc->bufs, bufs, sizeof tc->bufs);
+    tc->count = count;
+    hp__team_sync(); /* publish the chunk */
+    hp__adamw_update(tc->c, bufs[0], bufs[1], bufs[2], bufs[3], (int64_t)count);
+    hp__team_sync(); /* every share done */
+    return HP_STATUS_OK;
+}
+
+/* The threads other than 0: one share of every published chunk until thread 0 says done. */
+static void adamw_stream_worker(const team_chunk *tc) {
+    for (;;) {
+        hp__team_sync();
+        if (tc->done) return;
+        hp__adamw_update(tc->c, tc->bufs[0], tc->bufs[1], tc->bufs[2], tc->bufs[3], (int64_t)tc->count);
+        hp__team_sync();
+    }
+}
+
+/* A team kernel (team.h). */
 hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
     hp_offload_state *st = a->node->extra;
     if (!st) return hp__cpu_adamw(a); /* nothing offloaded: the plain kernel */
@@ -56,7 +91,21 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
         b[k] = (hp_stream_buffer){hp__ofl_loc(st, a->node->in[k], a->in[k]), sizeof(float), k != 1};
     size_t numel = (size_t)hp_shape_numel(hp__in_shape(a, 0));
     size_t chunk = st->chunk_bytes / sizeof(float);
-    HP_CHECK(hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c));
+    if (hp__team_all()) {
+        team_chunk *tc = (team_chunk *)(void *)hp__team_shared();
+        if (omp_get_thread_num() != 0) {
+            adamw_stream_worker(tc);
+            return HP_STATUS_OK;
+        }
+        tc->c = &c;
+        tc->done = 0;
+        hp_status rs = hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk_team, tc);
+        tc->done = 1;
+        hp__team_sync(); /* release the other threads, also after an error */
+        HP_CHECK(rs);
+    } else {
+        HP_CHECK(hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c));
+    }
     /* Operands read early into the fast tier (param, m, v) are written back home now; an
      * OFFLOAD_WAIT on the same record keeps the copy alive until the write is done. */
     for (int k = 0; k < 4; k++) {

@@ -102,6 +102,7 @@ static const bool g_team[HP_OP_COUNT] = {
     [HP_OP_GELU] = true,      [HP_OP_GELU_BACKWARD] = true, [HP_OP_ADD] = true,    [HP_OP_SUB] = true,
     [HP_OP_MUL] = true,       [HP_OP_SUM_TO] = true,     [HP_OP_LAYERNORM] = true, [HP_OP_LAYERNORM_BACKWARD] = true,
     [HP_OP_ADAMW] = true,     [HP_OP_SUMSQ] = true,      [HP_OP_CROSS_ENTROPY] = true, [HP_OP_CROSS_ENTROPY_BACKWARD] = true,
+    [HP_OP_ADAMW_STREAM] = true,
 };
 
 bool hp__cpu_team_kernel(hp_op op) { return op >= 0 && op < HP_OP_COUNT && g_team[op]; }
