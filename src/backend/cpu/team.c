@@ -135,7 +135,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     bool over = ncpu > 0 && nt > ncpu;
     t.polls = over ? 16 : SPIN_POLLS;
-    t.yield_rounds = over ? 50 : YIELD_ROUNDS;
+    t.yield_rounds = over ? 200 : YIELD_ROUNDS;
     atomic_init(&t.fail_at, n);
     hp_status status = HP_STATUS_OK;
     char msg[1024] = "";
