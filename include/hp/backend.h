@@ -92,9 +92,10 @@ hp_status hp_backend_get(hp_backend_t b, void *dst_host, const void *src, size_t
 bool hp_backend_supports_op(hp_backend_t b, const hp_graph *g, const hp_node *n);
 hp_status hp_backend_run_node(hp_backend_t b, const hp_node_args *a);
 hp_status hp_backend_synchronize(hp_backend_t b);
-/* Whether the backend runs node sequences as a batch (run_nodes is set). */
-bool hp_backend_has_run_nodes(hp_backend_t b);
-/* The run_nodes method (see hp_backend_i), or the loop over run_node without it. */
+/* Runs nodes a[0..n) one by one through run_node, with run_nodes' arguments and errors: the default
+ * of run_nodes, and a backend's fallback from its own. */
+hp_status hp_backend_run_each(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed);
+/* The run_nodes method (see hp_backend_i), or hp_backend_run_each without it. */
 hp_status hp_backend_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed);
 
 #ifdef __cplusplus

@@ -110,6 +110,9 @@ void hp_log_set_level(hp_log_level level);
 void hp_log_set_rank(int rank);
 void hp_log(hp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC) from an arbitrary origin: for durations only. */
+double hp_now_seconds(void);
+
 /* ---------------------------------------------------------------- arenas */
 
 /*

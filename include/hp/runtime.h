@@ -156,7 +156,8 @@ hp_status hp_program_plan(const hp_graph *g, const hp_program_opts *opts, hp_pro
  * Writes the profile (opts.profile) to `f`, one line per operator kind by decreasing time: calls,
  * total and per-call milliseconds, GFLOP/s from the operators' cost rules, share of the total, and
  * the "best" figures: the sum over that kind's nodes of each node's fastest run (ms per run) and the
- * GFLOP/s it gives, a figure robust to other processes sharing the cores; then the memory plan (arena vs naive bytes). Without profiling it writes the memory lines only.
+ * GFLOP/s it gives, a figure robust to other processes sharing the cores; then the memory plan
+ * (arena vs naive bytes). Without profiling it writes the memory lines only.
  * The caller owns `f`. Errors: HP_STATUS_IO when writing fails.
  */
 hp_status hp_program_profile_report(const hp_program *p, FILE *f);

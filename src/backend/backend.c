@@ -3,7 +3,6 @@
 #include "hp/backend.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 const char *hp_backend_name(hp_backend_t b) { return b && b->iface.get_name ? b->iface.get_name(b) : "?"; }
 
@@ -44,25 +43,23 @@ bool hp_backend_supports_op(hp_backend_t b, const hp_graph *g, const hp_node *n)
 
 hp_status hp_backend_run_node(hp_backend_t b, const hp_node_args *a) { return b->iface.run_node(b, a); }
 
-bool hp_backend_has_run_nodes(hp_backend_t b) { return b->iface.run_nodes != NULL; }
-
-hp_status hp_backend_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed) {
+hp_status hp_backend_run_each(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed) {
     *failed = -1;
-    if (b->iface.run_nodes) return b->iface.run_nodes(b, a, n, seconds, failed);
     for (int i = 0; i < n; i++) {
-        struct timespec t0, t1;
-        if (seconds) clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = seconds ? hp_now_seconds() : 0;
         hp_status st = b->iface.run_node(b, &a[i]);
         if (st != HP_STATUS_OK) {
             *failed = i;
             return st;
         }
-        if (seconds) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            seconds[i] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        }
+        if (seconds) seconds[i] = hp_now_seconds() - t0;
     }
     return HP_STATUS_OK;
+}
+
+hp_status hp_backend_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed) {
+    *failed = -1;
+    return b->iface.run_nodes ? b->iface.run_nodes(b, a, n, seconds, failed) : hp_backend_run_each(b, a, n, seconds, failed);
 }
 
 hp_status hp_backend_synchronize(hp_backend_t b) {

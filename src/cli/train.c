@@ -11,13 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The world communicator: MPI when the process was started by mpirun (or another MPI launcher),
  * otherwise NULL (one rank, no MPI runtime needed). */
@@ -135,7 +128,7 @@ int hp_cli_train(int argc, char **argv) {
                 hp_comm_size(world), hp_mesh_str(hp_trainer_mesh(t), mb, sizeof mb), hp_partition_n_collectives(part),
                 (double)hp_partition_bytes(part) / (1 << 20));
     }
-    double t_start = now_s();
+    double t_start = hp_now_seconds();
     int64_t first = hp_trainer_steps_done(t);
     double last_val = -1;
     while (hp_trainer_steps_done(t) < cfg.train.steps) {
@@ -155,7 +148,7 @@ int hp_cli_train(int argc, char **argv) {
             }
             last_val = val;
         }
-        double elapsed = now_s() - t_start;
+        double elapsed = hp_now_seconds() - t_start;
         double per_step = elapsed / (double)(m.step - first);
         if (lead && cfg.train.log_every > 0 && (m.step % cfg.train.log_every == 0 || last || m.step == first + 1)) {
             char el[32], eta[32];

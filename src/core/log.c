@@ -2,6 +2,7 @@
 #include "hp/core.h"
 
 #include <stdio.h>
+#include <time.h>
 
 static hp_log_sink g_sink;
 static void *g_sink_user;
@@ -27,4 +28,10 @@ void hp_log(hp_log_level level, const char *fmt, ...) {
     vsnprintf(line + off, sizeof line - (size_t)off, fmt, ap);
     va_end(ap);
     g_sink(level, line, g_sink_user);
+}
+
+double hp_now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define PIECE ((size_t)4 << 20) /* bytes per disk request */
 #define WINDOW 16               /* disk requests in flight per copy */
@@ -37,12 +36,6 @@ struct hp_event {
     hp_copy_engine *ce; /* NULL: never recorded */
     uint64_t seq;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---------------------------------------------------------------- copies (worker side) */
 
@@ -110,9 +103,9 @@ static void *worker_main(void *arg) {
         if (t->is_fn) {
             t->fn(t->user);
         } else if (!skip) {
-            double t0 = now_s();
+            double t0 = hp_now_seconds();
             st = run_copy(t);
-            dt = now_s() - t0;
+            dt = hp_now_seconds() - t0;
         }
 
         pthread_mutex_lock(&ce->mu);
@@ -229,9 +222,9 @@ hp_status hp_copy_host_fn(hp_copy_engine *ce, void (*fn)(void *user), void *user
 /* Waits (caller holds the lock) until task `seq` has run; returns the sticky error if it applies. */
 static hp_status wait_seq_locked(hp_copy_engine *ce, uint64_t seq) {
     if (ce->completed < seq) {
-        double t0 = now_s();
+        double t0 = hp_now_seconds();
         while (ce->completed < seq) pthread_cond_wait(&ce->done_cv, &ce->mu);
-        ce->stats.wait_s += now_s() - t0;
+        ce->stats.wait_s += hp_now_seconds() - t0;
     }
     if (ce->err != HP_STATUS_OK && ce->err_seq <= seq) return hp_error(ce->err, "%s", ce->err_msg);
     return HP_STATUS_OK;

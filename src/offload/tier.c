@@ -7,7 +7,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---------------------------------------------------------------- descriptors */
 
@@ -15,12 +14,6 @@ void hp_tier_list_init(hp_tier_list *list) {
     for (int t = 0; t < HP_TIER_COUNT; t++) {
         list->tier[t] = (hp_tier_desc){.kind = (hp_tier)t, .capacity = SIZE_MAX};
     }
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static hp_status probe_memory(hp_tier kind, size_t bytes, double *rd, double *wr) {
@@ -35,9 +28,9 @@ static hp_status probe_memory(hp_tier kind, size_t bytes, double *rd, double *wr
     memset(b, 2, bytes);
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = now_s();
+        double t0 = hp_now_seconds();
         memcpy(rep % 2 ? a : b, rep % 2 ? b : a, bytes);
-        double dt = now_s() - t0;
+        double dt = hp_now_seconds() - t0;
         if (dt > 0 && (best == 0 || dt < best)) best = dt;
     }
     hp_mem_free(kind, a, bytes);
@@ -74,7 +67,7 @@ static hp_status probe_disk(const char *dir, size_t bytes, double *rd, double *w
         goto done;
     }
     for (int pass = 0; pass < 2 && st == HP_STATUS_OK; pass++) {
-        double t0 = now_s();
+        double t0 = hp_now_seconds();
         size_t submitted = 0;
         for (size_t i = 0; i < n; i++) {
             size_t len = bytes - i * piece < piece ? bytes - i * piece : piece;
@@ -87,7 +80,7 @@ static hp_status probe_disk(const char *dir, size_t bytes, double *rd, double *w
             hp_status s2 = hp_disk_wait(d, reqs[i]);
             if (st == HP_STATUS_OK) st = s2;
         }
-        double dt = now_s() - t0;
+        double dt = hp_now_seconds() - t0;
         double bw = dt > 0 ? (double)bytes / dt : 0;
         if (pass == 0) *wr = bw;
         else *rd = bw;

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define RING 1024
 
@@ -22,12 +21,6 @@ struct hp__comm_stream {
     double busy_s, wait_s;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *worker(void *arg) {
     hp__comm_stream *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -37,9 +30,9 @@ static void *worker(void *arg) {
         const hp_node_args *a = s->ring[s->done % RING];
         bool skip = s->error != HP_STATUS_OK;
         pthread_mutex_unlock(&s->mu);
-        double t0 = now_s();
+        double t0 = hp_now_seconds();
         hp_status st = skip ? HP_STATUS_OK : hp_backend_run_node(s->be, a);
-        double dt = now_s() - t0;
+        double dt = hp_now_seconds() - t0;
         pthread_mutex_lock(&s->mu);
         if (st != HP_STATUS_OK && s->error == HP_STATUS_OK) {
             s->error = st;
@@ -98,9 +91,9 @@ uint64_t hp__comm_stream_submit(hp__comm_stream *s, const hp_node_args *a) {
 hp_status hp__comm_stream_wait(hp__comm_stream *s, uint64_t seq) {
     pthread_mutex_lock(&s->mu);
     if (s->done < seq) {
-        double t0 = now_s();
+        double t0 = hp_now_seconds();
         while (s->done < seq) pthread_cond_wait(&s->cv_done, &s->mu);
-        s->wait_s += now_s() - t0;
+        s->wait_s += hp_now_seconds() - t0;
     }
     hp_status st = s->error;
     if (st != HP_STATUS_OK) hp_error(st, "%s", s->message);

@@ -14,7 +14,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define HP_ARENA_ALIGN 64
 
@@ -230,8 +229,8 @@ static hp_status bind_nodes(hp_program *p) {
     p->flight_ptr = calloc((size_t)nn + 1, sizeof *p->flight_ptr);
     p->flight_bytes = calloc((size_t)nn + 1, sizeof *p->flight_bytes);
     p->flight_seq = calloc((size_t)nn + 1, sizeof *p->flight_seq);
-    if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_seconds || !p->exec_kind || !p->flight_ptr || !p->flight_bytes ||
-        !p->flight_seq)
+    if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_seconds || !p->exec_kind ||
+        !p->flight_ptr || !p->flight_bytes || !p->flight_seq)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
     for (int i = 0; i < nn; i++) {
@@ -360,12 +359,6 @@ hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes
     return hp_backend_synchronize(p->be);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
  * writer, which may overwrite what a collective in flight still reads). */
 static hp_status wait_inputs(hp_program *p, int e) {
@@ -411,76 +404,51 @@ static hp_status run_exec(hp_program *p, int e) {
     return HP_STATUS_OK;
 }
 
-/* Runs the whole program as one batch on the backend (hp_backend_run_nodes): used when no node
- * is asynchronous (nothing to wait for between nodes). A pass's hooks (opts.ext) run around it. */
-static hp_status run_batch(hp_program *p) {
-    bool prof = p->opts.profile;
+/* The profile's bookkeeping for exec entry e, which took dt seconds. */
+static void profile_node(hp_program *p, int e, double dt) {
+    hp_op op = p->exec[e].node->op;
+    if (p->exec_best[e] == 0 || dt < p->exec_best[e]) p->exec_best[e] = dt;
+    p->stats.op_seconds[op] += dt;
+    p->stats.op_calls[op]++;
+    p->stats.op_flops[op] += p->exec_flops[e];
+}
+
+/* After exec entry e failed with st (e < 0: not attributable to a node): let collectives in flight
+ * and the pass's copies finish before their buffers can be reused, keep the first error, and name
+ * the node. */
+static hp_status node_failed(hp_program *p, int e, hp_status st) {
     const hp_program_ext *ext = p->opts.ext;
-    if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
-    int failed = -1;
-    hp_status st = hp_backend_run_nodes(p->be, p->exec, p->n_exec, prof ? p->exec_seconds : NULL, &failed);
-    if (st != HP_STATUS_OK) {
-        if (ext && ext->after_run) { /* drain the copy stream; the first error is the one to report */
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", hp_error_message());
-            (void)ext->after_run(ext->user);
-            hp_error(st, "%s", msg);
-        }
-        const hp_node *n = failed >= 0 ? p->exec[failed].node : NULL;
-        if (!n) return st;
-        return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[failed], hp_op_name(n->op),
-                               n->scope ? n->scope : "");
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", hp_error_message());
+    if (p->cs) {
+        p->n_flight = 0;
+        (void)hp__comm_stream_wait_all(p->cs);
     }
-    if (prof)
-        for (int e = 0; e < p->n_exec; e++) {
-            hp_op op = p->exec[e].node->op;
-            double dt = p->exec_seconds[e];
-            if (p->exec_best[e] == 0 || dt < p->exec_best[e]) p->exec_best[e] = dt;
-            p->stats.op_seconds[op] += dt;
-            p->stats.op_calls[op]++;
-            p->stats.op_flops[op] += p->exec_flops[e];
-        }
-    HP_CHECK(hp_backend_synchronize(p->be));
-    if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
-    p->stats.n_runs++;
-    return HP_STATUS_OK;
+    if (ext && ext->after_run) (void)ext->after_run(ext->user); /* drains the copy stream */
+    hp_error(st, "%s", msg);
+    if (e < 0) return st;
+    const hp_node *n = p->exec[e].node;
+    return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[e], hp_op_name(n->op), n->scope ? n->scope : "");
 }
 
 hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
-    if (!p->cs && !p->opts.node_by_node && hp_backend_has_run_nodes(p->be)) return run_batch(p);
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
-    for (int e = 0; e < p->n_exec; e++) {
-        const hp_node_args *a = &p->exec[e];
-        double t0 = prof ? now_s() : 0;
-        hp_status st = run_exec(p, e);
-        if (st == HP_STATUS_OK && prof) st = hp_backend_synchronize(p->be);
-        if (st != HP_STATUS_OK) {
-            const hp_node *n = a->node;
-            if (p->cs) { /* let collectives in flight finish before their buffers can be reused */
-                char msg[1024];
-                snprintf(msg, sizeof msg, "%s", hp_error_message());
-                p->n_flight = 0;
-                (void)hp__comm_stream_wait_all(p->cs);
-                hp_error(st, "%s", msg);
-            }
-            if (ext && ext->after_run) { /* drain the copy stream; the first error is the one to report */
-                char msg[1024];
-                snprintf(msg, sizeof msg, "%s", hp_error_message());
-                (void)ext->after_run(ext->user);
-                hp_error(st, "%s", msg);
-            }
-            return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[e], hp_op_name(n->op),
-                                   n->scope ? n->scope : "");
-        }
-        if (prof) {
-            hp_op op = a->node->op;
-            double dt = now_s() - t0;
-            if (p->exec_best[e] == 0 || dt < p->exec_best[e]) p->exec_best[e] = dt;
-            p->stats.op_seconds[op] += dt;
-            p->stats.op_calls[op]++;
-            p->stats.op_flops[op] += p->exec_flops[e];
+    if (!p->cs && !p->opts.node_by_node) {
+        /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
+         * one batch (hp_backend_run_nodes; on the CPU one thread team for the whole step). */
+        int failed = -1;
+        hp_status st = hp_backend_run_nodes(p->be, p->exec, p->n_exec, prof ? p->exec_seconds : NULL, &failed);
+        if (st != HP_STATUS_OK) return node_failed(p, failed, st);
+        for (int e = 0; e < p->n_exec && prof; e++) profile_node(p, e, p->exec_seconds[e]);
+    } else {
+        for (int e = 0; e < p->n_exec; e++) {
+            double t0 = prof ? hp_now_seconds() : 0;
+            hp_status st = run_exec(p, e);
+            if (st == HP_STATUS_OK && prof) st = hp_backend_synchronize(p->be);
+            if (st != HP_STATUS_OK) return node_failed(p, e, st);
+            if (prof) profile_node(p, e, hp_now_seconds() - t0);
         }
     }
     if (p->cs) {

@@ -12,13 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m) {
     hp_gpt_config c = {(int)m->vocab, (int)m->context, (int)m->layers, (int)m->heads, (int)m->width, m->tied_head};
@@ -205,7 +198,7 @@ const hp_mesh *hp_trainer_mesh(const hp_trainer *t) { return t->mesh; }
 const hp_partition *hp_trainer_partition(const hp_trainer *t) { return t->train.part; }
 
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
-    double t0 = now_s();
+    double t0 = hp_now_seconds();
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
     HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
@@ -215,7 +208,7 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     *(float *)hp__prog_data(pr, pr->step.step) = (float)(s + 1);
     HP_CHECK(hp_program_run(pr->p));
     t->steps_done++;
-    double dt = now_s() - t0;
+    double dt = hp_now_seconds() - t0;
     m->step = t->steps_done;
     m->loss = *(float *)hp_program_data(pr->p, pr->loss);
     m->lr = lr;

@@ -11,7 +11,7 @@
  * Backward: OpenMP over (b, h) pairs, each owned by one thread, which walks its query blocks and
  * accumulates dK and dV in place: recompute P = exp(S - lse), dV += P^T dO, dP = dO V^T,
  * dS = P (dP - rowsum(dO o O)), dQ = scale dS K, dK += scale dS^T Q. With fewer (b, h) pairs than
- * threads the pairs run in sequence with threaded GEMMs instead.
+ * threads the extra threads stay idle (single-threaded GEMMs throughout). Both are team kernels.
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/team.h"
@@ -148,6 +148,8 @@ static size_t per_thread_floats(int64_t T, int nbuf, bool with_vec) {
     return bytes / sizeof(float);
 }
 
+/* Threads whose scratch fits the workspace (at most omp_get_max_threads()); inside a team
+ * (team.h) every thread of the team must have its scratch. */
 static hp_status threads_for(const hp_kernel_args *a, size_t per_thread, int *nt) {
     size_t avail = a->workspace_bytes / (per_thread * sizeof(float));
     if (avail == 0 || !a->workspace)
@@ -155,6 +157,9 @@ static hp_status threads_for(const hp_kernel_args *a, size_t per_thread, int *nt
                         a->workspace_bytes, per_thread * sizeof(float));
     int max = omp_get_max_threads();
     *nt = (size_t)max < avail ? max : (int)avail;
+    if (hp__team_all() && (size_t)omp_get_num_threads() > avail)
+        return hp_error(HP_STATUS_INTERNAL, "attention: workspace holds %zu threads' scratch, the team has %d", avail,
+                        omp_get_num_threads());
     return HP_STATUS_OK;
 }
 
@@ -212,9 +217,6 @@ hp_status hp__cpu_attention(const hp_kernel_args *a) {
     int nt = 1;
     HP_CHECK(threads_for(a, f.pt, &nt));
     if (hp__team_all()) {
-        if (omp_get_num_threads() > nt)
-            return hp_error(HP_STATUS_INTERNAL, "attention: workspace holds %d threads' scratch, the team has %d", nt,
-                            omp_get_num_threads());
         attention_body(&f);
         return HP_STATUS_OK;
     }
@@ -292,9 +294,6 @@ hp_status hp__cpu_attention_backward(const hp_kernel_args *a) {
     int nt = 1;
     HP_CHECK(threads_for(a, p.pt, &nt));
     if (hp__team_all()) {
-        if (omp_get_num_threads() > nt)
-            return hp_error(HP_STATUS_INTERNAL, "attention_backward: workspace holds %d threads' scratch, the team has %d",
-                            nt, omp_get_num_threads());
         attention_backward_body(&p);
         return HP_STATUS_OK;
     }

@@ -69,27 +69,21 @@ static void binary_body(const binary *b) {
 /* A team kernel (team.h). */
 static hp_status binary_kernel(const hp_kernel_args *a, bin_op op) {
     const hp_shape *so = hp__out_shape(a, 0), *sx = hp__in_shape(a, 0), *sy = hp__in_shape(a, 1);
-    int64_t n = hp_shape_numel(so), nx = hp_shape_numel(sx), ny = hp_shape_numel(sy);
+    int64_t n = hp_shape_numel(so);
     binary b = {op, a->in[0], a->in[1], a->out[0], n, NULL, 0, NULL, NULL};
-    int nd = so->ndim;
-    if (nx != n || ny != n) {
-        if (nd == 0) {
-            if (hp__team_leader()) b.z[0] = bin(op, b.x[0], b.y[0]);
-            return HP_STATUS_OK;
-        }
-        int64_t stx[HP_MAX_DIMS], sty[HP_MAX_DIMS];
-        bcast_strides(sx, nd, stx);
-        bcast_strides(sy, nd, sty);
-        b.so = so;
-        b.nd = nd;
-        b.stx = stx;
-        b.sty = sty;
-        HP_TEAM_RUN(n > 32768, binary_body(&b));
-        return HP_STATUS_OK;
-    }
-    if (n == 1) { /* scalars (the optimizer's sums): no work to share */
+    if (n == 0) return HP_STATUS_OK;
+    if (n == 1) { /* scalars (the optimizer's sums; every 0-d output): no work to share */
         if (hp__team_leader()) b.z[0] = bin(op, b.x[0], b.y[0]);
         return HP_STATUS_OK;
+    }
+    int64_t stx[HP_MAX_DIMS], sty[HP_MAX_DIMS];
+    if (hp_shape_numel(sx) != n || hp_shape_numel(sy) != n) { /* broadcast: by rows with strides */
+        b.so = so;
+        b.nd = so->ndim;
+        bcast_strides(sx, b.nd, stx);
+        bcast_strides(sy, b.nd, sty);
+        b.stx = stx;
+        b.sty = sty;
     }
     HP_TEAM_RUN(n > 32768, binary_body(&b));
     return HP_STATUS_OK;
@@ -130,7 +124,6 @@ hp_status hp__cpu_copy(const hp_kernel_args *a) {
  * the fastest of 16-256 on this machine, bench_kernels bias_grad_A). */
 #define SUM_COLS 128
 
-/* y (shape of `like`) = sum of x over the broadcast axes. Parallel over output elements' rows. */
 /* Work-shared body of the bias-gradient case: y (inner) = column sums of x (rows, inner). Column
  * blocks of SUM_COLS, one per task, each summed row by row into a local accumulator the compiler
  * keeps in registers: every column is summed in row order whatever the thread count. */
@@ -152,7 +145,8 @@ static void sum_rows_body(const float *x, float *y, int64_t rows, int64_t inner)
     }
 }
 
-/* A team kernel (team.h): the bias-gradient case is shared out, the general case runs on one thread. */
+/* y (shape of `like`) = sum of x over the broadcast axes. A team kernel (team.h): the
+ * bias-gradient case is shared out, the general case runs on one thread. */
 hp_status hp__cpu_sum_to(const hp_kernel_args *a) {
     const float *x = a->in[0];
     float *y = a->out[0];

@@ -5,8 +5,8 @@
  * MATMUL folds the batch into the row dimension whenever the layout allows it (b broadcast over
  * a's batch with a not transposed, or the explicit fold attribute), so a (B, T, K) @ (K, N) is one
  * (B*T, K) @ (K, N) GEMM. Otherwise it loops over the (broadcast) batch: batches of small matrices
- * run in parallel with one single-threaded GEMM each, large ones in sequence with threaded GEMMs.
- * Both are team kernels (team.h): inside a team every GEMM is shared out by rows of the output.
+ * run in parallel with one single-threaded GEMM each, large ones in sequence, each split by rows.
+ * Both are team kernels (team.h).
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/team.h"
@@ -164,7 +164,7 @@ hp_status hp__cpu_matmul(const hp_kernel_args *a) {
     batch_strides(sa, nd, sta);
     batch_strides(sb, nd, stb);
     bool small = M * N * K < SMALL_GEMM;
-    if (hp__team_all() && !small) { /* large matrices in sequence, each shared out by rows */
+    if (!small || batch == 1) { /* in sequence, each GEMM split by rows (gemm) */
         for (int64_t bi = 0; bi < batch; bi++) {
             int64_t oa, ob;
             batch_offsets(sc, nd, sta, stb, bi, &oa, &ob);
@@ -172,10 +172,9 @@ hp_status hp__cpu_matmul(const hp_kernel_args *a) {
         }
         return HP_STATUS_OK;
     }
-    /* One single-threaded GEMM per matrix: work-shared inside a team, a region of its own
-     * otherwise (small matrices), or in sequence with threaded GEMMs (large ones). */
+    /* Small matrices: one single-threaded GEMM each, work-shared over the batch. */
     batched b = {TA, TB, M, N, K, A, lda, B, ldb, C, batch, sc, nd, sta, stb};
-    HP_TEAM_RUN(small && batch > 1, batched_body(&b));
+    HP_TEAM_RUN(true, batched_body(&b));
     return HP_STATUS_OK;
 }
 

@@ -91,12 +91,6 @@ static void barrier(team *t) {
     }
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Team kernels: every thread calls them (their loops are work-shared). The rest run on thread 0. */
 static const bool g_team[HP_OP_COUNT] = {
     [HP_OP_MATMUL] = true,    [HP_OP_LINEAR] = true,     [HP_OP_ATTENTION] = true, [HP_OP_ATTENTION_BACKWARD] = true,
@@ -106,24 +100,10 @@ static const bool g_team[HP_OP_COUNT] = {
     [HP_OP_ADAMW_STREAM] = true,
 };
 
-bool hp__cpu_team_kernel(hp_op op) { return op >= 0 && op < HP_OP_COUNT && g_team[op]; }
-
 hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed) {
-    (void)b;
     *failed = -1;
     int nt = omp_get_max_threads();
-    if (nt <= 1 || omp_in_parallel() || omp_get_max_active_levels() > 1) {
-        for (int i = 0; i < n; i++) {
-            double t0 = seconds ? now_s() : 0;
-            hp_status st = hp__cpu_run_args(&a[i]);
-            if (st != HP_STATUS_OK) {
-                *failed = i;
-                return st;
-            }
-            if (seconds) seconds[i] = now_s() - t0;
-        }
-        return HP_STATUS_OK;
-    }
+    if (nt <= 1 || omp_in_parallel() || omp_get_max_active_levels() > 1) return hp_backend_run_each(b, a, n, seconds, failed);
     team t;
     atomic_init(&t.arrived, 0);
     atomic_init(&t.sense, 0);
@@ -147,7 +127,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
         tl_sense = 0;
         tl_team = &t;
         for (int i = 0; i < n; i++) {
-            double t0 = id == 0 && seconds ? now_s() : 0;
+            double t0 = id == 0 && seconds ? hp_now_seconds() : 0;
             bool all = g_team[a[i].node->op];
             if (all || id == 0) {
                 tl_all = all;
@@ -161,7 +141,7 @@ hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double
                 }
             }
             barrier(&t);
-            if (id == 0 && seconds) seconds[i] = now_s() - t0;
+            if (id == 0 && seconds) seconds[i] = hp_now_seconds() - t0;
             /* fail_at is written before barrier i only for node i, so every thread sees the same. */
             if (atomic_load_explicit(&t.fail_at, memory_order_relaxed) <= i) break;
         }

@@ -12,7 +12,7 @@
  * quiet one pays about a microsecond per node). "One pool, kept busy": OpenBLAS's OpenMP build sees the region and runs
  * each GEMM single-threaded; the kernels split GEMMs by rows themselves (k_matmul.c).
  *
- * Kernels are of two kinds (hp__cpu_team_kernel):
+ * Kernels are of two kinds (the table g_team in team.c):
  *   - team kernels: every thread of the team calls the kernel, which shares out its work with
  *     orphaned `omp for ... nowait` loops and static splits; they wrap their parallel body in
  *     HP_TEAM_RUN so that outside a team (a kernel called on its own) they open their own region;
@@ -47,9 +47,6 @@ void hp__team_sync(void);
 
 /* Inside a team kernel: HP_TEAM_SHARED_DOUBLES doubles shared by the team; NULL otherwise. */
 double *hp__team_shared(void);
-
-/* Whether op's CPU kernel is a team kernel (see above). */
-bool hp__cpu_team_kernel(hp_op op);
 
 /* Runs one node's CPU kernel (the backend's run_node). */
 hp_status hp__cpu_run_args(const hp_node_args *a);
