@@ -16,8 +16,10 @@
  * and with offload.
  *
  *     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_offload [disk_dir]
+ *     ./build/bench/bench_offload DIR POINT                  # one point's rounds only
  *     ./build/bench/bench_offload DIR POINT FRAC host|disk   # one configuration (HP_BENCH_PLAN=1:
  *                                                            # print its plan on stderr)
+ * HP_BENCH_ASYNC=0 turns deferred AdamW updates off (offload.async_update) for A/B runs.
  *
  * One JSON line per measurement. Bandwidths are measured once (hp_tier_probe) and the machine
  * model's FLOP/s from each point's unlimited step, then handed to every child.
@@ -151,9 +153,10 @@ static double run(step_graph *s, hp_program_opts o, hp_program **out_p) {
     for (int k = 0; k <= STEPS; k++) {
         float step = (float)(k + 1);
         CHECK(hp_program_set_input(p, s->ts.step, &step, sizeof step));
-        if (k == 1 && o.ext) hp_copy_engine_reset_stats(((hp_offload_state *)o.ext->user) ? hp_offload_state_copy_engine((hp_offload_state *)o.ext->user) : NULL);
+        if (k == 1 && o.ext) hp_offload_state_reset_copy_stats((hp_offload_state *)o.ext->user);
         double t0 = now_s();
         CHECK(hp_program_run(p));
+        if (k == STEPS) CHECK(hp_program_sync(p)); /* deferred updates of the last step count too */
         t[k] = now_s() - t0;
     }
     /* the best of the timed steps (k >= 1): the machine is shared, and interference only adds */
@@ -211,6 +214,7 @@ static void child(double frac, bool disk, const char *dir, const hp_tier_list *t
         hp_offload_plan_config_init(&c);
         c.device_budget = (size_t)(frac * (double)peak);
         set_policy(&c, disk, dir);
+        if (getenv("HP_BENCH_ASYNC") && atoi(getenv("HP_BENCH_ASYNC")) == 0) c.async_update = false;
         c.bandwidth[HP_TIER_HOST] = tiers->tier[HP_TIER_HOST].read_bw;
         c.bandwidth[HP_TIER_DISK] = tiers->tier[HP_TIER_DISK].read_bw;
         if (flops > 0) c.machine.flops_per_s = flops;
@@ -228,7 +232,7 @@ static void child(double frac, bool disk, const char *dir, const hp_tier_list *t
     hp_program_get_stats(p, &st);
     hp_copy_stats cs;
     memset(&cs, 0, sizeof cs);
-    if (ofl) hp_copy_engine_get_stats(hp_offload_state_copy_engine(ofl), &cs);
+    if (ofl) hp_offload_state_copy_stats(ofl, &cs);
     float loss;
     CHECK(hp_program_get_output(p, s.ts.loss, &loss, sizeof loss));
     printf("{\"bench\":\"offload_sweep\",\"point\":\"%s\",\"batch\":%d,\"seq\":%d,\"tiers\":\"%s\",\"budget_frac\":%.2f,\"budget_bytes\":%zu,\"layers\":%d,"
@@ -305,9 +309,9 @@ int main(int argc, char **argv) {
            1e-9 * tiers.tier[HP_TIER_HOST].read_bw, 1e-9 * tiers.tier[HP_TIER_HOST].write_bw,
            1e-9 * tiers.tier[HP_TIER_DISK].read_bw, 1e-9 * tiers.tier[HP_TIER_DISK].write_bw, dir);
     /* bench_offload DIR POINT FRAC host|disk: that one configuration only (for looking at a plan) */
-    const char *only = argc > 4 ? argv[2] : NULL;
+    const char *only = argc > 4 ? argv[2] : NULL, *point = argc > 2 ? argv[2] : NULL;
     for (size_t pi = 0; pi < sizeof POINTS / sizeof POINTS[0]; pi++) {
-        if (only && strcmp(only, POINTS[pi].name) != 0) continue;
+        if (point && strcmp(point, POINTS[pi].name) != 0) continue;
         use_point(&POINTS[pi]);
         step_graph s;
         build(&s, CFG.layers);
@@ -371,7 +375,7 @@ int main(int argc, char **argv) {
                    best[c].step_s / best[0].step_s, median[c], median[c] / median[0], paired[c], best[c].rss_mib,
                    best[c].hidden, pt->rounds);
     }
-    if (only) return 0;
+    if (point) return 0;
 
     /* The largest model under a fixed budget: the no-offload peak of a 2-layer model (small point). */
     use_point(&POINTS[0]);

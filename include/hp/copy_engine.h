@@ -83,6 +83,15 @@ hp_status hp_copy_async(hp_copy_engine *ce, hp_loc dst, hp_loc src, size_t bytes
  */
 hp_status hp_copy_host_fn(hp_copy_engine *ce, void (*fn)(void *user), void *user);
 
+/*
+ * Queues work for the copy worker: `fn(user)` runs after every task submitted before it, like a
+ * copy it is skipped once an earlier task has failed (so it never computes on data a failed read
+ * left behind), and its time counts as busy time (busy_total_s). Used for an update computed
+ * where the data streams (HyperOffload's deferred AdamW updates). Errors: HP_STATUS_INVALID_ARGUMENT
+ * (NULL fn), HP_STATUS_OUT_OF_MEMORY.
+ */
+hp_status hp_copy_host_task(hp_copy_engine *ce, void (*fn)(void *user), void *user);
+
 /* Blocks until every task submitted so far has run; returns the sticky error if any. */
 hp_status hp_copy_engine_synchronize(hp_copy_engine *ce);
 /* Clears the sticky error so later copies run again. */

@@ -74,6 +74,7 @@ const char *hp_offload_class_name(hp_offload_class c);
  *       machine: {flops: 1.0e11, bytes: 1.0e10}   # the cost model's FLOP/s and bytes/s
  *       chunk: 1MiB                # AdamW streaming chunk over slow-tier states
  *       read_ahead: true           # early reads of AdamW operands (see below); default true
+ *       async_update: true         # AdamW over disk operands finishes in the next step; default true
  *
  * A policy value true sends the class to the host tier (spilling to disk when the host budget is
  * full and a disk tier exists); host or disk names the tier; false keeps it in the fast tier.
@@ -92,10 +93,16 @@ typedef struct hp_offload_plan_config {
      * backward pass), the update runs on that copy and writes it back, instead of streaming it in
      * chunks at the end of the step where nothing hides the reads. Operands with no room stream. */
     bool read_ahead;
+    /* Deferred updates: an AdamW update with a disk-tier operand runs on a second copy stream after
+     * the norm is known and finishes during the next step's forward pass; the next step waits for it
+     * right before the first node that touches its parameter or reuses its operands' fast-tier bytes.
+     * Until then, hp_program_data / get_output / set_input on a tensor it writes wait for it
+     * (hp_program_ext.sync). */
+    bool async_update;
 } hp_offload_plan_config;
 
 /* Defaults: no budget, every class enabled to the host tier, bandwidths 10 GB/s host and 1 GB/s disk,
- * HP_MACHINE_MODEL_DEFAULT, 1 MiB chunks, read_ahead on. */
+ * HP_MACHINE_MODEL_DEFAULT, 1 MiB chunks, read_ahead and async_update on. */
 void hp_offload_plan_config_init(hp_offload_plan_config *c);
 
 /*
@@ -133,6 +140,7 @@ typedef struct hp_offload_plan_stats {
     int n_offloaded[HP_OFFLOAD_CLASS_COUNT]; /* tensors whose home leaves the fast tier, per class */
     int n_prefetch, n_offload, n_wait, n_streamed; /* operators inserted / AdamW nodes over slow-tier operands */
     int n_early;                 /* AdamW operands read early (whole, before the update; in n_prefetch) */
+    int n_deferred;              /* AdamW updates deferred into the next step (async_update) */
     double compute_s;            /* predicted compute time of one step */
     double stall_s;              /* predicted time the compute stream waits for copies */
 } hp_offload_plan_stats;
@@ -179,6 +187,10 @@ void hp_offload_state_free(hp_offload_state *s);
 
 const hp_offload_plan *hp_offload_state_plan(const hp_offload_state *s);
 hp_copy_engine *hp_offload_state_copy_engine(hp_offload_state *s);
+/* Copy statistics of both copy streams summed (the main one and the async one that runs deferred
+ * updates, hp_offload_plan_config.async_update); all zero for NULL. */
+void hp_offload_state_copy_stats(hp_offload_state *s, hp_copy_stats *out);
+void hp_offload_state_reset_copy_stats(hp_offload_state *s);
 /* The disk store, or NULL without a disk tier. */
 hp_disk *hp_offload_state_disk(hp_offload_state *s);
 

@@ -53,6 +53,9 @@ typedef struct hp_program_ext {
     hp_status (*after_run)(void *user);  /* optional: waits for the copy stream at the end */
     void (*report)(void *user, FILE *f); /* optional: extra lines for hp_program_report_memory */
     void *user;
+    /* optional: waits for work a run left in flight that may write tensor t (t < 0: any), e.g.
+     * HyperOffload's deferred optimizer updates; returns that work's error */
+    hp_status (*sync)(void *user, hp_tid t);
 } hp_program_ext;
 
 typedef struct hp_program_opts {
@@ -91,10 +94,19 @@ void hp_program_free(hp_program *p);
 
 
 /*
+ * Waits for work the last hp_program_run left in flight (opts.ext's sync: deferred optimizer updates
+ * that finish during the next run). hp_program_data, set_input and get_output wait for what writes
+ * their tensor, and hp_program_free waits for all, so callers need this only to time a run fully or
+ * to see an error of that work early. Errors: the first error of that work (a disk I/O error names
+ * the path). NULL is allowed.
+ */
+hp_status hp_program_sync(hp_program *p);
+
+/*
  * Storage of tensor t (backend memory; host memory on the CPU backend): valid for persistent and
  * kept tensors for the program's lifetime; NULL for planned activations (their storage is reused;
  * with plan_memory false every live activation has its own buffer and it is returned), for dead
- * tensors and for ids out of range.
+ * tensors and for ids out of range. Waits first for deferred work that writes t (hp_program_sync).
  */
 void *hp_program_data(hp_program *p, hp_tid t);
 

@@ -14,6 +14,7 @@ void hp_offload_plan_config_init(hp_offload_plan_config *c) {
     c->machine = HP_MACHINE_MODEL_DEFAULT;
     c->chunk_bytes = 1u << 20;
     c->read_ahead = true;
+    c->async_update = true;
 }
 
 hp_status hp_offload_parse_size(const char *text, size_t *out) {
@@ -50,7 +51,7 @@ hp_status hp_offload_config_parse(const hp_yaml_node *node, hp_offload_plan_conf
     hp_offload_plan_config_init(out);
     if (!node || hp_yaml_is_null(node)) return HP_STATUS_OK;
     static const char *const keys[] = {"device_budget", "host_budget", "disk_dir", "disk_budget",
-                                       "policy", "bandwidth", "machine", "chunk", "read_ahead"};
+                                       "policy", "bandwidth", "machine", "chunk", "read_ahead", "async_update"};
     HP_CHECK(hp_yaml_check_keys(node, keys, sizeof keys / sizeof keys[0], "offload"));
     HP_CHECK(size_at(node, "device_budget", "offload.device_budget", &out->device_budget));
     HP_CHECK(size_at(node, "host_budget", "offload.host_budget", &out->host_budget));
@@ -60,6 +61,8 @@ hp_status hp_offload_config_parse(const hp_yaml_node *node, hp_offload_plan_conf
     if (n && !hp_yaml_is_null(n)) HP_CHECK(hp_yaml_as_string(n, "offload.disk_dir", &out->disk_dir));
     n = hp_yaml_map_get(node, "read_ahead");
     if (n && !hp_yaml_is_null(n)) HP_CHECK(hp_yaml_as_bool(n, "offload.read_ahead", &out->read_ahead));
+    n = hp_yaml_map_get(node, "async_update");
+    if (n && !hp_yaml_is_null(n)) HP_CHECK(hp_yaml_as_bool(n, "offload.async_update", &out->async_update));
     if (out->chunk_bytes == 0 || out->chunk_bytes % HP_DISK_ALIGN != 0) {
         n = hp_yaml_map_get(node, "chunk");
         return hp_error(HP_STATUS_CONFIG, "%s:%d:%d: offload.chunk must be a positive multiple of %u bytes, is %zu",

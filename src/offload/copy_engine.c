@@ -13,6 +13,7 @@ typedef struct task {
     struct task *next;
     uint64_t seq;
     bool is_fn;
+    bool is_work; /* with is_fn: skipped after a failure, timed as busy */
     hp_loc dst, src;
     size_t bytes;
     void (*fn)(void *);
@@ -95,12 +96,16 @@ static void *worker_main(void *arg) {
         task *t = ce->head;
         ce->head = t->next;
         if (!ce->head) ce->tail = NULL;
-        bool skip = !t->is_fn && ce->err != HP_STATUS_OK;
+        bool skip = (!t->is_fn || t->is_work) && ce->err != HP_STATUS_OK;
         pthread_mutex_unlock(&ce->mu);
 
         hp_status st = HP_STATUS_OK;
         double dt = 0;
-        if (t->is_fn) {
+        if (t->is_fn && t->is_work) {
+            double t0 = hp_now_seconds();
+            if (!skip) t->fn(t->user);
+            dt = hp_now_seconds() - t0;
+        } else if (t->is_fn) {
             t->fn(t->user);
         } else if (!skip) {
             double t0 = hp_now_seconds();
@@ -109,6 +114,7 @@ static void *worker_main(void *arg) {
         }
 
         pthread_mutex_lock(&ce->mu);
+        if (t->is_work) ce->stats.busy_total_s += dt;
         if (!t->is_fn) {
             int s = t->src.tier, d = t->dst.tier;
             ce->stats.copies[s][d]++;
@@ -214,6 +220,16 @@ hp_status hp_copy_host_fn(hp_copy_engine *ce, void (*fn)(void *user), void *user
     task *t = calloc(1, sizeof *t);
     if (!t) return hp_error(HP_STATUS_OUT_OF_MEMORY, "hp_copy_host_fn: cannot allocate a task");
     t->is_fn = true;
+    t->fn = fn;
+    t->user = user;
+    return enqueue(ce, t);
+}
+
+hp_status hp_copy_host_task(hp_copy_engine *ce, void (*fn)(void *user), void *user) {
+    if (!fn) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_copy_host_task: fn is NULL");
+    task *t = calloc(1, sizeof *t);
+    if (!t) return hp_error(HP_STATUS_OUT_OF_MEMORY, "hp_copy_host_task: cannot allocate a task");
+    t->is_fn = t->is_work = true;
     t->fn = fn;
     t->user = user;
     return enqueue(ce, t);

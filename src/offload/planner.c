@@ -30,6 +30,8 @@ void hp_offload_plan_free(hp_offload_plan *p) {
     free(p->pool);
     free(p->bool_pool);
     free(p->resident);
+    free(p->defer_wait);
+    free(p->hold_node);
     free(p->node_op);
     free(p->node_scope);
     free(p);
@@ -77,7 +79,7 @@ static int cand_buffers(const hp_offload_plan *p, const hp__ofl_cand *c, bool sl
             iv[0][1] = p->n_nodes - 1;
         } else {
             iv[0][0] = l->start;
-            iv[0][1] = l->end;
+            iv[0][1] = p->hold_node[c->t] >= 0 ? p->n_nodes - 1 : l->end;
         }
         return 1;
     }
@@ -98,9 +100,10 @@ static int cand_buffers(const hp_offload_plan *p, const hp__ofl_cand *c, bool sl
             if (c->fu[j] > iv[n - 1][1]) iv[n - 1][1] = c->fu[j];
         }
     }
-    if (c->spre >= 0) { /* the early-read copy for AdamW, through its write-back's wait */
+    if (c->spre >= 0) { /* the early-read copy for AdamW, through its write-back's wait (su[0] when
+                           not written; the end of the step when the update is deferred) */
         iv[n][0] = c->spre;
-        iv[n][1] = c->written ? c->swait : c->su[0];
+        iv[n][1] = c->swait;
         n++;
     }
     return n; /* at most n_fu + 2 */
@@ -204,7 +207,7 @@ static void compute_resident(hp_offload_plan *p, const hp_graph *g) {
         if (hp_graph_tensor(g, t)->kind != HP_TENSOR_KIND_ACTIVATION) continue;
         size_t b = align_up(tensor_bytes(hp_graph_tensor(g, t)));
         r[l->start] += (int64_t)b;
-        r[l->end + 1] -= (int64_t)b;
+        r[(p->hold_node[t] >= 0 ? nn - 1 : l->end) + 1] -= (int64_t)b;
     }
     int32_t (*iv)[2] = NULL;
     for (int ci = 0; ci < p->n_cand; ci++) {
@@ -360,7 +363,6 @@ static hp_tier pick_tier(const hp_offload_plan *p, const hp__ofl_cand *c, const 
     return HP_TIER_DEVICE;
 }
 
-hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes);
 
 static hp_status greedy(hp_offload_plan *p, const hp_graph *g, int64_t target) {
     size_t home[HP_TIER_COUNT] = {0};
@@ -430,6 +432,7 @@ static void fill_stats(hp_offload_plan *p, const hp_graph *g) {
             double w = c->x_in - (tl->at[c->fu[j]] - tl->at[c->pre[j]]);
             if (w > 0) s->stall_s += w;
         }
+        bool deferred = c->n_su > 0 && p->defer_wait[c->su[0]] >= 0; /* completes during the next step */
         if (c->spre >= 0) { /* an early read (and write-back) instead of streaming */
             const hp_node *n = hp_graph_node(g, c->su[0]);
             if (streamed) streamed[c->su[0]] = true;
@@ -442,7 +445,7 @@ static void fill_stats(hp_offload_plan *p, const hp_graph *g) {
             if (n->in[1] != c->t) {
                 s->bytes_out[c->tier] += c->bytes;
                 w = c->x_out - (tl->at[c->swait + 1] - tl->at[c->su[0] + 1]);
-                if (w > 0) s->stall_s += w;
+                if (w > 0 && !deferred) s->stall_s += w;
             }
             continue;
         }
@@ -454,11 +457,12 @@ static void fill_stats(hp_offload_plan *p, const hp_graph *g) {
                 if (n->in[1] != c->t) s->bytes_out[c->tier] += c->bytes; /* param, m, v are written back */
                 double x = c->x_in + (n->in[1] != c->t ? c->x_out : 0.0);
                 double comp = hp_node_seconds(g, c->su[k], &p->cfg.machine);
-                if (x > comp) s->stall_s += x - comp;
+                if (x > comp && !deferred) s->stall_s += x - comp;
             }
         }
     }
     for (int i = 0; i < p->n_nodes && streamed; i++) s->n_streamed += streamed[i];
+    s->n_deferred = p->n_deferred;
     free(streamed);
     s->peak_live_after = 0;
     for (int i = 0; i < p->n_nodes; i++)
@@ -540,6 +544,146 @@ static hp_status read_ahead(hp_offload_plan *p, const hp_graph *g) {
     return st;
 }
 
+/* Whether AdamW node a can be deferred; fills the arena operands whose buffers must then stay to
+ * the end of the step: `hold` (an activation operand, the gradient, in its own block) and the
+ * early-read candidates. A gradient streamed from its slow-tier copy gets a home of its own
+ * instead of a slot in the shared activation region (rewrite). */
+static bool deferrable(const hp_offload_plan *p, const hp_node *n, hp_tid *hold, hp__ofl_cand **early, int *ne) {
+    bool disk = false;
+    *hold = HP_TID_NONE;
+    *ne = 0;
+    for (int k = 0; k < 4; k++) {
+        hp_tid t = n->in[k];
+        if (t < 0 || t >= p->n_tensors) return false;
+        int ci = p->cand_of[t];
+        hp__ofl_cand *c = ci >= 0 ? &p->cand[ci] : NULL;
+        if (c && c->slow) {
+            disk |= c->tier == HP_TIER_DISK;
+            if (c->spre >= 0) early[(*ne)++] = c;
+        } else if (!p->lv.t[t].persistent) {
+            if (*hold != HP_TID_NONE) return false;
+            *hold = t;
+        }
+    }
+    return disk;
+}
+
+/* The first use of a tensor by a node other than a, or -1. */
+static int32_t first_use_other(const hp_tensor_liveness *l, int32_t a) {
+    for (int k = 0; k < l->n_uses; k++)
+        if (l->uses[k] != a) return l->uses[k];
+    return -1;
+}
+
+/* The next-step deadline of each deferred update: the first node group where (a) an arena block
+ * sharing bytes with one of its held operands starts, or a held operand itself is written again;
+ * (b) another node uses one of its persistent fast-tier operands (the parameter, above all); (c)
+ * a slow persistent operand is first copied in on the main stream; (d) a gradient it streams from
+ * a slow copy is offloaded there again (after its def). */
+static hp_status defer_deadlines(hp_offload_plan *p, const hp_graph *g) {
+    hp__ofl_layout L;
+    size_t dev = 0;
+    HP_CHECK(hp__ofl_pack_layout(p, g, &dev, &L));
+    for (int32_t a = 0; a < p->n_nodes; a++) {
+        if (p->defer_wait[a] < 0) continue;
+        const hp_node *n = hp_graph_node(g, a);
+        int32_t d = a;
+        for (int x = 0; x < L.n_blocks; x++) {
+            int32_t w = L.what[x];
+            bool mine = (w >= 0 && p->hold_node[w] == a) || (w <= -2 && p->cand[-2 - w].su[0] == a &&
+                                                              p->cand[-2 - w].n_su > 0);
+            if (!mine) continue;
+            const hp_mem_interval *X = &L.blocks[x];
+            if (L.items[X->start].node < d) d = L.items[X->start].node;
+            size_t xe = X->offset + align_up(X->bytes);
+            for (int y = 0; y < L.n_blocks; y++) {
+                const hp_mem_interval *B = &L.blocks[y];
+                if (y == x || B->bytes == 0) continue;
+                if (B->offset < xe && X->offset < B->offset + align_up(B->bytes) && L.items[B->start].node < d)
+                    d = L.items[B->start].node;
+            }
+        }
+        for (int k = 0; k < 4; k++) {
+            hp_tid t = n->in[k];
+            const hp_tensor_liveness *l = &p->lv.t[t];
+            int ci = p->cand_of[t];
+            const hp__ofl_cand *c = ci >= 0 ? &p->cand[ci] : NULL;
+            int32_t u = -1;
+            if (!l->persistent) { /* a gradient streamed from its own slow copy: rewritten after its def */
+                if (c && c->slow && c->spre < 0) u = c->def;
+                if (u >= 0 && u < d) d = u;
+                continue;
+            }
+            if (!c || !c->slow) u = first_use_other(l, a);
+            else if (c->n_fu > 0) u = c->pre[0];
+            if (u >= 0 && u < d) d = u;
+        }
+        p->defer_wait[a] = d;
+    }
+    hp__ofl_layout_free(&L);
+    return HP_STATUS_OK;
+}
+
+/*
+ * Deferred updates (cfg.async_update): an AdamW update with a disk-tier operand (streamed, or read
+ * early) otherwise ends the step with disk reads and writes that nothing hides, because it needs the
+ * global gradient norm. Instead it runs on a second copy stream (a thread on the CPU) and finishes
+ * during the next step's forward pass, where the compute hides it: its gradient and early-read
+ * copies stay in the arena to the end of the step (held), and the next step waits for the update
+ * before the first node that reuses those bytes or touches its parameter (defer_deadlines). Values
+ * are unchanged: the same update of the same operands, done before anything reads them. An update
+ * is deferred only where holding its operands keeps the budget at every node and the arena packs.
+ * ZeRO-Offload overlaps its CPU optimizer step with the GPU the same way, but delays the parameter
+ * update by a step (changing numerics); here the next step waits exactly where it must.
+ */
+static hp_status defer_updates(hp_offload_plan *p, const hp_graph *g) {
+    int nn = p->n_nodes;
+    int64_t budget = (int64_t)p->cfg.device_budget;
+    int64_t *d = calloc((size_t)nn + 1, sizeof *d);
+    if (!d) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory");
+    compute_resident(p, g);
+    hp_status st = HP_STATUS_OK;
+    for (int32_t a = 0; a < nn && st == HP_STATUS_OK; a++) {
+        const hp_node *n = hp_graph_node(g, a);
+        if (!p->lv.node_live[a] || n->op != HP_OP_ADAMW) continue;
+        hp_tid hold;
+        hp__ofl_cand *early[4];
+        int ne;
+        if (!deferrable(p, n, &hold, early, &ne)) continue;
+        memset(d, 0, ((size_t)nn + 1) * sizeof *d);
+        if (hold != HP_TID_NONE) {
+            int64_t b = (int64_t)align_up(tensor_bytes(hp_graph_tensor(g, hold)));
+            for (int32_t i = p->lv.t[hold].end + 1; i < nn; i++) d[i] += b;
+        }
+        for (int k = 0; k < ne; k++)
+            for (int32_t i = early[k]->swait + 1; i < nn; i++) d[i] += (int64_t)align_up(early[k]->bytes);
+        bool fits = true;
+        for (int32_t i = 0; i < nn && fits; i++) fits = p->resident[i] + d[i] <= budget;
+        if (!fits) continue;
+        int32_t old_swait[4];
+        for (int k = 0; k < ne; k++) {
+            old_swait[k] = early[k]->swait;
+            early[k]->swait = nn - 1;
+        }
+        if (hold != HP_TID_NONE) p->hold_node[hold] = a;
+        p->defer_wait[a] = a;
+        p->n_deferred++;
+        size_t dev = 0;
+        st = hp__ofl_pack(p, g, &dev);
+        if (st == HP_STATUS_OK && dev <= p->cfg.device_budget) {
+            for (int32_t i = 0; i < nn; i++) p->resident[i] += d[i];
+            continue;
+        }
+        for (int k = 0; k < ne; k++) early[k]->swait = old_swait[k];
+        if (hold != HP_TID_NONE) p->hold_node[hold] = -1;
+        p->defer_wait[a] = -1;
+        p->n_deferred--;
+    }
+    free(d);
+    if (st == HP_STATUS_OK && p->n_deferred > 0) st = defer_deadlines(p, g);
+    return st;
+}
+
 hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep, const hp_offload_plan_config *cfg,
                               hp_offload_plan **out) {
     *out = NULL;
@@ -562,10 +706,14 @@ hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep,
     p->resident = calloc((size_t)p->n_nodes + 2, sizeof *p->resident);
     p->node_op = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_op);
     p->node_scope = malloc(((size_t)p->n_nodes + 1) * sizeof *p->node_scope);
-    if (!p->resident || !p->node_op || !p->node_scope) {
+    p->defer_wait = malloc(((size_t)p->n_nodes + 1) * sizeof *p->defer_wait);
+    p->hold_node = malloc(((size_t)p->lv.n_tensors + 1) * sizeof *p->hold_node);
+    if (!p->resident || !p->node_op || !p->node_scope || !p->defer_wait || !p->hold_node) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory for %d nodes", p->n_nodes);
         goto fail;
     }
+    for (int i = 0; i < p->n_nodes; i++) p->defer_wait[i] = -1;
+    for (int t = 0; t < p->lv.n_tensors; t++) p->hold_node[t] = -1;
     for (int i = 0; i < p->n_nodes; i++) {
         const hp_node *n = hp_graph_node(g, i);
         p->node_op[i] = n->op;
@@ -595,6 +743,7 @@ hp_status hp_offload_plan_new(const hp_graph *g, const hp_tid *keep, int n_keep,
             target -= (int64_t)(dev - cfg->device_budget) * (1 + round) + ALIGN; /* converge fast */
         }
         if (cfg->read_ahead) HP_CHECK_GOTO(read_ahead(p, g), st, fail);
+        if (cfg->async_update) HP_CHECK_GOTO(defer_updates(p, g), st, fail);
     }
     compute_resident(p, g);
     HP_CHECK_GOTO(hp__ofl_pack(p, g, &p->stats.peak_after), st, fail);

@@ -50,7 +50,8 @@ static bool bucket_build(const hp_offload_plan *p, int what, bucket *b) {
             int lo = 0, hi = 1;
             if (what <= 1) hi = c->n_fu;
             else if (what <= 3 && c->persistent) continue;
-            else if (what >= 4 && (c->spre < 0 || (what == 6 && !c->written))) continue;
+            else if (what >= 4 && (c->spre < 0 || (what == 6 && (!c->written || p->defer_wait[c->su[0]] >= 0))))
+                continue;
             for (int j = lo; j < hi; j++) {
                 if (what <= 1 && !gap_starts(c, j)) continue;
                 int32_t at = what == 0   ? c->pre[j]
@@ -81,7 +82,7 @@ hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int
     memset(b, 0, sizeof b);
     bool ok = true;
     for (int k = 0; k < NB; k++) ok &= bucket_build(p, k, &b[k]);
-    size_t n = (size_t)p->n_nodes;
+    size_t n = (size_t)p->n_nodes + 2 * (size_t)p->n_deferred;
     for (int k = 0; k < NB && ok; k++) n += (size_t)b[k].start[p->n_nodes];
     hp__ofl_item *it = ok ? malloc((n + 1) * sizeof *it) : NULL;
     if (!it) {
@@ -90,11 +91,14 @@ hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int
     }
     static const hp__ofl_item_kind kinds[NB] = {HP__OFL_PREFETCH, HP__OFL_PWAIT,     HP__OFL_OFFLOAD, HP__OFL_OWAIT,
                                                 HP__OFL_EPREFETCH, HP__OFL_EPWAIT, HP__OFL_WBWAIT};
-    /* before a node: prefetches, early reads, then their waits; after it: offloads, their waits,
-     * write-back waits (a write-back is queued by the AdamW node itself) */
+    /* before a node: waits for deferred updates of the previous step, prefetches, early reads, then
+     * their waits; after it: offloads, their waits, write-back waits (a write-back is queued by the
+     * AdamW node itself); after the last node: the holds of deferred updates */
     static const int before[] = {0, 4, 1, 5}, after[] = {2, 3, 6};
     int m = 0;
     for (int i = 0; i < p->n_nodes; i++) {
+        for (int a = 0; a < p->n_nodes && p->n_deferred > 0; a++)
+            if (p->defer_wait[a] == i) it[m++] = (hp__ofl_item){HP__OFL_DWAIT, i, -1, a};
         for (int kk = 0; kk < 4; kk++) {
             int k = before[kk];
             for (int32_t q = b[k].start[i]; q < b[k].start[i + 1]; q++)
@@ -107,6 +111,8 @@ hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int
                 it[m++] = (hp__ofl_item){kinds[k], i, b[k].ci[q], b[k].gap[q]};
         }
     }
+    for (int a = 0; a < p->n_nodes && p->n_deferred > 0; a++)
+        if (p->defer_wait[a] >= 0) it[m++] = (hp__ofl_item){HP__OFL_HOLD, p->n_nodes - 1, -1, a};
     for (int k = 0; k < NB; k++) bucket_free(&b[k]);
     *items = it;
     *n_items = m;
@@ -133,22 +139,34 @@ static int32_t run_end(const hp__ofl_cand *c, int j) {
     return c->fu[r];
 }
 
+void hp__ofl_layout_free(hp__ofl_layout *l) {
+    if (!l) return;
+    free(l->items);
+    free(l->blocks);
+    free(l->what);
+    memset(l, 0, sizeof *l);
+}
+
 /* Exactly the arena the program will plan for the rewritten graph: the same blocks, in the same
  * order (tensor ids, then the prefetched copies in creation order), the same positions. */
-hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes) {
+hp_status hp__ofl_pack_layout(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes,
+                              hp__ofl_layout *layout) {
     hp__ofl_item *it = NULL;
     int n_it = 0;
     HP_CHECK(hp__ofl_emit_order(p, &it, &n_it));
     size_t n_gaps = 0;
     size_t *base = gap_base(p, &n_gaps);
     int32_t *pos = malloc(((size_t)p->n_nodes + 1) * sizeof *pos);
+    int32_t *hold_pos = malloc(((size_t)p->n_nodes + 1) * sizeof *hold_pos);
     int32_t *pre_pos = malloc((n_gaps + 1) * sizeof *pre_pos);
     int32_t *ow_pos = malloc(((size_t)p->n_cand + 1) * sizeof *ow_pos);
     int32_t *ep_pos = malloc(((size_t)p->n_cand + 1) * sizeof *ep_pos);
     int32_t *wb_pos = malloc(((size_t)p->n_cand + 1) * sizeof *wb_pos);
-    hp_mem_interval *blocks = malloc(((size_t)p->n_tensors + n_gaps + (size_t)p->n_cand + 1) * sizeof *blocks);
+    size_t max_blocks = (size_t)p->n_tensors + n_gaps + (size_t)p->n_cand + 1;
+    hp_mem_interval *blocks = malloc(max_blocks * sizeof *blocks);
+    int32_t *what = malloc(max_blocks * sizeof *what);
     hp_status st = HP_STATUS_OK;
-    if (!base || !pos || !pre_pos || !ow_pos || !ep_pos || !wb_pos || !blocks) {
+    if (!base || !pos || !hold_pos || !pre_pos || !ow_pos || !ep_pos || !wb_pos || !blocks || !what) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory packing the arena");
         goto done;
     }
@@ -159,6 +177,7 @@ hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *devi
         else if (x->kind == HP__OFL_OWAIT) ow_pos[x->cand] = k;
         else if (x->kind == HP__OFL_EPREFETCH) ep_pos[x->cand] = k;
         else if (x->kind == HP__OFL_WBWAIT) wb_pos[x->cand] = k;
+        else if (x->kind == HP__OFL_HOLD) hold_pos[x->gap] = k;
     }
     int nb = 0;
     size_t persistent = p->fixed_persistent;
@@ -169,37 +188,58 @@ hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *devi
         if (ci < 0 || !p->cand[ci].slow) {
             if (ci >= 0 && p->cand[ci].persistent) persistent += bytes;
             if (!l->live || l->persistent || hp_graph_tensor(g, t)->kind != HP_TENSOR_KIND_ACTIVATION) continue;
-            blocks[nb++] = (hp_mem_interval){bytes, pos[l->start], pos[l->end], 0};
+            int32_t end = p->hold_node[t] >= 0 ? hold_pos[p->hold_node[t]] : pos[l->end];
+            what[nb] = t;
+            blocks[nb++] = (hp_mem_interval){bytes, pos[l->start], end, 0};
             continue;
         }
         const hp__ofl_cand *c = &p->cand[ci];
         if (c->persistent) continue;
         int32_t end = ow_pos[ci];
         if (c->n_fu > 0 && !gap_starts(c, 0) && pos[run_end(c, 0)] > end) end = pos[run_end(c, 0)];
+        what[nb] = t;
         blocks[nb++] = (hp_mem_interval){bytes, pos[c->def], end, 0};
     }
     for (int ci = 0; ci < p->n_cand; ci++) {
         const hp__ofl_cand *c = &p->cand[ci];
         if (!c->slow) continue;
         for (int j = 0; j < c->n_fu; j++)
-            if (gap_starts(c, j))
+            if (gap_starts(c, j)) {
+                what[nb] = -1;
                 blocks[nb++] = (hp_mem_interval){c->bytes, pre_pos[base[ci] + (size_t)j], pos[run_end(c, j)], 0};
-        if (c->spre >= 0) /* the early-read copy: created after the gap copies, as in the rewrite */
-            blocks[nb++] = (hp_mem_interval){c->bytes, ep_pos[ci], c->written ? wb_pos[ci] : pos[c->su[0]], 0};
+            }
+        if (c->spre >= 0) { /* the early-read copy: created after the gap copies, as in the rewrite */
+            int32_t a = c->su[0];
+            int32_t end = p->defer_wait[a] >= 0 ? hold_pos[a] : c->written ? wb_pos[ci] : pos[a];
+            what[nb] = -2 - ci;
+            blocks[nb++] = (hp_mem_interval){c->bytes, ep_pos[ci], end, 0};
+        }
     }
     size_t arena = 0;
     HP_CHECK_GOTO(hp_memplan_assign(blocks, nb, 64, &arena), st, done);
     *device_bytes = persistent + arena + p->ws_max;
+    if (layout) {
+        *layout = (hp__ofl_layout){it, n_it, blocks, what, nb};
+        it = NULL;
+        blocks = NULL;
+        what = NULL;
+    }
 done:
     free(it);
     free(base);
     free(pos);
+    free(hold_pos);
     free(pre_pos);
     free(ow_pos);
     free(ep_pos);
     free(wb_pos);
     free(blocks);
+    free(what);
     return st;
+}
+
+hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes) {
+    return hp__ofl_pack_layout(p, g, device_bytes, NULL);
 }
 
 /* ---------------------------------------------------------------- runtime state */
@@ -213,6 +253,7 @@ hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast) {
 void hp_offload_state_free(hp_offload_state *s) {
     if (!s) return;
     if (s->ce) hp_copy_engine_synchronize(s->ce);
+    if (s->ce_async) hp_copy_engine_synchronize(s->ce_async);
     for (int t = 0; t < s->n_tensors; t++) {
         if (!s->tier || (s->in_region && s->in_region[t])) continue;
         if (s->tier[t] == HP_TIER_HOST && s->data[t]) hp_mem_free(HP_TIER_HOST, s->data[t], s->bytes[t]);
@@ -222,6 +263,17 @@ void hp_offload_state_free(hp_offload_state *s) {
     if (s->disk && s->region_bytes[HP_TIER_DISK]) hp_disk_free(s->disk, s->disk_region);
     free(s->in_region);
     for (int k = 0; k < s->n_xfers; k++) hp_event_free(s->xfers[k].ev);
+    for (int k = 0; s->async && s->plan && k < s->plan->n_deferred; k++) {
+        hp__ofl_async *r = &s->async[k];
+        hp_event_free(r->x.ev);
+        free(r->chunk);
+        for (int q = 0; q < 4; q++)
+            if (r->stage_raw[q]) hp_mem_free(HP_TIER_HOST, r->stage_raw[q], r->stage_bytes);
+    }
+    free(s->async);
+    free(s->async_order);
+    free(s->touched);
+    hp_copy_engine_free(s->ce_async);
     hp_copy_engine_free(s->ce);
     hp_disk_close(s->disk);
     hp_offload_plan_free(s->plan);
@@ -238,9 +290,54 @@ const hp_offload_plan *hp_offload_state_plan(const hp_offload_state *s) { return
 hp_copy_engine *hp_offload_state_copy_engine(hp_offload_state *s) { return s ? s->ce : NULL; }
 hp_disk *hp_offload_state_disk(hp_offload_state *s) { return s ? s->disk : NULL; }
 
+void hp_offload_state_copy_stats(hp_offload_state *s, hp_copy_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!s) return;
+    hp_copy_engine_get_stats(s->ce, out);
+    if (!s->ce_async) return;
+    hp_copy_stats b;
+    hp_copy_engine_get_stats(s->ce_async, &b);
+    for (int x = 0; x < HP_TIER_COUNT; x++)
+        for (int y = 0; y < HP_TIER_COUNT; y++) {
+            out->bytes[x][y] += b.bytes[x][y];
+            out->copies[x][y] += b.copies[x][y];
+            out->busy_s[x][y] += b.busy_s[x][y];
+        }
+    out->busy_total_s += b.busy_total_s;
+    out->wait_s += b.wait_s;
+    out->tasks_done += b.tasks_done;
+    out->failed += b.failed;
+}
+
+void hp_offload_state_reset_copy_stats(hp_offload_state *s) {
+    if (!s) return;
+    hp_copy_engine_reset_stats(s->ce);
+    if (s->ce_async) hp_copy_engine_reset_stats(s->ce_async);
+}
+
+/* Waits for both copy streams. */
+static hp_status sync_all(hp_offload_state *s) {
+    hp_status st = hp_copy_engine_synchronize(s->ce);
+    if (s->ce_async) {
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", hp_error_message());
+        hp_status s2 = hp_copy_engine_synchronize(s->ce_async);
+        if (st != HP_STATUS_OK) hp_error(st, "%s", saved); /* keep the first error's message */
+        else st = s2;
+    }
+    return st;
+}
+
+static hp_status ext_sync(void *user, hp_tid t) {
+    hp_offload_state *s = user;
+    if (!s->ce_async) return HP_STATUS_OK;
+    if (t >= 0 && (t >= s->n_tensors || !s->touched[t])) return HP_STATUS_OK;
+    return hp_copy_engine_synchronize(s->ce_async);
+}
+
 static hp_status ext_write(void *user, hp_tid t, const void *src, size_t bytes) {
     hp_offload_state *s = user;
-    HP_CHECK(hp_copy_engine_synchronize(s->ce));
+    HP_CHECK(sync_all(s));
     if (s->tier[t] == HP_TIER_HOST) {
         memcpy(s->data[t], src, bytes);
         return HP_STATUS_OK;
@@ -250,7 +347,7 @@ static hp_status ext_write(void *user, hp_tid t, const void *src, size_t bytes) 
 
 static hp_status ext_read(void *user, hp_tid t, void *dst, size_t bytes) {
     hp_offload_state *s = user;
-    HP_CHECK(hp_copy_engine_synchronize(s->ce));
+    HP_CHECK(sync_all(s));
     if (s->tier[t] == HP_TIER_HOST) {
         memcpy(dst, s->data[t], bytes);
         return HP_STATUS_OK;
@@ -270,23 +367,34 @@ static hp_status ext_before_run(void *user) {
     return HP_STATUS_OK;
 }
 
+/* Every transfer of the main stream is waited for inside the step; the deferred updates on the
+ * async stream are waited for in the next step (or by ext_sync). */
 static hp_status ext_after_run(void *user) {
     hp_offload_state *s = user;
-    return hp_copy_engine_synchronize(s->ce);
+    hp_status st = hp_copy_engine_synchronize(s->ce);
+    if (s->ce_async) { /* what a failed step left recorded but not queued */
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", hp_error_message());
+        hp_status s2 = hp__ofl_async_flush(s);
+        if (st != HP_STATUS_OK) hp_error(st, "%s", saved);
+        else st = s2;
+    }
+    return st;
 }
 
 static void ext_report(void *user, FILE *f) {
     hp_offload_state *s = user;
     hp_copy_stats cs;
-    hp_copy_engine_get_stats(s->ce, &cs);
+    hp_offload_state_copy_stats(s, &cs);
     for (int a = 0; a < HP_TIER_COUNT; a++)
         for (int b = 0; b < HP_TIER_COUNT; b++)
             if (cs.copies[a][b])
                 fprintf(f, "copy: %s -> %s: %llu copies, %.1f MiB, %.1f MiB/s\n", hp_tier_name((hp_tier)a),
                         hp_tier_name((hp_tier)b), (unsigned long long)cs.copies[a][b], (double)cs.bytes[a][b] / 1048576.0,
                         cs.busy_s[a][b] > 0 ? (double)cs.bytes[a][b] / 1048576.0 / cs.busy_s[a][b] : 0.0);
-    fprintf(f, "copy: busy %.3f s, compute waited %.3f s, %.1f%% of copy time hidden behind compute\n",
-            cs.busy_total_s, cs.wait_s, 100.0 * hp_copy_stats_hidden_fraction(&cs));
+    fprintf(f, "copy: busy %.3f s, compute waited %.3f s, %.1f%% of copy time hidden behind compute%s\n",
+            cs.busy_total_s, cs.wait_s, 100.0 * hp_copy_stats_hidden_fraction(&cs),
+            s->ce_async ? " (both streams; deferred updates included)" : "");
     for (int t = HP_TIER_HOST; t < HP_TIER_COUNT; t++)
         if (s->region_naive[t])
             fprintf(f, "offload: %s region for activation copies %zu bytes (one home each: %zu)\n",
@@ -379,6 +487,40 @@ done:
 
 /* ---------------------------------------------------------------- rewrite */
 
+/* A deferred update's record for AdamW node n (operands already rewired): chunks, and HOST staging
+ * for each operand streamed from disk (homes are allocated later; the kernel fills loc[]). */
+static hp_status async_record(hp_offload_state *s, const hp_graph *g, const hp_node *n, hp__ofl_async *r) {
+    const hp_offload_plan *p = s->plan;
+    HP_CHECK(hp_event_new(&r->x.ev));
+    r->x.st = s;
+    r->x.slow = n->in[0];
+    r->numel = (size_t)hp_shape_numel(&hp_graph_tensor(g, n->in[0])->shape);
+    size_t chunk = s->chunk_bytes / sizeof(float);
+    r->n_chunks = (r->numel + chunk - 1) / chunk;
+    r->chunk = calloc(r->n_chunks + 1, sizeof *r->chunk);
+    if (!r->chunk) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %zu chunks", r->n_chunks);
+    for (size_t c = 0; c < r->n_chunks; c++) {
+        size_t first = c * chunk;
+        r->chunk[c] = (hp__ofl_chunk){r, first, r->numel - first < chunk ? r->numel - first : chunk};
+    }
+    for (int k = 0; k < 4; k++) {
+        hp_tid t = n->in[k];
+        /* on disk: a persistent home there, or a slow copy made by an OFFLOAD to the disk tier */
+        const hp_tensor *x = hp_graph_tensor(g, t);
+        const hp_node *pr = x->producer >= 0 ? hp_graph_node(g, x->producer) : NULL;
+        bool disk = pr ? pr->op == HP_OP_OFFLOAD && pr->attr.i[0] == HP_TIER_DISK
+                       : t < p->n_tensors && p->cand_of[t] >= 0 && p->cand[p->cand_of[t]].slow &&
+                             p->cand[p->cand_of[t]].tier == HP_TIER_DISK;
+        if (!disk) continue;
+        r->stage_bytes = s->chunk_bytes + HP_DISK_ALIGN;
+        r->stage_raw[k] = hp_mem_alloc(HP_TIER_HOST, r->stage_bytes);
+        if (!r->stage_raw[k])
+            return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: %zu bytes of staging for a deferred update", r->stage_bytes);
+        r->stage[k] = (void *)(((uintptr_t)r->stage_raw[k] + HP_DISK_ALIGN - 1) & ~(uintptr_t)(HP_DISK_ALIGN - 1));
+    }
+    return HP_STATUS_OK;
+}
+
 static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
     hp_offload_plan *p = s->plan;
     size_t n_gaps = 0;
@@ -395,6 +537,11 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
     int32_t *epw_node = malloc(((size_t)p->n_cand + 1) * sizeof *epw_node);
     int32_t *wbw_node = malloc(((size_t)p->n_cand + 1) * sizeof *wbw_node);
     hp__ofl_xfer **wb_rec = calloc((size_t)p->n_cand + 1, sizeof *wb_rec);
+    /* deferred updates: per original node, the record index, its wait node and hold node */
+    int32_t *rec_of = malloc(((size_t)p->n_nodes + 1) * sizeof *rec_of);
+    int32_t *dw_node = malloc(((size_t)p->n_deferred + 1) * sizeof *dw_node);
+    int32_t *hd_node = malloc(((size_t)p->n_deferred + 1) * sizeof *hd_node);
+    s->async = calloc((size_t)p->n_deferred + 1, sizeof *s->async);
     s->xfers = calloc((size_t)p->stats.n_prefetch + (size_t)p->stats.n_offload + (size_t)p->stats.n_early + 1,
                       sizeof *s->xfers);
     hp__ofl_item *it = NULL;
@@ -403,7 +550,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
     int n_it = 0;
     hp_status st = HP_STATUS_OK;
     if (!base || !y || !of_node || !ow_node || !copy || !pf_node || !pw_node || !ecopy || !ep_node || !epw_node ||
-        !wbw_node || !wb_rec || !s->xfers) {
+        !wbw_node || !wb_rec || !s->xfers || !rec_of || !dw_node || !hd_node || !s->async) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory rewriting the graph");
         goto done;
     }
@@ -470,11 +617,14 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             ep_node[ci] = hp_graph_n_nodes(g) - 1;
             hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &ecopy[ci], 1, NULL);
             epw_node[ci] = hp_graph_n_nodes(g) - 1;
+            bool wb_wait = c->written && p->defer_wait[c->su[0]] < 0; /* deferred: the update's record */
             if (c->written) {
                 hp__ofl_xfer *w = &s->xfers[s->n_xfers++];
                 HP_CHECK_GOTO(hp_event_new(&w->ev), st, done);
                 *w = (hp__ofl_xfer){s, c->t, c->bytes, w->ev};
                 wb_rec[ci] = w;
+            }
+            if (wb_wait) {
                 hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &ecopy[ci], 1, NULL);
                 wbw_node[ci] = hp_graph_n_nodes(g) - 1;
             }
@@ -486,7 +636,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             hp_graph_node(g, epw_node[ci])->extra = x;
             hp_graph_node(g, ep_node[ci])->scope = p->node_scope[c->su[0]];
             hp_graph_node(g, epw_node[ci])->scope = p->node_scope[c->su[0]];
-            if (c->written) {
+            if (wb_wait) {
                 hp_graph_node(g, wbw_node[ci])->extra = wb_rec[ci];
                 hp_graph_node(g, wbw_node[ci])->scope = p->node_scope[c->su[0]];
             }
@@ -524,6 +674,67 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             n->extra = s;
         }
     }
+    /* Deferred updates: the record, the next step's wait and the hold of the fast operands. */
+    s->touched = calloc((size_t)hp_graph_n_tensors(g) + 1, sizeof *s->touched);
+    if (!s->touched) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d tensors", hp_graph_n_tensors(g));
+        goto done;
+    }
+    for (int i = 0; i < p->n_nodes; i++) {
+        rec_of[i] = -1;
+        if (p->defer_wait[i] < 0) continue;
+        hp_node *n = hp_graph_node(g, i);
+        HP_ASSERT(n->op == HP_OP_ADAMW_STREAM);
+        int k = s->n_async++;
+        rec_of[i] = k;
+        HP_CHECK_GOTO(async_record(s, g, n, &s->async[k]), st, done);
+        s->async[k].node = i;
+        n->extra = &s->async[k];
+        n->attr.i[0] = 1;
+        hp_tid held[4];
+        int nh = 0;
+        for (int q = 0; q < 4; q++) {
+            hp_tid t = n->in[q];
+            bool fast = t >= p->n_tensors || p->cand_of[t] < 0 || !p->cand[p->cand_of[t]].slow;
+            if (fast && (t >= p->n_tensors || !p->lv.t[t].persistent)) held[nh++] = t;
+        }
+        hp__ofl_async *r = &s->async[k];
+        r->job = r->stage[0] || r->stage[1] || r->stage[2] || r->stage[3];
+        hp_tid lr = n->in[4]; /* a leaf: the wait needs an input but must hold no arena bytes */
+        hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &lr, 1, NULL);
+        dw_node[k] = hp_graph_n_nodes(g) - 1;
+        if (nh == 0) held[nh++] = lr;
+        hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, held, nh, NULL);
+        hd_node[k] = hp_graph_n_nodes(g) - 1;
+        if (hp_graph_status(g) != HP_STATUS_OK) {
+            st = hp_graph_status(g);
+            goto done;
+        }
+        n = hp_graph_node(g, i); /* adding nodes may have moved the node array */
+        for (int q = 0; q < 4; q++) s->touched[n->in[q]] = true;
+        for (int ci = 0; ci < p->n_cand; ci++) /* the homes behind early-read copies */
+            if (p->cand[ci].slow && p->cand[ci].spre >= 0 && p->cand[ci].su[0] == i) s->touched[p->cand[ci].t] = true;
+        hp_node *dw = hp_graph_node(g, dw_node[k]), *hd = hp_graph_node(g, hd_node[k]);
+        dw->extra = &s->async[k].x;
+        dw->scope = p->node_scope[p->defer_wait[i]];
+        hd->extra = &s->hold;
+        hd->scope = p->node_scope[i];
+    }
+    /* The async stream runs the updates earliest deadline first; the last one in the step queues them. */
+    s->async_order = malloc(((size_t)s->n_async + 1) * sizeof *s->async_order);
+    if (!s->async_order) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d deferred updates", s->n_async);
+        goto done;
+    }
+    for (int k = 0; k < s->n_async; k++) {
+        int j = k; /* insertion sort by (deadline, node) */
+        while (j > 0 && p->defer_wait[s->async[s->async_order[j - 1]].node] > p->defer_wait[s->async[k].node]) {
+            s->async_order[j] = s->async_order[j - 1];
+            j--;
+        }
+        s->async_order[j] = k;
+    }
+    if (s->n_async > 0) hp_graph_node(g, s->async[s->n_async - 1].node)->attr.i[1] = 1;
     /* Reorder. */
     int nn = hp_graph_n_nodes(g);
     HP_ASSERT(nn == n_it);
@@ -545,6 +756,8 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         case HP__OFL_EPREFETCH: order[k] = ep_node[x->cand]; break;
         case HP__OFL_EPWAIT: order[k] = epw_node[x->cand]; break;
         case HP__OFL_WBWAIT: order[k] = wbw_node[x->cand]; break;
+        case HP__OFL_DWAIT: order[k] = dw_node[rec_of[x->gap]]; break;
+        case HP__OFL_HOLD: order[k] = hd_node[rec_of[x->gap]]; break;
         }
     }
     for (int i = 0; i < nn; i++) tmp[i] = *hp_graph_node(g, i);
@@ -572,7 +785,11 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
     for (int ci = 0; ci < p->n_cand; ci++) {
         const hp__ofl_cand *c = &p->cand[ci];
         if (c->slow && c->persistent) HP_CHECK_GOTO(alloc_home(s, c->t, c->tier, c->bytes), st, done);
-        if (c->slow && !c->persistent) s->in_region[y[ci]] = true;
+        /* a copy a deferred update streams from gets its own home: the region's next user could
+         * overwrite a shared slot before the update has read it */
+        bool own = c->slow && !c->persistent && c->n_su > 0 && c->spre < 0 && p->defer_wait[c->su[0]] >= 0;
+        if (own) HP_CHECK_GOTO(alloc_home(s, y[ci], c->tier, c->bytes), st, done);
+        else if (c->slow && !c->persistent) s->in_region[y[ci]] = true;
         if (c->slow && c->spre >= 0 && c->written) s->write_back[ecopy[ci]] = wb_rec[ci];
     }
     HP_CHECK_GOTO(plan_regions(s, g), st, done);
@@ -589,6 +806,9 @@ done:
     free(epw_node);
     free(wbw_node);
     free(wb_rec);
+    free(rec_of);
+    free(dw_node);
+    free(hd_node);
     free(it);
     free(tmp);
     free(order);
@@ -612,10 +832,11 @@ hp_status hp_offload_apply_config(const hp_offload_plan_config *cfg, hp_graph *g
         dc.capacity = cfg->disk_budget;
         HP_CHECK_GOTO(hp_disk_open(&dc, &s->disk), st, fail);
     }
+    if (s->plan->n_deferred > 0) HP_CHECK_GOTO(hp_copy_engine_new(&s->ce_async), st, fail);
     HP_CHECK_GOTO(rewrite(s, g), st, fail);
     HP_CHECK_GOTO(hp_graph_verify(g), st, fail);
     s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, cfg->device_budget, ext_write, ext_read,
-                              ext_before_run, ext_after_run, ext_report, s};
+                              ext_before_run, ext_after_run, ext_report, s, ext_sync};
     opts->ext = &s->ext;
     opts->view_reshape = false;
     opts->plan_memory = true;

@@ -26,7 +26,7 @@ typedef struct hp__ofl_cand {
      * the fast tier before node spre (while the backward pass still computes), and the update runs
      * on that copy instead of streaming from the home; written tensors (param, m, v) are written
      * back by the update and the write-back is waited for after node swait. spre = -1: streamed. */
-    int32_t spre, swait;
+    int32_t spre, swait; /* swait = n_nodes - 1 for the operands of a deferred update (below) */
     bool written;     /* the AdamW use updates it in place (param, m, v; not the gradient) */
 } hp__ofl_cand;
 
@@ -44,6 +44,13 @@ struct hp_offload_plan {
     size_t ws_max;     /* the largest kernel workspace */
     size_t fixed_persistent; /* persistent bytes of non-candidates */
     int64_t *resident; /* per node: resident bytes with the plan */
+    /* Deferred updates (cfg.async_update): per original node, -1, or for an AdamW node over disk-tier
+     * operands that runs on the async copy stream, the node of the next step before which that
+     * update is waited for. hold_node[t]: the deferred AdamW node whose fast operand t (a gradient
+     * left in the arena) is kept until the end of the step, or -1. */
+    int32_t *defer_wait;
+    int32_t *hold_node;
+    int n_deferred;
     hp_op *node_op;    /* per original node, for the printout */
     const char **node_scope;
     hp_offload_plan_stats stats;
@@ -54,7 +61,9 @@ typedef enum {
     HP__OFL_PREFETCH, HP__OFL_PWAIT, HP__OFL_NODE, HP__OFL_OFFLOAD, HP__OFL_OWAIT,
     HP__OFL_EPREFETCH, /* early read of an AdamW operand (before node spre) */
     HP__OFL_EPWAIT,    /* its wait (before the AdamW node) */
-    HP__OFL_WBWAIT     /* the wait for its write-back (after node swait) */
+    HP__OFL_WBWAIT,    /* the wait for its write-back (after node swait) */
+    HP__OFL_DWAIT,     /* the wait for deferred update `gap` (first, before node defer_wait[gap]) */
+    HP__OFL_HOLD       /* keeps deferred update `gap`'s fast operands to the end (after the last node) */
 } hp__ofl_item_kind;
 typedef struct hp__ofl_item {
     hp__ofl_item_kind kind;
@@ -64,6 +73,23 @@ typedef struct hp__ofl_item {
 
 /* The rewritten program order (malloc'd into *items). Errors: HP_STATUS_OUT_OF_MEMORY. */
 hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int *n_items);
+
+/* The fast-tier arena of the rewritten program as hp__ofl_pack lays it out: the blocks with their
+ * offsets and item intervals, and what each block holds (a tensor's own block: tensor id; a
+ * prefetched gap copy: -1; an early-read copy: -2 - candidate index). */
+typedef struct hp__ofl_layout {
+    hp__ofl_item *items;
+    int n_items;
+    hp_mem_interval *blocks;
+    int32_t *what;
+    int n_blocks;
+} hp__ofl_layout;
+void hp__ofl_layout_free(hp__ofl_layout *l);
+/* Packs the arena (exactly as the program will): *device_bytes = persistent + arena + workspace;
+ * with `layout` non-NULL, also the blocks (freed with hp__ofl_layout_free). */
+hp_status hp__ofl_pack_layout(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes,
+                              hp__ofl_layout *layout);
+hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *device_bytes);
 
 /* A transfer node's record (node->extra of PREFETCH, OFFLOAD and their OFFLOAD_WAIT). */
 typedef struct hp__ofl_xfer {
@@ -90,6 +116,14 @@ struct hp_offload_state {
     int n_xfers;
     size_t chunk_bytes;
     hp__ofl_xfer **write_back; /* per tensor: the write-back record of an early-read AdamW copy, or NULL */
+    /* Deferred updates: a second copy stream runs them (so activation copies on `ce` never queue
+     * behind them); touched[t]: tensor t may be written by one still in flight (hp_program_ext.sync). */
+    hp_copy_engine *ce_async;
+    struct hp__ofl_async *async;
+    int n_async;
+    int32_t *async_order; /* records by next-step deadline: the async stream runs them in this order */
+    bool *touched;
+    hp__ofl_xfer hold; /* the HOLD nodes' record: no event, waits for nothing */
     hp_program_ext ext;
     /* Slow-tier copies of activations share one region per tier, planned from their lifetimes in
      * the rewritten program (the same greedy-by-size packing as the fast arena). */
@@ -99,6 +133,41 @@ struct hp_offload_state {
     size_t region_naive[HP_TIER_COUNT]; /* what one home per copy would take */
     uint64_t disk_region;         /* DISK region's offset in the store */
 };
+
+/*
+ * A deferred update (node->extra of its ADAMW_STREAM node, which has attr.i[0] = 1, and of the
+ * OFFLOAD_WAIT placed before node defer_wait in the next step): the kernel snapshots the scalars,
+ * queues on ce_async per chunk the reads of disk operands into `stage`, the update, the writes
+ * back, then the write-backs of early-read copies, and records x.ev.
+ */
+typedef struct hp__ofl_async hp__ofl_async;
+typedef struct hp__ofl_chunk {
+    hp__ofl_async *rec;
+    size_t first, count; /* elements */
+} hp__ofl_chunk;
+struct hp__ofl_async {
+    hp__ofl_xfer x;      /* x.ev: recorded after the update's last write; x.slow: the parameter */
+    int32_t node;        /* the AdamW node (index in the graph before the rewrite) */
+    float coef[8];       /* hp__adamw_coef of the step being applied (the CPU kernel's layout) */
+    hp_loc loc[4];       /* param, grad, m, v: where the update reads and writes them */
+    void *stage[4];      /* HOST staging of one chunk of each disk operand (NULL: in memory) */
+    bool job;            /* some operand streams from disk: the update itself runs on the async
+                            stream; else the kernel updates in memory and only write-backs are queued */
+    bool pending;        /* the kernel filled the record; hp__ofl_async_flush has not queued it */
+    void (*chunk_fn)(void *chunk); /* the backend's update of one hp__ofl_chunk (job only) */
+    hp_loc wb_dst[4], wb_src[4];   /* write-backs of early-read copies (wb_bytes 0: none) */
+    size_t wb_bytes[4];
+    void *stage_raw[4];  /* their allocations (hp_mem_alloc, stage_bytes each) */
+    size_t stage_bytes;
+    size_t numel, n_chunks;
+    hp__ofl_chunk *chunk;
+};
+
+/* Queues every pending deferred update on the async stream, earliest next-step deadline first (the
+ * updates touch disjoint tensors, so any order is correct; this one makes the first waits short),
+ * and records each one's event. Called by the last deferred AdamW node of the step and, for
+ * updates a failed step left pending, at the end of the run. Errors: hp_copy_async's. */
+hp_status hp__ofl_async_flush(hp_offload_state *s);
 
 /* Where tensor t's home is; `fast` is its address when the home is the fast tier. */
 hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast);

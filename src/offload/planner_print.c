@@ -21,6 +21,10 @@ void hp_offload_plan_print(const hp_offload_plan *p, const hp_graph *g, FILE *f)
     fprintf(f, "\n  inserted: %d prefetch, %d offload, %d wait; %d AdamW updates over slow-tier operands (%d operands "
                "read early, the rest streamed)\n",
             s->n_prefetch, s->n_offload, s->n_wait, s->n_streamed, s->n_early);
+    if (s->n_deferred > 0)
+        fprintf(f, "  deferred: %d AdamW updates over disk operands run on the async copy stream and finish during "
+                   "the next step\n",
+                s->n_deferred);
     for (int t = HP_TIER_HOST; t < HP_TIER_COUNT; t++)
         fprintf(f, "  tier %-4s: homes %.2f MiB; per step %.2f MiB in, %.2f MiB out\n", hp_tier_name((hp_tier)t),
                 mib(s->home_bytes[t]), mib(s->bytes_in[t]), mib(s->bytes_out[t]));
@@ -52,12 +56,19 @@ void hp_offload_plan_print(const hp_offload_plan *p, const hp_graph *g, FILE *f)
             fprintf(f, "      early read before node %d (%s in '%s') for adamw at node %d, %.3f ms ahead, copy %.3f ms%s",
                     c->spre, hp_op_name(p->node_op[c->spre]), p->node_scope[c->spre], c->su[0], 1e3 * ahead,
                     1e3 * c->x_in, ahead >= c->x_in ? " (hidden)" : " (stalls)");
-            if (c->written)
+            if (p->defer_wait[c->su[0]] >= 0)
+                fprintf(f, "; deferred update%s, waited before node %d of the next step", c->written ? ", written back" : "",
+                        p->defer_wait[c->su[0]]);
+            else if (c->written)
                 fprintf(f, "; written back, waited after node %d", c->swait);
             fprintf(f, "\n");
         } else {
-            for (int k = 0; k < c->n_su; k++)
-                fprintf(f, "      adamw at node %d streams it from the %s tier\n", c->su[k], hp_tier_name(c->tier));
+            for (int k = 0; k < c->n_su; k++) {
+                fprintf(f, "      adamw at node %d streams it from the %s tier", c->su[k], hp_tier_name(c->tier));
+                if (p->defer_wait[c->su[k]] >= 0)
+                    fprintf(f, " (deferred, waited before node %d of the next step)", p->defer_wait[c->su[k]]);
+                fprintf(f, "\n");
+            }
         }
     }
 }

@@ -41,7 +41,7 @@ const hp_op_def hp__op_def_prefetch = {
 
 /* Inputs: the tensors whose storage must stay allocated until the transfer completes. */
 const hp_op_def hp__op_def_offload_wait = {
-    .name = "offload_wait", .min_in = 1, .max_in = 2, .n_out = 0, .infer = wait_infer, .cost = async_cost,
+    .name = "offload_wait", .min_in = 1, .max_in = 4, .n_out = 0, .infer = wait_infer, .cost = async_cost,
 };
 
 /* ADAMW_STREAM has ADAMW's inputs, attributes, shapes and cost; only where the data lives differs. */

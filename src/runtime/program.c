@@ -55,6 +55,7 @@ static size_t tensor_bytes(const hp_tensor *t) {
 
 void hp_program_free(hp_program *p) {
     if (!p) return;
+    (void)hp_program_sync(p); /* nothing may still read or write the program's memory */
     hp__comm_stream_free(p->cs);
     free(p->exec_kind);
     free(p->flight_ptr);
@@ -325,7 +326,15 @@ fail:
     return st;
 }
 
+static hp_status ext_sync(hp_program *p, hp_tid t) {
+    const hp_program_ext *e = p->opts.ext;
+    return e && e->sync ? e->sync(e->user, t) : HP_STATUS_OK;
+}
+
+hp_status hp_program_sync(hp_program *p) { return p ? ext_sync(p, -1) : HP_STATUS_OK; }
+
 void *hp_program_data(hp_program *p, hp_tid t) {
+    if (t >= 0 && t < p->lv.n_tensors && (p->own[t] || p->ext[t])) (void)ext_sync(p, t);
     if (t >= 0 && t < p->lv.n_tensors && p->ext[t]) return p->data[t];
     if (t < 0 || t >= p->lv.n_tensors || !p->own[t]) return NULL;
     return p->data[t];
@@ -348,12 +357,14 @@ static hp_status check_io(const hp_program *p, hp_tid t, size_t bytes, const cha
 
 hp_status hp_program_set_input(hp_program *p, hp_tid t, const void *src, size_t bytes) {
     HP_CHECK(check_io(p, t, bytes, "hp_program_set_input"));
+    HP_CHECK(ext_sync(p, t));
     if (p->ext[t]) return p->opts.ext->write(p->opts.ext->user, t, src, bytes);
     return hp_backend_set(p->be, p->data[t], src, bytes);
 }
 
 hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes) {
     HP_CHECK(check_io(p, t, bytes, "hp_program_get_output"));
+    HP_CHECK(ext_sync(p, t));
     if (p->ext[t]) return p->opts.ext->read(p->opts.ext->user, t, dst, bytes);
     HP_CHECK(hp_backend_get(p->be, dst, p->data[t], bytes));
     return hp_backend_synchronize(p->be);

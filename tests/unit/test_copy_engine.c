@@ -321,12 +321,48 @@ static void test_faults_are_sticky_and_name_the_path(void **state) {
     hp_copy_engine_free(ce);
 }
 
+/* A host task runs in stream order after the copies before it, and is skipped after a failure. */
+static void count_fn(void *user) {
+    int *n = user;
+    (*n)++;
+}
+
+static void test_host_task_in_order_and_skipped_after_failure(void **state) {
+    (void)state;
+    hp_copy_engine *ce;
+    assert_ok(hp_copy_engine_new(&ce));
+    hp_disk *d;
+    assert_ok(hp_disk_open(NULL, &d));
+    static float x[4096], y[4096];
+    for (int i = 0; i < 4096; i++) x[i] = (float)i;
+    uint64_t off;
+    assert_ok(hp_disk_alloc(d, sizeof x, &off));
+    int runs = 0;
+    /* write, read back, then a task that sees the data read */
+    assert_ok(hp_copy_async(ce, hp_loc_disk(d, off), hp_loc_mem(HP_TIER_HOST, x), sizeof x));
+    assert_ok(hp_copy_async(ce, hp_loc_mem(HP_TIER_HOST, y), hp_loc_disk(d, off), sizeof y));
+    assert_ok(hp_copy_host_task(ce, count_fn, &runs));
+    assert_ok(hp_copy_engine_synchronize(ce));
+    assert_int_equal(runs, 1);
+    assert_memory_equal(x, y, sizeof x);
+    hp_disk_inject_fault(d, EIO, 0);
+    assert_ok(hp_copy_async(ce, hp_loc_mem(HP_TIER_HOST, y), hp_loc_disk(d, off), sizeof y));
+    assert_ok(hp_copy_host_task(ce, count_fn, &runs));
+    assert_ok(hp_copy_host_fn(ce, count_fn, &runs)); /* a plain host function still runs */
+    assert_int_equal(hp_copy_engine_synchronize(ce), HP_STATUS_IO);
+    assert_int_equal(runs, 2);
+    assert_int_equal(hp_copy_host_task(ce, NULL, NULL), HP_STATUS_INVALID_ARGUMENT);
+    hp_disk_close(d);
+    hp_copy_engine_free(ce);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_tier_pair_bit_exact),
         cmocka_unit_test(test_events_are_asynchronous),
         cmocka_unit_test(test_stream_chunks_update_matches_reference),
         cmocka_unit_test(test_faults_are_sticky_and_name_the_path),
+        cmocka_unit_test(test_host_task_in_order_and_skipped_after_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

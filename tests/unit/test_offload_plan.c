@@ -359,9 +359,12 @@ static void fault_case(int which) {
     else if (which == 1) hp_disk_inject_fault(d, ENOSPC, 0);
     else assert_int_equal(unlink(path), 0);
     hp_status st = hp_program_run(p);
+    if (st == HP_STATUS_OK) st = hp_program_sync(p); /* a failure in a deferred update surfaces here */
     assert_int_equal(st, HP_STATUS_IO);
     hp_test_assert_error_contains(path);
-    print_message("fault %d: %s\n", which, hp_error_message());
+    hp_offload_plan_stats ps;
+    hp_offload_plan_get_stats(hp_offload_state_plan(s), &ps);
+    print_message("fault %d (%d deferred updates): %s\n", which, ps.n_deferred, hp_error_message());
     hp_program_free(p);
     hp_offload_state_free(s);
     hp_graph_free(x.g);
@@ -526,6 +529,120 @@ static void test_early_reads(void **state) {
     free(a.params);
 }
 
+/* ---------------------------------------------------------------- deferred updates */
+
+/* In the compiled program, every deferred update's wait (the OFFLOAD_WAIT sharing its record) comes
+ * before its AdamW node, and no node before the wait (which runs in the next step while the update
+ * may still be in flight) touches its parameter or state, or writes arena bytes its held operands
+ * (gradient, early-read copies) occupy. Returns the number of deferred updates. */
+static int check_deferred(hp_graph *g, hp_program *p) {
+    int nn = hp_graph_n_nodes(g), n_def = 0;
+    for (int a = 0; a < nn; a++) {
+        const hp_node *n = hp_graph_node(g, a);
+        if (n->op != HP_OP_ADAMW_STREAM || n->attr.i[0] != 1) continue;
+        n_def++;
+        int w = -1;
+        for (int j = 0; j < nn && w < 0; j++)
+            if (hp_graph_node(g, j)->op == HP_OP_OFFLOAD_WAIT && hp_graph_node(g, j)->extra == n->extra) w = j;
+        if (w < 0 || w > a) fail_msg("deferred update at node %d: its wait is at node %d", a, w);
+        for (int k = 0; k < 4; k++) {
+            hp_tid t = n->in[k];
+            const hp_tensor *x = hp_graph_tensor(g, t);
+            size_t off, bytes = (size_t)hp_shape_numel(&x->shape) * sizeof(float);
+            bool arena = hp_program_arena_offset(p, t, &off);
+            for (int j = 0; j < w; j++) {
+                const hp_node *m = hp_graph_node(g, j);
+                for (int q = 0; q < m->n_in && !arena; q++)
+                    if (m->in[q] == t) fail_msg("node %d reads %%%d before the wait (node %d) for the update at %d", j, t, w, a);
+                for (int q = 0; q < m->n_out && !arena; q++)
+                    if (m->out[q] == t) fail_msg("node %d writes %%%d before the wait (node %d) for the update at %d", j, t, w, a);
+                for (int q = 0; q < m->n_out && arena; q++) {
+                    size_t o;
+                    const hp_tensor *y = hp_graph_tensor(g, m->out[q]);
+                    size_t yb = (size_t)hp_shape_numel(&y->shape) * hp_dtype_size(y->dtype);
+                    if (hp_program_arena_offset(p, m->out[q], &o) && o < off + bytes && off < o + yb)
+                        fail_msg("node %d writes bytes of %%%d before the wait (node %d) for the update at %d", j, t, w, a);
+                }
+            }
+        }
+    }
+    return n_def;
+}
+
+static void test_deferred_updates(void **state) {
+    (void)state;
+    gpt ref;
+    gpt_build(&ref, 2);
+    result a;
+    assert_ok(run_steps(&ref, HP_PROGRAM_OPTS_DEFAULT, &a, 3));
+    size_t peak = no_offload_peak(&ref);
+    hp_graph_free(ref.g);
+    static const double frac[] = {0.5, 0.6, 0.75, 0.25};
+    int deferred_runs = 0, disk_grad_runs = 0;
+    for (int policy = 0; policy < 3; policy++)
+        for (int au = 1; au >= 0; au--)
+            for (size_t b = 0; b < sizeof frac / sizeof frac[0]; b++) {
+                hp_offload_plan_config c;
+                hp_offload_plan_config_init(&c);
+                c.device_budget = (size_t)(frac[b] * (double)peak);
+                c.bandwidth[HP_TIER_DISK] = 1e9;
+                c.chunk_bytes = 4096;
+                c.disk_dir = disk_dir();
+                c.async_update = au == 1;
+                c.policy[HP_OFFLOAD_CLASS_OPTIMIZER] = HP_TIER_DISK;
+                if (policy >= 1) c.policy[HP_OFFLOAD_CLASS_PARAMS] = HP_TIER_DISK; /* params on disk too */
+                if (policy == 2) c.policy[HP_OFFLOAD_CLASS_GRADS] = HP_TIER_DISK;  /* and gradients */
+                gpt x;
+                gpt_build(&x, 2);
+                hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+                o.keep = x.keep;
+                o.n_keep = 2;
+                hp_offload_state *s = NULL;
+                hp_status st = hp_offload_apply_config(&c, x.g, &o, &s);
+                if (st == HP_STATUS_OUT_OF_MEMORY && frac[b] < 0.5) { /* not every policy reaches 25% */
+                    hp_graph_free(x.g);
+                    continue;
+                }
+                assert_ok(st);
+                hp_offload_plan_stats ps;
+                hp_offload_plan_get_stats(hp_offload_state_plan(s), &ps);
+                if (!au) assert_int_equal(ps.n_deferred, 0);
+                for (int i = 0; i < hp_graph_n_nodes(x.g); i++) { /* a deferred update streaming a disk gradient */
+                    const hp_node *n = hp_graph_node(x.g, i);
+                    if (n->op != HP_OP_ADAMW_STREAM || n->attr.i[0] != 1) continue;
+                    const hp_tensor *gr = hp_graph_tensor(x.g, n->in[1]);
+                    const hp_node *pr = gr->producer >= 0 ? hp_graph_node(x.g, gr->producer) : NULL;
+                    if (pr && pr->op == HP_OP_OFFLOAD && pr->attr.i[0] == HP_TIER_DISK) {
+                        disk_grad_runs++;
+                        break;
+                    }
+                }
+                check_structure(x.g, s);
+                hp_program *p;
+                assert_ok(hp_program_new(x.g, &o, &p));
+                assert_int_equal(check_deferred(x.g, p), ps.n_deferred);
+                hp_program_free(p);
+                result r;
+                assert_ok(run_steps(&x, o, &r, 3));
+                assert_true(r.st.device_bytes <= c.device_budget);
+                assert_memory_equal(a.loss, r.loss, sizeof a.loss);
+                assert_int_equal(a.n, r.n);
+                assert_memory_equal(a.params, r.params, a.n * sizeof(float));
+                deferred_runs += ps.n_deferred > 0;
+                if (getenv("HP_TEST_VERBOSE"))
+                    print_message("policy %d async %d budget %.2f: %d streamed, %d early, %d deferred\n", policy, au,
+                                  frac[b], ps.n_streamed, ps.n_early, ps.n_deferred);
+                free(r.params);
+                hp_offload_state_free(s);
+                hp_graph_free(x.g);
+            }
+    print_message("%d plans with deferred updates (%d streaming a gradient from disk), bitwise equal to the run "
+                  "without offload\n", deferred_runs, disk_grad_runs);
+    assert_true(deferred_runs >= 3);
+    assert_true(disk_grad_runs >= 1);
+    free(a.params);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),
@@ -534,6 +651,7 @@ int main(void) {
         cmocka_unit_test(test_gpt_bitwise_every_policy),
         cmocka_unit_test(test_disk_faults),
         cmocka_unit_test(test_early_reads),
+        cmocka_unit_test(test_deferred_updates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,8 @@
  * runs AdamW chunk by chunk where the states are (hp_copy_stream_chunks: fast and host buffers in
  * place, disk buffers staged through host memory with the next chunk's read overlapping the update);
  * operands the planner read early into the fast tier are updated in place there and written back.
+ * A deferred ADAMW_STREAM (attr.i[0] = 1) queues the same update on the async copy stream instead
+ * and returns; the next step waits for it (an OFFLOAD_WAIT on the update's record).
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/team.h"
@@ -73,10 +75,52 @@ static void adamw_stream_worker(const team_chunk *tc) {
     }
 }
 
+/* ---------------------------------------------------------------- deferred updates */
+
+/* One chunk of a deferred update, on the async copy worker (its disk operands are staged). */
+static void async_chunk(void *user) {
+    const hp__ofl_chunk *ch = user;
+    const hp__ofl_async *r = ch->rec;
+    hp__adamw_coef c;
+    memcpy(&c, r->coef, sizeof c);
+    float *b[4];
+    for (int k = 0; k < 4; k++)
+        b[k] = r->stage[k] ? (float *)r->stage[k] : (float *)r->loc[k].ptr + ch->first;
+    hp__adamw_update(&c, b[0], b[1], b[2], b[3], (int64_t)ch->count);
+}
+
+/* Fills the record of a deferred update (the step's scalars, where the operands are, the
+ * write-backs of early-read copies) for hp__ofl_async_flush; the last deferred node of the step
+ * (attr.i[1] = 1) flushes them all. */
+static hp_status adamw_deferred(const hp_kernel_args *a, hp__ofl_async *r, const hp__adamw_coef *coef) {
+    hp_offload_state *st = r->x.st;
+    _Static_assert(sizeof r->coef == sizeof *coef, "coef layout");
+    memcpy(r->coef, coef, sizeof r->coef);
+    r->chunk_fn = async_chunk;
+    for (int k = 0; k < 4; k++) {
+        hp_tid t = a->node->in[k];
+        r->loc[k] = hp__ofl_loc(st, t, a->in[k]);
+        hp__ofl_xfer *x = st->write_back && t >= 0 && t < st->n_tensors ? st->write_back[t] : NULL;
+        r->wb_bytes[k] = x ? x->bytes : 0;
+        if (x) {
+            r->wb_dst[k] = hp__ofl_loc(st, x->slow, NULL);
+            r->wb_src[k] = hp_loc_mem(HP_TIER_DEVICE, a->in[k]);
+        }
+    }
+    r->pending = true;
+    return a->node->attr.i[1] == 1 ? hp__ofl_async_flush(st) : HP_STATUS_OK;
+}
+
 /* A team kernel (team.h). */
 hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
-    hp_offload_state *st = a->node->extra;
-    if (!st) return hp__cpu_adamw(a); /* nothing offloaded: the plain kernel */
+    if (!a->node->extra) return hp__cpu_adamw(a); /* nothing offloaded: the plain kernel */
+    /* Deferred: with an operand streamed from disk the whole update runs on the async stream; with
+     * every operand in memory (early-read copies, host homes) the team updates them now and only
+     * the write-backs go to the async stream. */
+    hp__ofl_async *rec = a->node->attr.i[0] == 1 ? a->node->extra : NULL;
+    bool job = rec && rec->job;
+    if (job && hp__team_all() && omp_get_thread_num() != 0) return HP_STATUS_OK;
+    hp_offload_state *st = rec ? rec->x.st : a->node->extra;
     const float lr = *(const float *)a->in[4], t = *(const float *)a->in[5];
     const float sc = (a->node->n_in > 6 && a->in[6]) ? *(const float *)a->in[6] : 1.0f;
     adamw_ctx c = {lr, sc, a->node->attr.f[0], a->node->attr.f[1], a->node->attr.f[2], a->node->attr.f[3], 0, 0};
@@ -86,6 +130,7 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: lr %g and scale %g must be finite", (double)lr, (double)sc);
     c.c1 = (float)(1.0 / (1.0 - pow((double)c.b1, (double)t)));
     c.c2 = (float)(1.0 / (1.0 - pow((double)c.b2, (double)t)));
+    if (job) return adamw_deferred(a, rec, &c);
     hp_stream_buffer b[4];
     for (int k = 0; k < 4; k++)
         b[k] = (hp_stream_buffer){hp__ofl_loc(st, a->node->in[k], a->in[k]), sizeof(float), k != 1};
@@ -106,6 +151,7 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
     } else {
         HP_CHECK(hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c));
     }
+    if (rec) return adamw_deferred(a, rec, &c); /* thread 0, after the team's update */
     /* Operands read early into the fast tier (param, m, v) are written back home now; an
      * OFFLOAD_WAIT on the same record keeps the copy alive until the write is done. */
     for (int k = 0; k < 4; k++) {
