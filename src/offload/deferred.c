@@ -26,9 +26,10 @@ static hp_status queue_job(hp_copy_engine *ce, const hp__ofl_async *r) {
     return HP_STATUS_OK;
 }
 
-hp_status hp__ofl_async_flush(hp_offload_state *s) {
+hp_status hp__ofl_async_flush(hp_offload_state *s, int32_t limit) {
     for (int i = 0; i < s->n_async; i++) {
         hp__ofl_async *r = &s->async[s->async_order[i]];
+        if (r->deadline > limit) break; /* async_order is by deadline */
         if (!r->pending) continue;
         r->pending = false;
         if (r->job) HP_CHECK(queue_job(s->ce_async, r));

@@ -8,6 +8,7 @@
 #include "ops/op.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -267,9 +268,9 @@ void hp_offload_state_free(hp_offload_state *s) {
         hp__ofl_async *r = &s->async[k];
         hp_event_free(r->x.ev);
         free(r->chunk);
-        for (int q = 0; q < 4; q++)
-            if (r->stage_raw[q]) hp_mem_free(HP_TIER_HOST, r->stage_raw[q], r->stage_bytes);
     }
+    for (int q = 0; q < 4; q++)
+        if (s->async_stage_raw[q]) hp_mem_free(HP_TIER_HOST, s->async_stage_raw[q], s->async_stage_bytes);
     free(s->async);
     free(s->async_order);
     free(s->touched);
@@ -375,7 +376,7 @@ static hp_status ext_after_run(void *user) {
     if (s->ce_async) { /* what a failed step left recorded but not queued */
         char saved[1024];
         snprintf(saved, sizeof saved, "%s", hp_error_message());
-        hp_status s2 = hp__ofl_async_flush(s);
+        hp_status s2 = hp__ofl_async_flush(s, INT32_MAX);
         if (st != HP_STATUS_OK) hp_error(st, "%s", saved);
         else st = s2;
     }
@@ -512,11 +513,14 @@ static hp_status async_record(hp_offload_state *s, const hp_graph *g, const hp_n
                        : t < p->n_tensors && p->cand_of[t] >= 0 && p->cand[p->cand_of[t]].slow &&
                              p->cand[p->cand_of[t]].tier == HP_TIER_DISK;
         if (!disk) continue;
-        r->stage_bytes = s->chunk_bytes + HP_DISK_ALIGN;
-        r->stage_raw[k] = hp_mem_alloc(HP_TIER_HOST, r->stage_bytes);
-        if (!r->stage_raw[k])
-            return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: %zu bytes of staging for a deferred update", r->stage_bytes);
-        r->stage[k] = (void *)(((uintptr_t)r->stage_raw[k] + HP_DISK_ALIGN - 1) & ~(uintptr_t)(HP_DISK_ALIGN - 1));
+        if (!s->async_stage_raw[k]) {
+            s->async_stage_bytes = s->chunk_bytes + HP_DISK_ALIGN;
+            s->async_stage_raw[k] = hp_mem_alloc(HP_TIER_HOST, s->async_stage_bytes);
+            if (!s->async_stage_raw[k])
+                return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: %zu bytes of staging for deferred updates",
+                                s->async_stage_bytes);
+        }
+        r->stage[k] = (void *)(((uintptr_t)s->async_stage_raw[k] + HP_DISK_ALIGN - 1) & ~(uintptr_t)(HP_DISK_ALIGN - 1));
     }
     return HP_STATUS_OK;
 }
@@ -720,21 +724,26 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         hd->extra = &s->hold;
         hd->scope = p->node_scope[i];
     }
-    /* The async stream runs the updates earliest deadline first; the last one in the step queues them. */
+    /* The async stream runs the updates earliest deadline first (hp__ofl_async_flush). */
     s->async_order = malloc(((size_t)s->n_async + 1) * sizeof *s->async_order);
     if (!s->async_order) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d deferred updates", s->n_async);
         goto done;
     }
+    int32_t later = INT32_MAX;
+    for (int k = s->n_async - 1; k >= 0; k--) {
+        s->async[k].deadline = p->defer_wait[s->async[k].node];
+        s->async[k].later_min = later;
+        if (s->async[k].deadline < later) later = s->async[k].deadline;
+    }
     for (int k = 0; k < s->n_async; k++) {
         int j = k; /* insertion sort by (deadline, node) */
-        while (j > 0 && p->defer_wait[s->async[s->async_order[j - 1]].node] > p->defer_wait[s->async[k].node]) {
+        while (j > 0 && s->async[s->async_order[j - 1]].deadline > s->async[k].deadline) {
             s->async_order[j] = s->async_order[j - 1];
             j--;
         }
         s->async_order[j] = k;
     }
-    if (s->n_async > 0) hp_graph_node(g, s->async[s->n_async - 1].node)->attr.i[1] = 1;
     /* Reorder. */
     int nn = hp_graph_n_nodes(g);
     HP_ASSERT(nn == n_it);

@@ -122,6 +122,8 @@ struct hp_offload_state {
     struct hp__ofl_async *async;
     int n_async;
     int32_t *async_order; /* records by next-step deadline: the async stream runs them in this order */
+    void *async_stage_raw[4]; /* staging for the updates' disk operands (hp_mem_alloc, async_stage_bytes) */
+    size_t async_stage_bytes;
     bool *touched;
     hp__ofl_xfer hold; /* the HOLD nodes' record: no event, waits for nothing */
     hp_program_ext ext;
@@ -150,24 +152,27 @@ struct hp__ofl_async {
     int32_t node;        /* the AdamW node (index in the graph before the rewrite) */
     float coef[8];       /* hp__adamw_coef of the step being applied (the CPU kernel's layout) */
     hp_loc loc[4];       /* param, grad, m, v: where the update reads and writes them */
-    void *stage[4];      /* HOST staging of one chunk of each disk operand (NULL: in memory) */
+    void *stage[4];      /* HOST staging of one chunk of each disk operand (NULL: in memory); the
+                            state's async_stage, shared: the async stream runs one chunk at a time */
     bool job;            /* some operand streams from disk: the update itself runs on the async
                             stream; else the kernel updates in memory and only write-backs are queued */
     bool pending;        /* the kernel filled the record; hp__ofl_async_flush has not queued it */
+    int32_t deadline;    /* the node of the next step that waits for it (original numbering) */
+    int32_t later_min;   /* the earliest deadline of the deferred updates after this one in the step */
     void (*chunk_fn)(void *chunk); /* the backend's update of one hp__ofl_chunk (job only) */
     hp_loc wb_dst[4], wb_src[4];   /* write-backs of early-read copies (wb_bytes 0: none) */
     size_t wb_bytes[4];
-    void *stage_raw[4];  /* their allocations (hp_mem_alloc, stage_bytes each) */
-    size_t stage_bytes;
     size_t numel, n_chunks;
     hp__ofl_chunk *chunk;
 };
 
-/* Queues every pending deferred update on the async stream, earliest next-step deadline first (the
- * updates touch disjoint tensors, so any order is correct; this one makes the first waits short),
- * and records each one's event. Called by the last deferred AdamW node of the step and, for
- * updates a failed step left pending, at the end of the run. Errors: hp_copy_async's. */
-hp_status hp__ofl_async_flush(hp_offload_state *s);
+/* Queues the pending deferred updates whose deadline is at most `limit` on the async stream,
+ * earliest next-step deadline first (the updates touch disjoint tensors, so any order is correct;
+ * this one makes the first waits short), and records each one's event. Each deferred AdamW node
+ * flushes up to the earliest deadline of the updates still to come in the step (so the stream starts
+ * early and stays in deadline order); the run's end flushes everything a failed step left pending.
+ * Errors: hp_copy_async's. */
+hp_status hp__ofl_async_flush(hp_offload_state *s, int32_t limit);
 
 /* Where tensor t's home is; `fast` is its address when the home is the fast tier. */
 hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast);

@@ -90,8 +90,7 @@ static void async_chunk(void *user) {
 }
 
 /* Fills the record of a deferred update (the step's scalars, where the operands are, the
- * write-backs of early-read copies) for hp__ofl_async_flush; the last deferred node of the step
- * (attr.i[1] = 1) flushes them all. */
+ * write-backs of early-read copies), then queues what may go before every update still to come. */
 static hp_status adamw_deferred(const hp_kernel_args *a, hp__ofl_async *r, const hp__adamw_coef *coef) {
     hp_offload_state *st = r->x.st;
     _Static_assert(sizeof r->coef == sizeof *coef, "coef layout");
@@ -108,7 +107,7 @@ static hp_status adamw_deferred(const hp_kernel_args *a, hp__ofl_async *r, const
         }
     }
     r->pending = true;
-    return a->node->attr.i[1] == 1 ? hp__ofl_async_flush(st) : HP_STATUS_OK;
+    return hp__ofl_async_flush(st, r->later_min);
 }
 
 /* A team kernel (team.h). */
