@@ -32,10 +32,12 @@ hp_status hp__ofl_async_flush(hp_offload_state *s, int32_t limit) {
         if (r->deadline > limit) break; /* async_order is by deadline */
         if (!r->pending) continue;
         r->pending = false;
-        if (r->job) HP_CHECK(queue_job(s->ce_async, r));
+        if (!s->queued_deferred) HP_CHECK(hp_event_record(s->mark, s->ce_disk));
+        s->queued_deferred = true;
+        if (r->job) HP_CHECK(queue_job(s->ce_disk, r));
         for (int k = 0; k < 4; k++)
-            if (r->wb_bytes[k]) HP_CHECK(hp_copy_async(s->ce_async, r->wb_dst[k], r->wb_src[k], r->wb_bytes[k]));
-        HP_CHECK(hp_event_record(r->x.ev, s->ce_async));
+            if (r->wb_bytes[k]) HP_CHECK(hp_copy_async(s->ce_disk, r->wb_dst[k], r->wb_src[k], r->wb_bytes[k]));
+        HP_CHECK(hp_event_record(r->x.ev, s->ce_disk));
     }
     return HP_STATUS_OK;
 }

@@ -254,7 +254,7 @@ hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast) {
 void hp_offload_state_free(hp_offload_state *s) {
     if (!s) return;
     if (s->ce) hp_copy_engine_synchronize(s->ce);
-    if (s->ce_async) hp_copy_engine_synchronize(s->ce_async);
+    if (s->ce_disk) hp_copy_engine_synchronize(s->ce_disk);
     for (int t = 0; t < s->n_tensors; t++) {
         if (!s->tier || (s->in_region && s->in_region[t])) continue;
         if (s->tier[t] == HP_TIER_HOST && s->data[t]) hp_mem_free(HP_TIER_HOST, s->data[t], s->bytes[t]);
@@ -273,8 +273,9 @@ void hp_offload_state_free(hp_offload_state *s) {
         if (s->async_stage_raw[q]) hp_mem_free(HP_TIER_HOST, s->async_stage_raw[q], s->async_stage_bytes);
     free(s->async);
     free(s->async_order);
+    hp_event_free(s->mark);
     free(s->touched);
-    hp_copy_engine_free(s->ce_async);
+    hp_copy_engine_free(s->ce_disk);
     hp_copy_engine_free(s->ce);
     hp_disk_close(s->disk);
     hp_offload_plan_free(s->plan);
@@ -295,9 +296,9 @@ void hp_offload_state_copy_stats(hp_offload_state *s, hp_copy_stats *out) {
     memset(out, 0, sizeof *out);
     if (!s) return;
     hp_copy_engine_get_stats(s->ce, out);
-    if (!s->ce_async) return;
+    if (!s->ce_disk) return;
     hp_copy_stats b;
-    hp_copy_engine_get_stats(s->ce_async, &b);
+    hp_copy_engine_get_stats(s->ce_disk, &b);
     for (int x = 0; x < HP_TIER_COUNT; x++)
         for (int y = 0; y < HP_TIER_COUNT; y++) {
             out->bytes[x][y] += b.bytes[x][y];
@@ -313,27 +314,28 @@ void hp_offload_state_copy_stats(hp_offload_state *s, hp_copy_stats *out) {
 void hp_offload_state_reset_copy_stats(hp_offload_state *s) {
     if (!s) return;
     hp_copy_engine_reset_stats(s->ce);
-    if (s->ce_async) hp_copy_engine_reset_stats(s->ce_async);
+    if (s->ce_disk) hp_copy_engine_reset_stats(s->ce_disk);
 }
 
 /* Waits for both copy streams. */
 static hp_status sync_all(hp_offload_state *s) {
     hp_status st = hp_copy_engine_synchronize(s->ce);
-    if (s->ce_async) {
+    if (s->ce_disk) {
         char saved[1024];
         snprintf(saved, sizeof saved, "%s", hp_error_message());
-        hp_status s2 = hp_copy_engine_synchronize(s->ce_async);
+        hp_status s2 = hp_copy_engine_synchronize(s->ce_disk);
         if (st != HP_STATUS_OK) hp_error(st, "%s", saved); /* keep the first error's message */
         else st = s2;
     }
     return st;
 }
 
+/* t < 0: everything in flight (before the program's memory goes away); else what may write t. */
 static hp_status ext_sync(void *user, hp_tid t) {
     hp_offload_state *s = user;
-    if (!s->ce_async) return HP_STATUS_OK;
-    if (t >= 0 && (t >= s->n_tensors || !s->touched[t])) return HP_STATUS_OK;
-    return hp_copy_engine_synchronize(s->ce_async);
+    if (t < 0) return sync_all(s);
+    if (!s->ce_disk || t >= s->n_tensors || !s->touched[t]) return HP_STATUS_OK;
+    return hp_copy_engine_synchronize(s->ce_disk);
 }
 
 static hp_status ext_write(void *user, hp_tid t, const void *src, size_t bytes) {
@@ -360,6 +362,7 @@ static hp_status ext_read(void *user, hp_tid t, void *dst, size_t bytes) {
  * the run, and a removed file means someone else is managing that directory: fail loudly. */
 static hp_status ext_before_run(void *user) {
     hp_offload_state *s = user;
+    s->queued_deferred = false;
     if (!s->disk) return HP_STATUS_OK;
     struct stat sb;
     const char *path = hp_disk_path(s->disk);
@@ -368,18 +371,20 @@ static hp_status ext_before_run(void *user) {
     return HP_STATUS_OK;
 }
 
-/* Every transfer of the main stream is waited for inside the step; the deferred updates on the
- * async stream are waited for in the next step (or by ext_sync). */
+/* A step leaves nothing in flight but its deferred updates (waited for in the next step or by
+ * ext_sync): the host stream drains, and the disk stream up to the mark recorded before the first
+ * deferred update was queued (all of it when none was), so after a failed step no transfer of it
+ * still writes the arena. */
 static hp_status ext_after_run(void *user) {
     hp_offload_state *s = user;
     hp_status st = hp_copy_engine_synchronize(s->ce);
-    if (s->ce_async) { /* what a failed step left recorded but not queued */
-        char saved[1024];
-        snprintf(saved, sizeof saved, "%s", hp_error_message());
-        hp_status s2 = hp__ofl_async_flush(s, INT32_MAX);
-        if (st != HP_STATUS_OK) hp_error(st, "%s", saved);
-        else st = s2;
-    }
+    if (!s->ce_disk) return st;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", hp_error_message());
+    hp_status s2 = s->queued_deferred ? hp_event_wait(s->mark) : hp_copy_engine_synchronize(s->ce_disk);
+    if (s2 == HP_STATUS_OK) s2 = hp__ofl_async_flush(s, INT32_MAX); /* what a failed step left recorded */
+    if (st != HP_STATUS_OK) hp_error(st, "%s", saved); /* keep the first error's message */
+    else st = s2;
     return st;
 }
 
@@ -395,7 +400,7 @@ static void ext_report(void *user, FILE *f) {
                         cs.busy_s[a][b] > 0 ? (double)cs.bytes[a][b] / 1048576.0 / cs.busy_s[a][b] : 0.0);
     fprintf(f, "copy: busy %.3f s, compute waited %.3f s, %.1f%% of copy time hidden behind compute%s\n",
             cs.busy_total_s, cs.wait_s, 100.0 * hp_copy_stats_hidden_fraction(&cs),
-            s->ce_async ? " (both streams; deferred updates included)" : "");
+            s->ce_disk ? " (host and disk streams; deferred updates included)" : "");
     for (int t = HP_TIER_HOST; t < HP_TIER_COUNT; t++)
         if (s->region_naive[t])
             fprintf(f, "offload: %s region for activation copies %zu bytes (one home each: %zu)\n",
@@ -569,6 +574,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         hp_tid src = c->t;
         char name[600];
         const char *tn = hp_graph_tensor(g, c->t)->name;
+        hp_copy_engine *eng = c->tier == HP_TIER_DISK && s->ce_disk ? s->ce_disk : s->ce; /* one stream per tier */
         if (!c->persistent) {
             hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
             HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
@@ -581,7 +587,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
                 st = hp_graph_status(g);
                 goto done;
             }
-            *x = (hp__ofl_xfer){s, y[ci], c->bytes, x->ev};
+            *x = (hp__ofl_xfer){s, y[ci], c->bytes, x->ev, eng};
             hp_graph_node(g, of_node[ci])->extra = x;
             hp_graph_node(g, ow_node[ci])->extra = x;
             if (tn) {
@@ -595,7 +601,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             size_t k = base[ci] + (size_t)j;
             hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
             HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
-            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev};
+            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev, eng};
             copy[k] = hp_graph_add_node(g, HP_OP_PREFETCH, &src, 1, &at);
             pf_node[k] = hp_graph_n_nodes(g) - 1;
             hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &copy[k], 1, NULL);
@@ -616,7 +622,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         if (c->spre >= 0) { /* early read for AdamW; written operands are written back by the update */
             hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
             HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
-            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev};
+            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev, eng};
             ecopy[ci] = hp_graph_add_node(g, HP_OP_PREFETCH, &src, 1, &at);
             ep_node[ci] = hp_graph_n_nodes(g) - 1;
             hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &ecopy[ci], 1, NULL);
@@ -625,7 +631,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             if (c->written) {
                 hp__ofl_xfer *w = &s->xfers[s->n_xfers++];
                 HP_CHECK_GOTO(hp_event_new(&w->ev), st, done);
-                *w = (hp__ofl_xfer){s, c->t, c->bytes, w->ev};
+                *w = (hp__ofl_xfer){s, c->t, c->bytes, w->ev, eng};
                 wb_rec[ci] = w;
             }
             if (wb_wait) {
@@ -841,7 +847,10 @@ hp_status hp_offload_apply_config(const hp_offload_plan_config *cfg, hp_graph *g
         dc.capacity = cfg->disk_budget;
         HP_CHECK_GOTO(hp_disk_open(&dc, &s->disk), st, fail);
     }
-    if (s->plan->n_deferred > 0) HP_CHECK_GOTO(hp_copy_engine_new(&s->ce_async), st, fail);
+    if (s->plan->stats.home_bytes[HP_TIER_DISK] > 0) {
+        HP_CHECK_GOTO(hp_copy_engine_new(&s->ce_disk), st, fail);
+        HP_CHECK_GOTO(hp_event_new(&s->mark), st, fail);
+    }
     HP_CHECK_GOTO(rewrite(s, g), st, fail);
     HP_CHECK_GOTO(hp_graph_verify(g), st, fail);
     s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, cfg->device_budget, ext_write, ext_read,

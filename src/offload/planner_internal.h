@@ -97,6 +97,7 @@ typedef struct hp__ofl_xfer {
     hp_tid slow;   /* the tensor whose home is on the slow tier */
     size_t bytes;
     hp_event *ev;
+    hp_copy_engine *ce; /* the stream of that tier (st->ce or st->ce_disk) */
 } hp__ofl_xfer;
 
 /* Early reads: the AdamW node's fast copy `copy` of a written slow-tier tensor is written back to
@@ -116,9 +117,13 @@ struct hp_offload_state {
     int n_xfers;
     size_t chunk_bytes;
     hp__ofl_xfer **write_back; /* per tensor: the write-back record of an early-read AdamW copy, or NULL */
-    /* Deferred updates: a second copy stream runs them (so activation copies on `ce` never queue
-     * behind them); touched[t]: tensor t may be written by one still in flight (hp_program_ext.sync). */
-    hp_copy_engine *ce_async;
+    /* The disk stream (with a disk tier): every transfer to or from disk, and the deferred updates,
+     * so host-tier copies on `ce` never queue behind a disk request or an update (a GPU has several
+     * copy engines the same way); touched[t]: tensor t may be written by a deferred update still in
+     * flight (hp_program_ext.sync). */
+    hp_copy_engine *ce_disk;
+    hp_event *mark;       /* on ce_disk, before the step's first deferred update (ext_after_run) */
+    bool queued_deferred; /* this run has queued a deferred update */
     struct hp__ofl_async *async;
     int n_async;
     int32_t *async_order; /* records by next-step deadline: the async stream runs them in this order */
@@ -139,7 +144,7 @@ struct hp_offload_state {
 /*
  * A deferred update (node->extra of its ADAMW_STREAM node, which has attr.i[0] = 1, and of the
  * OFFLOAD_WAIT placed before node defer_wait in the next step): the kernel snapshots the scalars,
- * queues on ce_async per chunk the reads of disk operands into `stage`, the update, the writes
+ * queues on ce_disk per chunk the reads of disk operands into `stage`, the update, the writes
  * back, then the write-backs of early-read copies, and records x.ev.
  */
 typedef struct hp__ofl_async hp__ofl_async;

@@ -17,15 +17,15 @@
 hp_status hp__cpu_prefetch(const hp_kernel_args *a) {
     hp__ofl_xfer *x = a->node->extra;
     if (!x) return hp_error(HP_STATUS_INVALID_ARGUMENT, "prefetch: node has no transfer record (not from the planner)");
-    HP_CHECK(hp_copy_async(x->st->ce, hp_loc_mem(HP_TIER_DEVICE, a->out[0]), hp__ofl_loc(x->st, x->slow, NULL), x->bytes));
-    return hp_event_record(x->ev, x->st->ce);
+    HP_CHECK(hp_copy_async(x->ce, hp_loc_mem(HP_TIER_DEVICE, a->out[0]), hp__ofl_loc(x->st, x->slow, NULL), x->bytes));
+    return hp_event_record(x->ev, x->ce);
 }
 
 hp_status hp__cpu_offload(const hp_kernel_args *a) {
     hp__ofl_xfer *x = a->node->extra;
     if (!x) return hp_error(HP_STATUS_INVALID_ARGUMENT, "offload: node has no transfer record (not from the planner)");
-    HP_CHECK(hp_copy_async(x->st->ce, hp__ofl_loc(x->st, x->slow, NULL), hp_loc_mem(HP_TIER_DEVICE, a->in[0]), x->bytes));
-    return hp_event_record(x->ev, x->st->ce);
+    HP_CHECK(hp_copy_async(x->ce, hp__ofl_loc(x->st, x->slow, NULL), hp_loc_mem(HP_TIER_DEVICE, a->in[0]), x->bytes));
+    return hp_event_record(x->ev, x->ce);
 }
 
 hp_status hp__cpu_offload_wait(const hp_kernel_args *a) {
@@ -135,6 +135,9 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
         b[k] = (hp_stream_buffer){hp__ofl_loc(st, a->node->in[k], a->in[k]), sizeof(float), k != 1};
     size_t numel = (size_t)hp_shape_numel(hp__in_shape(a, 0));
     size_t chunk = st->chunk_bytes / sizeof(float);
+    hp_copy_engine *ce = st->ce; /* operands on disk stream on the disk stream */
+    for (int k = 0; k < 4; k++)
+        if (b[k].home.tier == HP_TIER_DISK && st->ce_disk) ce = st->ce_disk;
     if (hp__team_all()) {
         team_chunk *tc = (team_chunk *)(void *)hp__team_shared();
         if (omp_get_thread_num() != 0) {
@@ -143,12 +146,12 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
         }
         tc->c = &c;
         tc->done = 0;
-        hp_status rs = hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk_team, tc);
+        hp_status rs = hp_copy_stream_chunks(ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk_team, tc);
         tc->done = 1;
         hp__team_sync(); /* release the other threads, also after an error */
         HP_CHECK(rs);
     } else {
-        HP_CHECK(hp_copy_stream_chunks(st->ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c));
+        HP_CHECK(hp_copy_stream_chunks(ce, b, 4, numel, chunk, HP_TIER_HOST, adamw_chunk, &c));
     }
     if (rec) return adamw_deferred(a, rec, &c); /* thread 0, after the team's update */
     /* Operands read early into the fast tier (param, m, v) are written back home now; an
@@ -157,8 +160,8 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
         hp_tid t = a->node->in[k];
         hp__ofl_xfer *x = st->write_back && t >= 0 && t < st->n_tensors ? st->write_back[t] : NULL;
         if (!x) continue;
-        HP_CHECK(hp_copy_async(st->ce, hp__ofl_loc(st, x->slow, NULL), hp_loc_mem(HP_TIER_DEVICE, a->in[k]), x->bytes));
-        HP_CHECK(hp_event_record(x->ev, st->ce));
+        HP_CHECK(hp_copy_async(x->ce, hp__ofl_loc(st, x->slow, NULL), hp_loc_mem(HP_TIER_DEVICE, a->in[k]), x->bytes));
+        HP_CHECK(hp_event_record(x->ev, x->ce));
     }
     return HP_STATUS_OK;
 }
