@@ -31,6 +31,13 @@
  *     hp_program_free(p);
  *     hp_offload_state_free(ofl);
  *
+ * Deferred updates (async_update below): an update with a disk-tier operand needs the global norm,
+ * so it cannot start before the end of the backward pass; instead of finishing it there, it runs on
+ * the disk stream and finishes during the next step's forward pass, which waits for it right before
+ * the first node that touches what it writes (see hp_program_sync for callers outside the program).
+ * Transfers run on two copy streams, one per slow tier (host, disk), as a GPU has several copy
+ * engines.
+ *
  * Values never change: the inserted operators copy bytes, and ADAMW_STREAM computes AdamW's exact
  * per-element formula, so losses and parameters are bitwise those of the run without offload.
  */
