@@ -156,7 +156,10 @@ void hp_offload_plan_get_stats(const hp_offload_plan *p, hp_offload_plan_stats *
 
 /*
  * Resident fast-tier bytes at node i of the planned graph's original program order (persistent
- * device tensors, resident activations and copies, workspace), for tests; 0 out of range.
+ * device tensors, resident activations and copies, workspace), for tests; 0 out of range. The
+ * operands a deferred update holds are counted to the end of the step, not in the next step before
+ * its deadline; there the packed arena (stats.peak_after) is what bounds them: the deadline is the
+ * first node whose blocks share their bytes.
  */
 size_t hp_offload_plan_resident_at(const hp_offload_plan *p, int node);
 

@@ -93,7 +93,9 @@ double hp_trainer_unigram_entropy(const hp_trainer *t);
 
 /*
  * Writes a checkpoint of the current state under train.checkpoint_dir (atomically; see
- * hp/checkpoint.h). `path_out` (may be NULL) receives the step directory, `cap` bytes.
+ * hp/checkpoint.h). `path_out` (may be NULL) receives the step directory, `cap` bytes. Waits for
+ * deferred optimizer updates first; if one failed (a disk error), returns its error and writes
+ * nothing, so the last checkpoint stays the last good state.
  */
 hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap);
 /* Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir). */
@@ -117,8 +119,9 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
  * per-tier peaks, copy throughput and the hidden fraction) to f. */
 void hp_trainer_report_memory(const hp_trainer *t, FILE *f);
 
-/* This rank's block of a parameter or optimizer state by name (NULL if unknown); `numel`
- * receives its element count. */
+/* This rank's block of a parameter or optimizer state by name (NULL if unknown, if HyperOffload
+ * keeps it on disk, or if a deferred optimizer update writing it failed: then hp_error_message says
+ * why); `numel` receives its element count. Waits for deferred updates first (hp_program_sync). */
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel);
 
 #ifdef __cplusplus

@@ -32,12 +32,13 @@ hp_status hp__ofl_async_flush(hp_offload_state *s, int32_t limit) {
         if (r->deadline > limit) break; /* async_order is by deadline */
         if (!r->pending) continue;
         r->pending = false;
-        if (!s->queued_deferred) HP_CHECK(hp_event_record(s->mark, s->ce_disk));
-        s->queued_deferred = true;
-        if (r->job) HP_CHECK(queue_job(s->ce_disk, r));
-        for (int k = 0; k < 4; k++)
-            if (r->wb_bytes[k]) HP_CHECK(hp_copy_async(s->ce_disk, r->wb_dst[k], r->wb_src[k], r->wb_bytes[k]));
-        HP_CHECK(hp_event_record(r->x.ev, s->ce_disk));
+        hp_status st = r->job ? queue_job(s->ce_disk, r) : HP_STATUS_OK;
+        for (int k = 0; k < 4 && st == HP_STATUS_OK; k++)
+            if (r->wb_bytes[k]) st = hp_copy_async(s->ce_disk, r->wb_dst[k], r->wb_src[k], r->wb_bytes[k]);
+        /* recorded also after a failure: the next step's wait then covers what was queued */
+        hp_status s2 = hp_event_record(r->x.ev, s->ce_disk);
+        HP_CHECK(st);
+        HP_CHECK(s2);
     }
     return HP_STATUS_OK;
 }

@@ -544,28 +544,32 @@ static hp_status read_ahead(hp_offload_plan *p, const hp_graph *g) {
     return st;
 }
 
-/* Whether AdamW node a can be deferred; fills the arena operands whose buffers must then stay to
- * the end of the step: `hold` (an activation operand, the gradient, in its own block) and the
- * early-read candidates. A gradient streamed from its slow-tier copy gets a home of its own
+/* Whether AdamW node a can be deferred: it is the last node of the step to use its operands, and it
+ * has disk traffic worth moving into the next step. Fills the arena operands whose buffers must then
+ * stay to the end of the step: `hold` (an activation operand, the gradient, in its own block) and
+ * the early-read candidates. A gradient streamed from its slow-tier copy gets a home of its own
  * instead of a slot in the shared activation region (rewrite). */
-static bool deferrable(const hp_offload_plan *p, const hp_node *n, hp_tid *hold, hp__ofl_cand **early, int *ne) {
-    bool disk = false;
+static bool deferrable(const hp_offload_plan *p, int32_t a, const hp_node *n, hp_tid *hold, hp__ofl_cand **early,
+                       int *ne) {
+    bool worth = false; /* a disk operand streamed by the update, or read early and written back */
     *hold = HP_TID_NONE;
     *ne = 0;
     for (int k = 0; k < 4; k++) {
         hp_tid t = n->in[k];
         if (t < 0 || t >= p->n_tensors) return false;
+        const hp_tensor_liveness *l = &p->lv.t[t];
+        if (l->n_uses > 0 && l->uses[l->n_uses - 1] != a) return false; /* read again later in the step */
         int ci = p->cand_of[t];
         hp__ofl_cand *c = ci >= 0 ? &p->cand[ci] : NULL;
         if (c && c->slow) {
-            disk |= c->tier == HP_TIER_DISK;
             if (c->spre >= 0) early[(*ne)++] = c;
-        } else if (!p->lv.t[t].persistent) {
+            worth |= c->tier == HP_TIER_DISK && (c->spre < 0 || c->written);
+        } else if (!l->persistent) {
             if (*hold != HP_TID_NONE) return false;
             *hold = t;
         }
     }
-    return disk;
+    return worth;
 }
 
 /* The first use of a tensor by a node other than a, or -1. */
@@ -649,7 +653,7 @@ static hp_status defer_updates(hp_offload_plan *p, const hp_graph *g) {
         hp_tid hold;
         hp__ofl_cand *early[4];
         int ne;
-        if (!deferrable(p, n, &hold, early, &ne)) continue;
+        if (!deferrable(p, a, n, &hold, early, &ne)) continue;
         memset(d, 0, ((size_t)nn + 1) * sizeof *d);
         if (hold != HP_TID_NONE) {
             int64_t b = (int64_t)align_up(tensor_bytes(hp_graph_tensor(g, hold)));

@@ -96,10 +96,27 @@ hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int
      * their waits; after it: offloads, their waits, write-back waits (a write-back is queued by the
      * AdamW node itself); after the last node: the holds of deferred updates */
     static const int before[] = {0, 4, 1, 5}, after[] = {2, 3, 6};
+    /* deferred updates by deadline node (counting sort): dw[dw_at[i] .. dw_at[i + 1]) wait before i */
+    int32_t *dw_at = p->n_deferred > 0 ? calloc((size_t)p->n_nodes + 2, sizeof *dw_at) : NULL;
+    int32_t *dw = p->n_deferred > 0 ? malloc((size_t)p->n_deferred * sizeof *dw) : NULL;
+    if (p->n_deferred > 0 && (!dw_at || !dw)) {
+        free(dw_at);
+        free(dw);
+        free(it);
+        for (int k = 0; k < NB; k++) bucket_free(&b[k]);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory ordering %zu nodes", n);
+    }
+    for (int a = 0; a < p->n_nodes && dw; a++)
+        if (p->defer_wait[a] >= 0) dw_at[p->defer_wait[a] + 1]++;
+    for (int i = 0; i < p->n_nodes && dw; i++) dw_at[i + 1] += dw_at[i];
+    for (int a = 0; a < p->n_nodes && dw; a++) /* dw_at[d] counts up to d's end while filling */
+        if (p->defer_wait[a] >= 0) dw[dw_at[p->defer_wait[a]]++] = a;
+    for (int i = p->n_nodes; i > 0 && dw; i--) dw_at[i] = dw_at[i - 1]; /* back to the starts */
+    if (dw) dw_at[0] = 0;
     int m = 0;
     for (int i = 0; i < p->n_nodes; i++) {
-        for (int a = 0; a < p->n_nodes && p->n_deferred > 0; a++)
-            if (p->defer_wait[a] == i) it[m++] = (hp__ofl_item){HP__OFL_DWAIT, i, -1, a};
+        for (int32_t q = dw ? dw_at[i] : 0; dw && q < dw_at[i + 1]; q++)
+            it[m++] = (hp__ofl_item){HP__OFL_DWAIT, i, -1, dw[q]};
         for (int kk = 0; kk < 4; kk++) {
             int k = before[kk];
             for (int32_t q = b[k].start[i]; q < b[k].start[i + 1]; q++)
@@ -115,6 +132,8 @@ hp_status hp__ofl_emit_order(const hp_offload_plan *p, hp__ofl_item **items, int
     for (int a = 0; a < p->n_nodes && p->n_deferred > 0; a++)
         if (p->defer_wait[a] >= 0) it[m++] = (hp__ofl_item){HP__OFL_HOLD, p->n_nodes - 1, -1, a};
     for (int k = 0; k < NB; k++) bucket_free(&b[k]);
+    free(dw_at);
+    free(dw);
     *items = it;
     *n_items = m;
     return HP_STATUS_OK;
@@ -273,7 +292,6 @@ void hp_offload_state_free(hp_offload_state *s) {
         if (s->async_stage_raw[q]) hp_mem_free(HP_TIER_HOST, s->async_stage_raw[q], s->async_stage_bytes);
     free(s->async);
     free(s->async_order);
-    hp_event_free(s->mark);
     free(s->touched);
     hp_copy_engine_free(s->ce_disk);
     hp_copy_engine_free(s->ce);
@@ -362,7 +380,7 @@ static hp_status ext_read(void *user, hp_tid t, void *dst, size_t bytes) {
  * the run, and a removed file means someone else is managing that directory: fail loudly. */
 static hp_status ext_before_run(void *user) {
     hp_offload_state *s = user;
-    s->queued_deferred = false;
+    for (int k = 0; k < s->n_async; k++) s->async[k].pending = false; /* a failed flush's leftovers */
     if (!s->disk) return HP_STATUS_OK;
     struct stat sb;
     const char *path = hp_disk_path(s->disk);
@@ -372,17 +390,20 @@ static hp_status ext_before_run(void *user) {
 }
 
 /* A step leaves nothing in flight but its deferred updates (waited for in the next step or by
- * ext_sync): the host stream drains, and the disk stream up to the mark recorded before the first
- * deferred update was queued (all of it when none was), so after a failed step no transfer of it
- * still writes the arena. */
+ * ext_sync): the host stream drains, and on the disk stream every other transfer's event is waited
+ * for (done already after a step that succeeded), so after a failed step nothing of it still
+ * reads or writes the arena. Updates a failed step recorded but did not queue are queued. */
 static hp_status ext_after_run(void *user) {
     hp_offload_state *s = user;
     hp_status st = hp_copy_engine_synchronize(s->ce);
     if (!s->ce_disk) return st;
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", hp_error_message());
-    hp_status s2 = s->queued_deferred ? hp_event_wait(s->mark) : hp_copy_engine_synchronize(s->ce_disk);
-    if (s2 == HP_STATUS_OK) s2 = hp__ofl_async_flush(s, INT32_MAX); /* what a failed step left recorded */
+    hp_status s2 = HP_STATUS_OK;
+    for (int k = 0; k < s->n_xfers && s2 == HP_STATUS_OK; k++)
+        if (s->xfers[k].ce == s->ce_disk) s2 = hp_event_wait(s->xfers[k].ev);
+    hp_status s3 = hp__ofl_async_flush(s, INT32_MAX);
+    if (s2 == HP_STATUS_OK) s2 = s3;
     if (st != HP_STATUS_OK) hp_error(st, "%s", saved); /* keep the first error's message */
     else st = s2;
     return st;
@@ -705,15 +726,15 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         int nh = 0;
         for (int q = 0; q < 4; q++) {
             hp_tid t = n->in[q];
-            bool fast = t >= p->n_tensors || p->cand_of[t] < 0 || !p->cand[p->cand_of[t]].slow;
+            const hp_tensor *x = hp_graph_tensor(g, t);
+            bool slow_copy = x->producer >= 0 && hp_graph_node(g, x->producer)->op == HP_OP_OFFLOAD;
+            bool fast = t >= p->n_tensors ? !slow_copy : p->cand_of[t] < 0 || !p->cand[p->cand_of[t]].slow;
             if (fast && (t >= p->n_tensors || !p->lv.t[t].persistent)) held[nh++] = t;
         }
         hp__ofl_async *r = &s->async[k];
         r->job = r->stage[0] || r->stage[1] || r->stage[2] || r->stage[3];
-        hp_tid lr = n->in[4]; /* a leaf: the wait needs an input but must hold no arena bytes */
-        hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &lr, 1, NULL);
+        hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, NULL, 0, NULL); /* holds no bytes */
         dw_node[k] = hp_graph_n_nodes(g) - 1;
-        if (nh == 0) held[nh++] = lr;
         hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, held, nh, NULL);
         hd_node[k] = hp_graph_n_nodes(g) - 1;
         if (hp_graph_status(g) != HP_STATUS_OK) {
@@ -849,7 +870,6 @@ hp_status hp_offload_apply_config(const hp_offload_plan_config *cfg, hp_graph *g
     }
     if (s->plan->stats.home_bytes[HP_TIER_DISK] > 0) {
         HP_CHECK_GOTO(hp_copy_engine_new(&s->ce_disk), st, fail);
-        HP_CHECK_GOTO(hp_event_new(&s->mark), st, fail);
     }
     HP_CHECK_GOTO(rewrite(s, g), st, fail);
     HP_CHECK_GOTO(hp_graph_verify(g), st, fail);

@@ -122,8 +122,6 @@ struct hp_offload_state {
      * copy engines the same way); touched[t]: tensor t may be written by a deferred update still in
      * flight (hp_program_ext.sync). */
     hp_copy_engine *ce_disk;
-    hp_event *mark;       /* on ce_disk, before the step's first deferred update (ext_after_run) */
-    bool queued_deferred; /* this run has queued a deferred update */
     struct hp__ofl_async *async;
     int n_async;
     int32_t *async_order; /* records by next-step deadline: the async stream runs them in this order */

@@ -39,9 +39,10 @@ const hp_op_def hp__op_def_prefetch = {
     .name = "prefetch", .min_in = 1, .max_in = 1, .n_out = 1, .infer = same_as_input, .cost = async_cost,
 };
 
-/* Inputs: the tensors whose storage must stay allocated until the transfer completes. */
+/* Inputs: the tensors whose storage must stay allocated until the transfer completes (none for the
+ * next step's wait for a deferred update; up to four held operands for its hold). */
 const hp_op_def hp__op_def_offload_wait = {
-    .name = "offload_wait", .min_in = 1, .max_in = 4, .n_out = 0, .infer = wait_infer, .cost = async_cost,
+    .name = "offload_wait", .min_in = 0, .max_in = 4, .n_out = 0, .infer = wait_infer, .cost = async_cost,
 };
 
 /* ADAMW_STREAM has ADAMW's inputs, attributes, shapes and cost; only where the data lives differs. */

@@ -252,7 +252,9 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
 }
 
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
-    /* NULL for a tensor HyperOffload keeps on disk: it has no address in memory */
+    /* NULL for a tensor HyperOffload keeps on disk: it has no address in memory; also NULL when a
+     * deferred optimizer update that writes it failed (the error is the thread's last) */
+    if (hp_program_sync(t->train.p) != HP_STATUS_OK) return NULL;
     hp_tid id = hp_graph_find(t->train.lg, name);
     if (id == HP_TID_NONE) return NULL;
     const hp_tensor *x = hp_graph_tensor(t->train.lg, id);

@@ -86,6 +86,8 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     size_t n = (size_t)t->train.step.n_params;
     hp_sharded_tensor *model = NULL, *optim = NULL;
     hp_named_tensor *nm = NULL, *no = NULL;
+    /* deferred optimizer updates (HyperOffload) finish first, and their errors stop the save */
+    HP_CHECK(hp_program_sync(t->train.p));
     bool *staged = calloc(3 * n + 1, sizeof *staged);
     if (!staged) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
     hp_status st = views(t, &model, &optim, staged);

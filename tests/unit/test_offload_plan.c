@@ -545,6 +545,15 @@ static int check_deferred(hp_graph *g, hp_program *p) {
         for (int j = 0; j < nn && w < 0; j++)
             if (hp_graph_node(g, j)->op == HP_OP_OFFLOAD_WAIT && hp_graph_node(g, j)->extra == n->extra) w = j;
         if (w < 0 || w > a) fail_msg("deferred update at node %d: its wait is at node %d", a, w);
+        for (int j = a + 1; j < nn; j++) { /* nothing after it in the step reads what it updates */
+            const hp_node *m = hp_graph_node(g, j);
+            if (m->op == HP_OP_OFFLOAD_WAIT) continue; /* holds */
+            for (int q = 0; q < m->n_in; q++)
+                for (int k = 0; k < 4; k++)
+                    if (m->in[q] == n->in[k])
+                        fail_msg("node %d (%s) reads %%%d after the deferred update at %d", j, hp_op_name(m->op),
+                                 n->in[k], a);
+        }
         for (int k = 0; k < 4; k++) {
             hp_tid t = n->in[k];
             const hp_tensor *x = hp_graph_tensor(g, t);
@@ -636,6 +645,36 @@ static void test_deferred_updates(void **state) {
                 hp_offload_state_free(s);
                 hp_graph_free(x.g);
             }
+    /* A parameter read again after the optimizer (here: the parameters' norm, kept) is never updated late. */
+    {
+        gpt x;
+        gpt_build(&x, 2);
+        hp_tid sq = HP_TID_NONE; /* every parameter's norm: no update can be deferred */
+        for (int i = 0; i < x.ts.n_params; i += 8) {
+            hp_tid q = hp_sumsq(x.g, x.ts.params + i, x.ts.n_params - i < 8 ? x.ts.n_params - i : 8);
+            sq = sq == HP_TID_NONE ? q : hp_add(x.g, sq, q);
+        }
+        hp_tid keep[3] = {x.keep[0], x.keep[1], sq};
+        hp_offload_plan_config c;
+        hp_offload_plan_config_init(&c);
+        c.device_budget = (size_t)(0.5 * (double)peak);
+        c.bandwidth[HP_TIER_DISK] = 1e9;
+        c.chunk_bytes = 4096;
+        c.disk_dir = disk_dir();
+        c.policy[HP_OFFLOAD_CLASS_OPTIMIZER] = HP_TIER_DISK;
+        hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+        o.keep = keep;
+        o.n_keep = 3;
+        hp_offload_state *s = NULL;
+        assert_ok(hp_offload_apply_config(&c, x.g, &o, &s));
+        hp_program *p;
+        assert_ok(hp_program_new(x.g, &o, &p));
+        int n_def = check_deferred(x.g, p); /* fails on a deferred update of one of those parameters */
+        assert_int_equal(n_def, 0);
+        hp_program_free(p);
+        hp_offload_state_free(s);
+        hp_graph_free(x.g);
+    }
     print_message("%d plans with deferred updates (%d streaming a gradient from disk), bitwise equal to the run "
                   "without offload\n", deferred_runs, disk_grad_runs);
     assert_true(deferred_runs >= 3);
