@@ -55,6 +55,12 @@ static inline hp_loc hp_loc_disk(hp_disk *disk, uint64_t offset) {
     hp_loc l = {HP_TIER_DISK, NULL, disk, offset};
     return l;
 }
+/* The location `bytes` further into the same buffer or file. */
+static inline hp_loc hp_loc_at(hp_loc l, size_t bytes) {
+    if (l.tier == HP_TIER_DISK) l.offset += bytes;
+    else l.ptr = (unsigned char *)l.ptr + bytes;
+    return l;
+}
 
 typedef struct hp_copy_engine hp_copy_engine;
 typedef struct hp_event hp_event;

@@ -65,6 +65,24 @@ const char *hp_error_message(void);
 /* Clears the calling thread's error message. */
 void hp_error_clear(void);
 
+/*
+ * The first failure of a sequence of steps that must all run even after one fails (draining
+ * streams before their buffers go away):
+ *
+ *     hp_first_error fe = {HP_STATUS_OK, ""};
+ *     hp_first_error_add(&fe, hp_copy_engine_synchronize(a));
+ *     hp_first_error_add(&fe, hp_copy_engine_synchronize(b));
+ *     return hp_first_error_status(&fe);   // the first failure, with its message restored
+ */
+typedef struct hp_first_error {
+    hp_status st;
+    char msg[1024];
+} hp_first_error;
+/* Keeps st and the thread's current message if st is the first failure; returns st. */
+hp_status hp_first_error_add(hp_first_error *fe, hp_status st);
+/* The first failure (its message made the thread's current one again), or HP_STATUS_OK. */
+hp_status hp_first_error_status(const hp_first_error *fe);
+
 #define HP_CHECK(expr)                                                                             \
     do {                                                                                           \
         hp_status hp_check_st_ = (expr);                                                           \

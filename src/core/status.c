@@ -54,6 +54,18 @@ const char *hp_error_message(void) { return tl_msg; }
 
 void hp_error_clear(void) { tl_msg[0] = '\0'; }
 
+hp_status hp_first_error_add(hp_first_error *fe, hp_status st) {
+    if (st != HP_STATUS_OK && fe->st == HP_STATUS_OK) {
+        fe->st = st;
+        snprintf(fe->msg, sizeof fe->msg, "%s", tl_msg);
+    }
+    return st;
+}
+
+hp_status hp_first_error_status(const hp_first_error *fe) {
+    return fe->st == HP_STATUS_OK ? HP_STATUS_OK : hp_error(fe->st, "%s", fe->msg);
+}
+
 _Noreturn void hp__assert_fail(const char *file, int line, const char *cond) {
     hp_log(HP_LOG_LEVEL_ERROR, "%s:%d: assertion failed: %s", file, line, cond);
     /* A broken invariant is a bug: stop here so the state is inspectable (GGML_ASSERT). The

@@ -388,10 +388,7 @@ hp_status hp_copy_stream_chunks(hp_copy_engine *ce, const hp_stream_buffer *bufs
         size_t cnt_ = numel - first_ < chunk_elems ? numel - first_ : chunk_elems;                 \
         for (int b_ = 0; b_ < nbufs && st == HP_STATUS_OK; b_++) {                                 \
             if (!staged[b_]) continue;                                                             \
-            hp_loc src_ = bufs[b_].home;                                                           \
-            size_t off_ = first_ * bufs[b_].elem_size;                                             \
-            if (src_.tier == HP_TIER_DISK) src_.offset += off_;                                    \
-            else src_.ptr = (unsigned char *)src_.ptr + off_;                                      \
+            hp_loc src_ = hp_loc_at(bufs[b_].home, first_ * bufs[b_].elem_size);                   \
             st = hp_copy_async(ce, hp_loc_mem(staging_tier, slot[(c) % 2][b_]), src_,              \
                                cnt_ * bufs[b_].elem_size);                                         \
         }                                                                                          \
@@ -414,29 +411,22 @@ hp_status hp_copy_stream_chunks(hp_copy_engine *ce, const hp_stream_buffer *bufs
         if (st != HP_STATUS_OK) break;
         for (int b = 0; b < nbufs && st == HP_STATUS_OK; b++) {
             if (!staged[b] || !bufs[b].write_back) continue;
-            hp_loc dst = bufs[b].home;
-            size_t off = first * bufs[b].elem_size;
-            if (dst.tier == HP_TIER_DISK) dst.offset += off;
-            else dst.ptr = (unsigned char *)dst.ptr + off;
-            st = hp_copy_async(ce, dst, hp_loc_mem(staging_tier, slot[c % 2][b]), cnt * bufs[b].elem_size);
+            st = hp_copy_async(ce, hp_loc_at(bufs[b].home, first * bufs[b].elem_size),
+                               hp_loc_mem(staging_tier, slot[c % 2][b]), cnt * bufs[b].elem_size);
         }
     }
 #undef PREFETCH
     {
         /* Every queued copy must run before the staging memory is freed. */
+        hp_first_error fe = {HP_STATUS_OK, ""};
+        hp_first_error_add(&fe, st);
         hp_event *fin = NULL;
         hp_status s2 = hp_event_new(&fin);
         if (s2 == HP_STATUS_OK) s2 = hp_event_record(fin, ce);
-        if (s2 == HP_STATUS_OK) {
-            char saved[1024];
-            snprintf(saved, sizeof saved, "%s", hp_error_message());
-            s2 = hp_event_wait(fin);
-            if (st != HP_STATUS_OK) hp_error(st, "%s", saved); /* keep the first error's message */
-        } else {
-            hp_copy_engine_synchronize(ce); /* fall back to a full drain */
-        }
+        if (hp_first_error_add(&fe, s2) == HP_STATUS_OK) hp_first_error_add(&fe, hp_event_wait(fin));
+        else hp_copy_engine_synchronize(ce); /* fall back to a full drain */
         hp_event_free(fin);
-        if (st == HP_STATUS_OK) st = s2;
+        st = hp_first_error_status(&fe);
     }
 done:
     hp_event_free(ready[0]);

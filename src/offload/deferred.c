@@ -1,14 +1,8 @@
 /*
  * Deferred AdamW updates (hp_offload_plan_config.async_update): queuing the updates the step's
- * ADAMW_STREAM kernels recorded onto the async copy stream, earliest next-step deadline first.
+ * ADAMW_STREAM kernels recorded onto the disk stream, earliest next-step deadline first.
  */
 #include "offload/planner_internal.h"
-
-static hp_loc loc_at(hp_loc l, size_t byte_off) {
-    if (l.tier == HP_TIER_DISK) l.offset += byte_off;
-    else l.ptr = (unsigned char *)l.ptr + byte_off;
-    return l;
-}
 
 /* A job: per chunk the reads of disk operands into staging, the update, the writes back (the stream
  * is FIFO, so one staging chunk per operand suffices). */
@@ -17,11 +11,11 @@ static hp_status queue_job(hp_copy_engine *ce, const hp__ofl_async *r) {
         const hp__ofl_chunk *ch = &r->chunk[c];
         size_t off = ch->first * sizeof(float), bytes = ch->count * sizeof(float);
         for (int k = 0; k < 4; k++)
-            if (r->stage[k]) HP_CHECK(hp_copy_async(ce, hp_loc_mem(HP_TIER_HOST, r->stage[k]), loc_at(r->loc[k], off), bytes));
+            if (r->stage[k]) HP_CHECK(hp_copy_async(ce, hp_loc_mem(HP_TIER_HOST, r->stage[k]), hp_loc_at(r->loc[k], off), bytes));
         HP_CHECK(hp_copy_host_task(ce, r->chunk_fn, (void *)ch));
         for (int k = 0; k < 4; k++)
             if (r->stage[k] && k != 1) /* the gradient is only read */
-                HP_CHECK(hp_copy_async(ce, loc_at(r->loc[k], off), hp_loc_mem(HP_TIER_HOST, r->stage[k]), bytes));
+                HP_CHECK(hp_copy_async(ce, hp_loc_at(r->loc[k], off), hp_loc_mem(HP_TIER_HOST, r->stage[k]), bytes));
     }
     return HP_STATUS_OK;
 }

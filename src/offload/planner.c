@@ -572,13 +572,6 @@ static bool deferrable(const hp_offload_plan *p, int32_t a, const hp_node *n, hp
     return worth;
 }
 
-/* The first use of a tensor by a node other than a, or -1. */
-static int32_t first_use_other(const hp_tensor_liveness *l, int32_t a) {
-    for (int k = 0; k < l->n_uses; k++)
-        if (l->uses[k] != a) return l->uses[k];
-    return -1;
-}
-
 /* The next-step deadline of each deferred update: the first node group where (a) an arena block
  * sharing bytes with one of its held operands starts, or a held operand itself is written again;
  * (b) another node uses one of its persistent fast-tier operands (the parameter, above all); (c)
@@ -618,7 +611,7 @@ static hp_status defer_deadlines(hp_offload_plan *p, const hp_graph *g) {
                 if (u >= 0 && u < d) d = u;
                 continue;
             }
-            if (!c || !c->slow) u = first_use_other(l, a);
+            if (!c || !c->slow) u = l->uses[0] != a ? l->uses[0] : -1; /* a is the last use (deferrable) */
             else if (c->n_fu > 0) u = c->pre[0];
             if (u >= 0 && u < d) d = u;
         }
@@ -643,9 +636,6 @@ static hp_status defer_deadlines(hp_offload_plan *p, const hp_graph *g) {
 static hp_status defer_updates(hp_offload_plan *p, const hp_graph *g) {
     int nn = p->n_nodes;
     int64_t budget = (int64_t)p->cfg.device_budget;
-    int64_t *d = calloc((size_t)nn + 1, sizeof *d);
-    if (!d) return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload plan: out of memory");
-    compute_resident(p, g);
     hp_status st = HP_STATUS_OK;
     for (int32_t a = 0; a < nn && st == HP_STATUS_OK; a++) {
         const hp_node *n = hp_graph_node(g, a);
@@ -654,16 +644,7 @@ static hp_status defer_updates(hp_offload_plan *p, const hp_graph *g) {
         hp__ofl_cand *early[4];
         int ne;
         if (!deferrable(p, a, n, &hold, early, &ne)) continue;
-        memset(d, 0, ((size_t)nn + 1) * sizeof *d);
-        if (hold != HP_TID_NONE) {
-            int64_t b = (int64_t)align_up(tensor_bytes(hp_graph_tensor(g, hold)));
-            for (int32_t i = p->lv.t[hold].end + 1; i < nn; i++) d[i] += b;
-        }
-        for (int k = 0; k < ne; k++)
-            for (int32_t i = early[k]->swait + 1; i < nn; i++) d[i] += (int64_t)align_up(early[k]->bytes);
-        bool fits = true;
-        for (int32_t i = 0; i < nn && fits; i++) fits = p->resident[i] + d[i] <= budget;
-        if (!fits) continue;
+        /* Try it: hold the operands to the end, then the budget must hold everywhere and pack. */
         int32_t old_swait[4];
         for (int k = 0; k < ne; k++) {
             old_swait[k] = early[k]->swait;
@@ -672,18 +653,18 @@ static hp_status defer_updates(hp_offload_plan *p, const hp_graph *g) {
         if (hold != HP_TID_NONE) p->hold_node[hold] = a;
         p->defer_wait[a] = a;
         p->n_deferred++;
+        compute_resident(p, g);
+        bool fits = true;
+        for (int32_t i = 0; i < nn && fits; i++) fits = p->resident[i] <= budget;
         size_t dev = 0;
-        st = hp__ofl_pack(p, g, &dev);
-        if (st == HP_STATUS_OK && dev <= p->cfg.device_budget) {
-            for (int32_t i = 0; i < nn; i++) p->resident[i] += d[i];
-            continue;
-        }
+        if (fits) st = hp__ofl_pack(p, g, &dev);
+        if (fits && st == HP_STATUS_OK && dev <= p->cfg.device_budget) continue;
         for (int k = 0; k < ne; k++) early[k]->swait = old_swait[k];
         if (hold != HP_TID_NONE) p->hold_node[hold] = -1;
         p->defer_wait[a] = -1;
         p->n_deferred--;
     }
-    free(d);
+    compute_resident(p, g);
     if (st == HP_STATUS_OK && p->n_deferred > 0) st = defer_deadlines(p, g);
     return st;
 }

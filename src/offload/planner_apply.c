@@ -337,15 +337,10 @@ void hp_offload_state_reset_copy_stats(hp_offload_state *s) {
 
 /* Waits for both copy streams. */
 static hp_status sync_all(hp_offload_state *s) {
-    hp_status st = hp_copy_engine_synchronize(s->ce);
-    if (s->ce_disk) {
-        char saved[1024];
-        snprintf(saved, sizeof saved, "%s", hp_error_message());
-        hp_status s2 = hp_copy_engine_synchronize(s->ce_disk);
-        if (st != HP_STATUS_OK) hp_error(st, "%s", saved); /* keep the first error's message */
-        else st = s2;
-    }
-    return st;
+    hp_first_error fe = {HP_STATUS_OK, ""};
+    hp_first_error_add(&fe, hp_copy_engine_synchronize(s->ce));
+    if (s->ce_disk) hp_first_error_add(&fe, hp_copy_engine_synchronize(s->ce_disk));
+    return hp_first_error_status(&fe);
 }
 
 /* t < 0: everything in flight (before the program's memory goes away); else what may write t. */
@@ -395,18 +390,14 @@ static hp_status ext_before_run(void *user) {
  * reads or writes the arena. Updates a failed step recorded but did not queue are queued. */
 static hp_status ext_after_run(void *user) {
     hp_offload_state *s = user;
-    hp_status st = hp_copy_engine_synchronize(s->ce);
-    if (!s->ce_disk) return st;
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", hp_error_message());
-    hp_status s2 = HP_STATUS_OK;
-    for (int k = 0; k < s->n_xfers && s2 == HP_STATUS_OK; k++)
-        if (s->xfers[k].ce == s->ce_disk) s2 = hp_event_wait(s->xfers[k].ev);
-    hp_status s3 = hp__ofl_async_flush(s, INT32_MAX);
-    if (s2 == HP_STATUS_OK) s2 = s3;
-    if (st != HP_STATUS_OK) hp_error(st, "%s", saved); /* keep the first error's message */
-    else st = s2;
-    return st;
+    hp_first_error fe = {HP_STATUS_OK, ""};
+    hp_first_error_add(&fe, hp_copy_engine_synchronize(s->ce));
+    if (!s->ce_disk) return hp_first_error_status(&fe);
+    for (int k = 0; k < s->n_xfers; k++)
+        if (s->xfers[k].ce == s->ce_disk && hp_first_error_add(&fe, hp_event_wait(s->xfers[k].ev)) != HP_STATUS_OK)
+            break;
+    hp_first_error_add(&fe, hp__ofl_async_flush(s, INT32_MAX));
+    return hp_first_error_status(&fe);
 }
 
 static void ext_report(void *user, FILE *f) {
@@ -514,13 +505,12 @@ done:
 
 /* ---------------------------------------------------------------- rewrite */
 
-/* A deferred update's record for AdamW node n (operands already rewired): chunks, and HOST staging
- * for each operand streamed from disk (homes are allocated later; the kernel fills loc[]). */
+/* A deferred update's record for AdamW node n (operands already rewired): its event and chunks. */
 static hp_status async_record(hp_offload_state *s, const hp_graph *g, const hp_node *n, hp__ofl_async *r) {
-    const hp_offload_plan *p = s->plan;
     HP_CHECK(hp_event_new(&r->x.ev));
     r->x.st = s;
     r->x.slow = n->in[0];
+    memcpy(r->in, n->in, sizeof r->in);
     r->numel = (size_t)hp_shape_numel(&hp_graph_tensor(g, n->in[0])->shape);
     size_t chunk = s->chunk_bytes / sizeof(float);
     r->n_chunks = (r->numel + chunk - 1) / chunk;
@@ -530,23 +520,27 @@ static hp_status async_record(hp_offload_state *s, const hp_graph *g, const hp_n
         size_t first = c * chunk;
         r->chunk[c] = (hp__ofl_chunk){r, first, r->numel - first < chunk ? r->numel - first : chunk};
     }
-    for (int k = 0; k < 4; k++) {
-        hp_tid t = n->in[k];
-        /* on disk: a persistent home there, or a slow copy made by an OFFLOAD to the disk tier */
-        const hp_tensor *x = hp_graph_tensor(g, t);
-        const hp_node *pr = x->producer >= 0 ? hp_graph_node(g, x->producer) : NULL;
-        bool disk = pr ? pr->op == HP_OP_OFFLOAD && pr->attr.i[0] == HP_TIER_DISK
-                       : t < p->n_tensors && p->cand_of[t] >= 0 && p->cand[p->cand_of[t]].slow &&
-                             p->cand[p->cand_of[t]].tier == HP_TIER_DISK;
-        if (!disk) continue;
-        if (!s->async_stage_raw[k]) {
-            s->async_stage_bytes = s->chunk_bytes + HP_DISK_ALIGN;
-            s->async_stage_raw[k] = hp_mem_alloc(HP_TIER_HOST, s->async_stage_bytes);
-            if (!s->async_stage_raw[k])
-                return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: %zu bytes of staging for deferred updates",
-                                s->async_stage_bytes);
+    return HP_STATUS_OK;
+}
+
+/* Once the homes are known: HOST staging (one chunk, shared by all records) for each operand whose
+ * home is on disk; a record with one runs the update itself on the disk stream (job). */
+static hp_status async_staging(hp_offload_state *s) {
+    for (int i = 0; i < s->n_async; i++) {
+        hp__ofl_async *r = &s->async[i];
+        for (int k = 0; k < 4; k++) {
+            if (s->tier[r->in[k]] != HP_TIER_DISK) continue;
+            if (!s->async_stage_raw[k]) {
+                s->async_stage_bytes = s->chunk_bytes + HP_DISK_ALIGN;
+                s->async_stage_raw[k] = hp_mem_alloc(HP_TIER_HOST, s->async_stage_bytes);
+                if (!s->async_stage_raw[k])
+                    return hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: %zu bytes of staging for deferred updates",
+                                    s->async_stage_bytes);
+            }
+            r->stage[k] =
+                (void *)(((uintptr_t)s->async_stage_raw[k] + HP_DISK_ALIGN - 1) & ~(uintptr_t)(HP_DISK_ALIGN - 1));
+            r->job = true;
         }
-        r->stage[k] = (void *)(((uintptr_t)s->async_stage_raw[k] + HP_DISK_ALIGN - 1) & ~(uintptr_t)(HP_DISK_ALIGN - 1));
     }
     return HP_STATUS_OK;
 }
@@ -731,8 +725,6 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             bool fast = t >= p->n_tensors ? !slow_copy : p->cand_of[t] < 0 || !p->cand[p->cand_of[t]].slow;
             if (fast && (t >= p->n_tensors || !p->lv.t[t].persistent)) held[nh++] = t;
         }
-        hp__ofl_async *r = &s->async[k];
-        r->job = r->stage[0] || r->stage[1] || r->stage[2] || r->stage[3];
         hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, NULL, 0, NULL); /* holds no bytes */
         dw_node[k] = hp_graph_n_nodes(g) - 1;
         hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, held, nh, NULL);
@@ -751,7 +743,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         hd->extra = &s->hold;
         hd->scope = p->node_scope[i];
     }
-    /* The async stream runs the updates earliest deadline first (hp__ofl_async_flush). */
+    /* The disk stream runs the updates earliest deadline first (hp__ofl_async_flush). */
     s->async_order = malloc(((size_t)s->n_async + 1) * sizeof *s->async_order);
     if (!s->async_order) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "offload: out of memory for %d deferred updates", s->n_async);
@@ -829,6 +821,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         if (c->slow && c->spre >= 0 && c->written) s->write_back[ecopy[ci]] = wb_rec[ci];
     }
     HP_CHECK_GOTO(plan_regions(s, g), st, done);
+    HP_CHECK_GOTO(async_staging(s), st, done);
 done:
     free(base);
     free(y);

@@ -45,7 +45,7 @@ struct hp_offload_plan {
     size_t fixed_persistent; /* persistent bytes of non-candidates */
     int64_t *resident; /* per node: resident bytes with the plan */
     /* Deferred updates (cfg.async_update): per original node, -1, or for an AdamW node over disk-tier
-     * operands that runs on the async copy stream, the node of the next step before which that
+     * operands that runs on the disk stream, the node of the next step before which that
      * update is waited for. hold_node[t]: the deferred AdamW node whose fast operand t (a gradient
      * left in the arena) is kept until the end of the step, or -1. */
     int32_t *defer_wait;
@@ -124,7 +124,7 @@ struct hp_offload_state {
     hp_copy_engine *ce_disk;
     struct hp__ofl_async *async;
     int n_async;
-    int32_t *async_order; /* records by next-step deadline: the async stream runs them in this order */
+    int32_t *async_order; /* records by next-step deadline: the disk stream runs them in this order */
     void *async_stage_raw[4]; /* staging for the updates' disk operands (hp_mem_alloc, async_stage_bytes) */
     size_t async_stage_bytes;
     bool *touched;
@@ -153,11 +153,12 @@ typedef struct hp__ofl_chunk {
 struct hp__ofl_async {
     hp__ofl_xfer x;      /* x.ev: recorded after the update's last write; x.slow: the parameter */
     int32_t node;        /* the AdamW node (index in the graph before the rewrite) */
+    hp_tid in[4];        /* its param, grad, m, v operands as rewired */
     float coef[8];       /* hp__adamw_coef of the step being applied (the CPU kernel's layout) */
     hp_loc loc[4];       /* param, grad, m, v: where the update reads and writes them */
     void *stage[4];      /* HOST staging of one chunk of each disk operand (NULL: in memory); the
-                            state's async_stage, shared: the async stream runs one chunk at a time */
-    bool job;            /* some operand streams from disk: the update itself runs on the async
+                            state's async_stage_raw, shared: the disk stream runs one chunk at a time */
+    bool job;            /* some operand streams from disk: the update itself runs on the disk
                             stream; else the kernel updates in memory and only write-backs are queued */
     bool pending;        /* the kernel filled the record; hp__ofl_async_flush has not queued it */
     int32_t deadline;    /* the node of the next step that waits for it (original numbering) */
@@ -169,7 +170,7 @@ struct hp__ofl_async {
     hp__ofl_chunk *chunk;
 };
 
-/* Queues the pending deferred updates whose deadline is at most `limit` on the async stream,
+/* Queues the pending deferred updates whose deadline is at most `limit` on the disk stream,
  * earliest next-step deadline first (the updates touch disjoint tensors, so any order is correct;
  * this one makes the first waits short), and records each one's event. Each deferred AdamW node
  * flushes up to the earliest deadline of the updates still to come in the step (so the stream starts

@@ -22,7 +22,7 @@ void hp_offload_plan_print(const hp_offload_plan *p, const hp_graph *g, FILE *f)
                "read early, the rest streamed)\n",
             s->n_prefetch, s->n_offload, s->n_wait, s->n_streamed, s->n_early);
     if (s->n_deferred > 0)
-        fprintf(f, "  deferred: %d AdamW updates over disk operands run on the async copy stream and finish during "
+        fprintf(f, "  deferred: %d AdamW updates over disk operands run on the disk stream and finish during "
                    "the next step\n",
                 s->n_deferred);
     for (int t = HP_TIER_HOST; t < HP_TIER_COUNT; t++)

@@ -103,15 +103,43 @@ static const char *disk_dir(void) {
     return d && *d ? d : "/tmp";
 }
 
+/* A plan config with the disk tier at `frac` of `peak`: 1 GB/s disk, 4 KiB chunks (several per tensor). */
+static hp_offload_plan_config disk_config(double frac, size_t peak) {
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
+    c.device_budget = (size_t)(frac * (double)peak);
+    c.bandwidth[HP_TIER_DISK] = 1e9;
+    c.chunk_bytes = 4096;
+    c.disk_dir = disk_dir();
+    return c;
+}
+
+/* The 2-layer GPT's three steps without offload (*ref) and its no-offload peak. */
+static size_t reference_run(result *ref) {
+    gpt x;
+    gpt_build(&x, 2);
+    assert_ok(run_steps(&x, HP_PROGRAM_OPTS_DEFAULT, ref, 3));
+    size_t peak = no_offload_peak(&x);
+    hp_graph_free(x.g);
+    return peak;
+}
+
+/* Three steps of x under o (offload applied) within `budget`: losses and parameters bitwise ref's. */
+static void assert_bitwise(const result *ref, gpt *x, hp_program_opts o, size_t budget) {
+    result r;
+    assert_ok(run_steps(x, o, &r, 3));
+    assert_true(r.st.device_bytes <= budget);
+    assert_memory_equal(ref->loss, r.loss, sizeof ref->loss);
+    assert_int_equal(ref->n, r.n);
+    assert_memory_equal(ref->params, r.params, ref->n * sizeof(float));
+    free(r.params);
+}
+
 static void test_gpt_bitwise_every_policy(void **state) {
     (void)state;
-    gpt ref;
-    gpt_build(&ref, 2);
     result a;
-    assert_ok(run_steps(&ref, HP_PROGRAM_OPTS_DEFAULT, &a, 3));
+    size_t peak = reference_run(&a);
     assert_true(a.loss[2] < a.loss[0]);
-    size_t peak = no_offload_peak(&ref);
-    hp_graph_free(ref.g);
     /* policies: bit c set = class c offloaded; the last ones send params and states to disk */
     static const struct { unsigned mask; bool disk; } pol[] = {
         {1u << HP_OFFLOAD_CLASS_PARAMS, false}, {1u << HP_OFFLOAD_CLASS_GRADS, false},
@@ -129,12 +157,8 @@ static void test_gpt_bitwise_every_policy(void **state) {
         int ran_k = 0;
         for (size_t b = 0; b < 5; b++) {
             if (b >= 2 && ran_k > 0) break;
-            hp_offload_plan_config c;
-            hp_offload_plan_config_init(&c);
-            c.device_budget = (size_t)(frac[b] * (double)peak);
-            c.bandwidth[HP_TIER_DISK] = 1e9;
-            c.chunk_bytes = 4096; /* several chunks even for small tensors */
-            if (pol[k].disk) c.disk_dir = disk_dir();
+            hp_offload_plan_config c = disk_config(frac[b], peak);
+            if (!pol[k].disk) c.disk_dir = NULL;
             for (int cl = 0; cl < HP_OFFLOAD_CLASS_COUNT; cl++)
                 c.policy[cl] = !(pol[k].mask & (1u << cl)) ? HP_TIER_DEVICE
                                : pol[k].disk && cl != HP_OFFLOAD_CLASS_ACTIVATIONS && cl != HP_OFFLOAD_CLASS_GRADS
@@ -161,13 +185,7 @@ static void test_gpt_bitwise_every_policy(void **state) {
             check_structure(x.g, s);
             for (int i = 0; i < hp_graph_n_nodes(x.g); i++)
                 assert_true(hp_offload_plan_resident_at(hp_offload_state_plan(s), i) <= c.device_budget);
-            result r;
-            assert_ok(run_steps(&x, o, &r, 3));
-            assert_true(r.st.device_bytes <= c.device_budget);
-            assert_memory_equal(a.loss, r.loss, sizeof a.loss);
-            assert_int_equal(a.n, r.n);
-            assert_memory_equal(a.params, r.params, a.n * sizeof(float));
-            free(r.params);
+            assert_bitwise(&a, &x, o, c.device_budget);
             hp_offload_state_free(s);
             hp_graph_free(x.g);
             ran++;
@@ -437,22 +455,13 @@ static void test_config(void **state) {
  */
 static void test_early_reads(void **state) {
     (void)state;
-    gpt ref;
-    gpt_build(&ref, 2);
     result a;
-    assert_ok(run_steps(&ref, HP_PROGRAM_OPTS_DEFAULT, &a, 3));
-    size_t peak = no_offload_peak(&ref);
-    hp_graph_free(ref.g);
+    size_t peak = reference_run(&a);
     static const double frac[] = {0.5, 0.6, 0.75, 0.9};
     int early_runs = 0;
     for (int ra = 1; ra >= 0; ra--)
         for (size_t b = 0; b < sizeof frac / sizeof frac[0]; b++) {
-            hp_offload_plan_config c;
-            hp_offload_plan_config_init(&c);
-            c.device_budget = (size_t)(frac[b] * (double)peak);
-            c.bandwidth[HP_TIER_DISK] = 1e9;
-            c.chunk_bytes = 4096;
-            c.disk_dir = disk_dir();
+            hp_offload_plan_config c = disk_config(frac[b], peak);
             c.read_ahead = ra == 1;
             c.policy[HP_OFFLOAD_CLASS_PARAMS] = c.policy[HP_OFFLOAD_CLASS_OPTIMIZER] = HP_TIER_DISK;
             c.policy[HP_OFFLOAD_CLASS_GRADS] = HP_TIER_DISK;
@@ -511,17 +520,11 @@ static void test_early_reads(void **state) {
                 assert_true(n_state_before > 0); /* state reads start before the first update */
                 early_runs++;
             }
-            result r;
-            assert_ok(run_steps(&x, o, &r, 3));
-            assert_true(r.st.device_bytes <= c.device_budget);
-            assert_memory_equal(a.loss, r.loss, sizeof a.loss);
-            assert_int_equal(a.n, r.n);
-            assert_memory_equal(a.params, r.params, a.n * sizeof(float));
+            assert_bitwise(&a, &x, o, c.device_budget);
             if (getenv("HP_TEST_VERBOSE"))
                 print_message("read_ahead %d budget %.2f: %d early reads, %d of states before the first update; "
                               "offloaded params %d grads %d optimizer %d activations %d\n", ra, frac[b], ps.n_early,
                               n_state_before, ps.n_offloaded[0], ps.n_offloaded[1], ps.n_offloaded[2], ps.n_offloaded[3]);
-            free(r.params);
             hp_offload_state_free(s);
             hp_graph_free(x.g);
         }
@@ -580,23 +583,14 @@ static int check_deferred(hp_graph *g, hp_program *p) {
 
 static void test_deferred_updates(void **state) {
     (void)state;
-    gpt ref;
-    gpt_build(&ref, 2);
     result a;
-    assert_ok(run_steps(&ref, HP_PROGRAM_OPTS_DEFAULT, &a, 3));
-    size_t peak = no_offload_peak(&ref);
-    hp_graph_free(ref.g);
+    size_t peak = reference_run(&a);
     static const double frac[] = {0.5, 0.6, 0.75, 0.25};
     int deferred_runs = 0, disk_grad_runs = 0;
     for (int policy = 0; policy < 3; policy++)
         for (int au = 1; au >= 0; au--)
             for (size_t b = 0; b < sizeof frac / sizeof frac[0]; b++) {
-                hp_offload_plan_config c;
-                hp_offload_plan_config_init(&c);
-                c.device_budget = (size_t)(frac[b] * (double)peak);
-                c.bandwidth[HP_TIER_DISK] = 1e9;
-                c.chunk_bytes = 4096;
-                c.disk_dir = disk_dir();
+                hp_offload_plan_config c = disk_config(frac[b], peak);
                 c.async_update = au == 1;
                 c.policy[HP_OFFLOAD_CLASS_OPTIMIZER] = HP_TIER_DISK;
                 if (policy >= 1) c.policy[HP_OFFLOAD_CLASS_PARAMS] = HP_TIER_DISK; /* params on disk too */
@@ -631,17 +625,11 @@ static void test_deferred_updates(void **state) {
                 assert_ok(hp_program_new(x.g, &o, &p));
                 assert_int_equal(check_deferred(x.g, p), ps.n_deferred);
                 hp_program_free(p);
-                result r;
-                assert_ok(run_steps(&x, o, &r, 3));
-                assert_true(r.st.device_bytes <= c.device_budget);
-                assert_memory_equal(a.loss, r.loss, sizeof a.loss);
-                assert_int_equal(a.n, r.n);
-                assert_memory_equal(a.params, r.params, a.n * sizeof(float));
+                assert_bitwise(&a, &x, o, c.device_budget);
                 deferred_runs += ps.n_deferred > 0;
                 if (getenv("HP_TEST_VERBOSE"))
                     print_message("policy %d async %d budget %.2f: %d streamed, %d early, %d deferred\n", policy, au,
                                   frac[b], ps.n_streamed, ps.n_early, ps.n_deferred);
-                free(r.params);
                 hp_offload_state_free(s);
                 hp_graph_free(x.g);
             }
@@ -655,12 +643,7 @@ static void test_deferred_updates(void **state) {
             sq = sq == HP_TID_NONE ? q : hp_add(x.g, sq, q);
         }
         hp_tid keep[3] = {x.keep[0], x.keep[1], sq};
-        hp_offload_plan_config c;
-        hp_offload_plan_config_init(&c);
-        c.device_budget = (size_t)(0.5 * (double)peak);
-        c.bandwidth[HP_TIER_DISK] = 1e9;
-        c.chunk_bytes = 4096;
-        c.disk_dir = disk_dir();
+        hp_offload_plan_config c = disk_config(0.5, peak);
         c.policy[HP_OFFLOAD_CLASS_OPTIMIZER] = HP_TIER_DISK;
         hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
         o.keep = keep;

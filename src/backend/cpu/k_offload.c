@@ -4,7 +4,7 @@
  * runs AdamW chunk by chunk where the states are (hp_copy_stream_chunks: fast and host buffers in
  * place, disk buffers staged through host memory with the next chunk's read overlapping the update);
  * operands the planner read early into the fast tier are updated in place there and written back.
- * A deferred ADAMW_STREAM (attr.i[0] = 1) queues the same update on the async copy stream instead
+ * A deferred ADAMW_STREAM (attr.i[0] = 1) queues the same update on the disk stream instead
  * and returns; the next step waits for it (an OFFLOAD_WAIT on the update's record).
  */
 #include "backend/cpu/cpu.h"
@@ -77,7 +77,12 @@ static void adamw_stream_worker(const team_chunk *tc) {
 
 /* ---------------------------------------------------------------- deferred updates */
 
-/* One chunk of a deferred update, on the async copy worker (its disk operands are staged). */
+/* The write-back record of operand t when the planner read it early into the fast tier, or NULL. */
+static hp__ofl_xfer *write_back_of(const hp_offload_state *st, hp_tid t) {
+    return st->write_back && t >= 0 && t < st->n_tensors ? st->write_back[t] : NULL;
+}
+
+/* One chunk of a deferred update, on the disk stream's worker (its disk operands are staged). */
 static void async_chunk(void *user) {
     const hp__ofl_chunk *ch = user;
     const hp__ofl_async *r = ch->rec;
@@ -99,7 +104,7 @@ static hp_status adamw_deferred(const hp_kernel_args *a, hp__ofl_async *r, const
     for (int k = 0; k < 4; k++) {
         hp_tid t = a->node->in[k];
         r->loc[k] = hp__ofl_loc(st, t, a->in[k]);
-        hp__ofl_xfer *x = st->write_back && t >= 0 && t < st->n_tensors ? st->write_back[t] : NULL;
+        const hp__ofl_xfer *x = write_back_of(st, t);
         r->wb_bytes[k] = x ? x->bytes : 0;
         if (x) {
             r->wb_dst[k] = hp__ofl_loc(st, x->slow, NULL);
@@ -113,9 +118,9 @@ static hp_status adamw_deferred(const hp_kernel_args *a, hp__ofl_async *r, const
 /* A team kernel (team.h). */
 hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
     if (!a->node->extra) return hp__cpu_adamw(a); /* nothing offloaded: the plain kernel */
-    /* Deferred: with an operand streamed from disk the whole update runs on the async stream; with
+    /* Deferred: with an operand streamed from disk the whole update runs on the disk stream; with
      * every operand in memory (early-read copies, host homes) the team updates them now and only
-     * the write-backs go to the async stream. */
+     * the write-backs go to the disk stream. */
     hp__ofl_async *rec = a->node->attr.i[0] == 1 ? a->node->extra : NULL;
     bool job = rec && rec->job;
     if (job && hp__team_all() && omp_get_thread_num() != 0) return HP_STATUS_OK;
@@ -157,8 +162,7 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
     /* Operands read early into the fast tier (param, m, v) are written back home now; an
      * OFFLOAD_WAIT on the same record keeps the copy alive until the write is done. */
     for (int k = 0; k < 4; k++) {
-        hp_tid t = a->node->in[k];
-        hp__ofl_xfer *x = st->write_back && t >= 0 && t < st->n_tensors ? st->write_back[t] : NULL;
+        hp__ofl_xfer *x = write_back_of(st, a->node->in[k]);
         if (!x) continue;
         HP_CHECK(hp_copy_async(x->ce, hp__ofl_loc(st, x->slow, NULL), hp_loc_mem(HP_TIER_DEVICE, a->in[k]), x->bytes));
         HP_CHECK(hp_event_record(x->ev, x->ce));
