@@ -135,6 +135,7 @@ typedef struct hp_compile_report {
                                         budget) or after stop_after */
     double seconds[HP_PASS_COUNT];   /* wall time of each pass that ran; seconds */
     hp_pass last;                    /* the last pass reached (run or skipped) */
+    int strategy_warnings;           /* strategy rules that matched nothing (hp_strategy_annotate) */
 } hp_compile_report;
 
 /* One line per pass: "  autodiff   0.012 s" or "  offload    skipped"; then the total. */

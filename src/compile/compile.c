@@ -127,7 +127,7 @@ static hp_status pass_shard(hp_compiled *c) {
     for (int t = 0; t < nt; t++) lay[t].ndim = -1;
     hp_status st = HP_STATUS_OK;
     if (c->strategy)
-        st = hp_strategy_annotate(c->strategy, c->logical, lay, NULL);
+        st = hp_strategy_annotate(c->strategy, c->logical, lay, &c->report.strategy_warnings);
     else if (c->opts.annotate)
         st = c->opts.annotate(c->opts.annotate_user, c->logical, c->mesh, lay);
     if (st == HP_STATUS_OK)
