@@ -88,8 +88,9 @@ const char *hp_pass_name(hp_pass p);
 /* The pass named `name`. HP_STATUS_INVALID_ARGUMENT naming it and listing the known passes. */
 hp_status hp_pass_parse(const char *name, hp_pass *out);
 
-/* Supplies leaf layouts when no strategy is given: fills layouts[t] (ndim -1: replicated) for
- * every tensor of the logical graph `g` (after the autodiff pass) on `mesh`. */
+/* Supplies leaf layouts when no strategy is given: sets layouts[t] for the leaves of the logical
+ * graph `g` (after the autodiff pass) on `mesh`; the array (hp_graph_n_tensors(g) entries) arrives
+ * with every ndim -1 (replicated). An error is returned by hp_compile as is. */
 typedef hp_status (*hp_compile_annotate_fn)(void *user, const hp_graph *g, const hp_mesh *mesh, hp_layout *layouts);
 
 /* What to compile and how. Start from HP_COMPILE_OPTS_INIT; every pointer is borrowed and must

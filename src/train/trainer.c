@@ -49,7 +49,7 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     /* HyperOffload plans the per-rank training step (parameters, gradients, optimizer state and
      * activations under the `offload:` budgets); evaluation runs without it. */
     hp_offload_plan_config oc;
-    HP_CHECK(hp_compile_config_objects(&t->cfg, 0, NULL, &oc));
+    if (training) HP_CHECK(hp_compile_config_objects(&t->cfg, 0, NULL, &oc));
     hp_compile_opts o = HP_COMPILE_OPTS_INIT;
     o.loss = pr->gpt.loss;
     o.train = training;
