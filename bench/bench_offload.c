@@ -24,6 +24,7 @@
  * One JSON line per measurement. Bandwidths are measured once (hp_tier_probe) and the machine
  * model's FLOP/s from each point's unlimited step, then handed to every child.
  */
+#include "hp/compile.h"
 #include "hp/nn.h"
 #include "hp/offload_plan.h"
 #include "hp/ops.h"
@@ -107,17 +108,35 @@ typedef struct {
     hp_gpt m;
     hp_train_step ts;
     hp_tid keep[2];
+    hp_compiled *c; /* the compile driver's result (owns the partition, offload state and program) */
 } step_graph;
 
-static void build(step_graph *s, int layers) {
+/* The GPT step through the compile driver up to `stop` (HP_PASS_AUTODIFF: the logical step graph
+ * only, for the planner alone), with HyperOffload under `oc` (NULL: none). */
+static void build_upto(step_graph *s, int layers, hp_pass stop, const hp_offload_plan_config *oc) {
     hp_gpt_config c = CFG;
     c.layers = layers;
     s->g = hp_graph_new();
     CHECK(hp_gpt_build(s->g, &c, BATCH, SEQ, true, &s->m));
-    hp_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
-    CHECK(hp_train_step_build(s->g, s->m.loss, &oc, &s->ts));
+    static const hp_optim_config optim = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                                          .grad_clip = 1.0};
+    hp_compile_opts o = HP_COMPILE_OPTS_INIT;
+    o.loss = s->m.loss;
+    o.train = true;
+    o.optim = &optim;
+    o.offload = oc;
+    o.stop_after = stop;
+    CHECK(hp_compile(s->g, &o, &s->c));
+    s->ts = *hp_compiled_step(s->c);
     s->keep[0] = s->ts.loss;
     s->keep[1] = s->ts.grad_sq;
+}
+
+static void build(step_graph *s, int layers) { build_upto(s, layers, HP_PASS_AUTODIFF, NULL); }
+
+static void drop(step_graph *s) {
+    hp_compiled_free(s->c);
+    hp_graph_free(s->g);
 }
 
 static int64_t n_params(const step_graph *s) {
@@ -126,16 +145,18 @@ static int64_t n_params(const step_graph *s) {
     return n;
 }
 
-/* Runs warmup + STEPS steps; returns the median step seconds. */
-static double run(step_graph *s, hp_program_opts o, hp_program **out_p) {
-    hp_program *p;
-    CHECK(hp_program_new(s->g, &o, &p));
+/* Runs warmup + STEPS steps of the compiled step (build_upto to HP_PASS_MEMPLAN); returns the best
+ * step seconds. */
+static double run(step_graph *s, hp_program **out_p) {
+    hp_program *p = hp_compiled_program(s->c);
+    const hp_partition *part = hp_compiled_partition(s->c);
+    hp_offload_state *ofl = hp_compiled_offload(s->c);
     for (int i = 0; i < s->ts.n_params; i++) {
         const hp_tensor *t = hp_graph_tensor(s->g, s->ts.params[i]);
         int64_t n = hp_shape_numel(&t->shape);
         float *buf = malloc((size_t)n * sizeof(float));
         CHECK(hp_gpt_init_param(&s->m.cfg, t->name, 42, 0, n, buf));
-        CHECK(hp_program_set_input(p, s->ts.params[i], buf, (size_t)n * sizeof(float)));
+        CHECK(hp_program_set_input(p, hp_partition_local(part, s->ts.params[i]), buf, (size_t)n * sizeof(float)));
         free(buf);
     }
     int32_t *tok = malloc(sizeof *tok * (size_t)(BATCH * SEQ)), *tgt = malloc(sizeof *tgt * (size_t)(BATCH * SEQ));
@@ -144,16 +165,16 @@ static double run(step_graph *s, hp_program_opts o, hp_program **out_p) {
         tgt[i] = (int32_t)((i * 5 + 1) % CFG.vocab);
     }
     float lr = 1e-3f;
-    CHECK(hp_program_set_input(p, s->m.tokens, tok, sizeof *tok * (size_t)(BATCH * SEQ)));
-    CHECK(hp_program_set_input(p, s->m.targets, tgt, sizeof *tgt * (size_t)(BATCH * SEQ)));
+    CHECK(hp_program_set_input(p, hp_partition_local(part, s->m.tokens), tok, sizeof *tok * (size_t)(BATCH * SEQ)));
+    CHECK(hp_program_set_input(p, hp_partition_local(part, s->m.targets), tgt, sizeof *tgt * (size_t)(BATCH * SEQ)));
     free(tok);
     free(tgt);
-    CHECK(hp_program_set_input(p, s->ts.lr, &lr, sizeof lr));
+    CHECK(hp_program_set_input(p, hp_partition_local(part, s->ts.lr), &lr, sizeof lr));
     double t[MAX_STEPS + 1] = {0};
     for (int k = 0; k <= STEPS; k++) {
         float step = (float)(k + 1);
-        CHECK(hp_program_set_input(p, s->ts.step, &step, sizeof step));
-        if (k == 1 && o.ext) hp_offload_state_reset_copy_stats((hp_offload_state *)o.ext->user);
+        CHECK(hp_program_set_input(p, hp_partition_local(part, s->ts.step), &step, sizeof step));
+        if (k == 1 && ofl) hp_offload_state_reset_copy_stats(ofl);
         double t0 = now_s();
         CHECK(hp_program_run(p));
         if (k == STEPS) CHECK(hp_program_sync(p)); /* deferred updates of the last step count too */
@@ -184,7 +205,7 @@ static int64_t n_params_of(const hp_gpt_config *c) {
     CFG = *c;
     build(&s, c->layers);
     int64_t n = n_params(&s);
-    hp_graph_free(s.g);
+    drop(&s);
     CFG = save;
     return n;
 }
@@ -202,39 +223,38 @@ static void set_policy(hp_offload_plan_config *c, bool disk, const char *dir) {
 static void child(double frac, bool disk, const char *dir, const hp_tier_list *tiers, double flops, size_t peak,
                   double base_s) {
     step_graph s;
-    build(&s, CFG.layers);
-    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
-    o.keep = s.keep;
-    o.n_keep = 2;
-    hp_offload_state *ofl = NULL;
     hp_offload_plan_stats ps;
     memset(&ps, 0, sizeof ps);
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
     if (frac > 0) {
-        hp_offload_plan_config c;
-        hp_offload_plan_config_init(&c);
         c.device_budget = (size_t)(frac * (double)peak);
         set_policy(&c, disk, dir);
         if (getenv("HP_BENCH_ASYNC") && atoi(getenv("HP_BENCH_ASYNC")) == 0) c.async_update = false;
         c.bandwidth[HP_TIER_HOST] = tiers->tier[HP_TIER_HOST].read_bw;
         c.bandwidth[HP_TIER_DISK] = tiers->tier[HP_TIER_DISK].read_bw;
         if (flops > 0) c.machine.flops_per_s = flops;
-        CHECK(hp_offload_apply_config(&c, s.g, &o, &ofl));
+    }
+    build_upto(&s, CFG.layers, HP_PASS_MEMPLAN, frac > 0 ? &c : NULL);
+    hp_offload_state *ofl = hp_compiled_offload(s.c);
+    if (ofl) {
+        const hp_graph *lg = hp_compiled_graph(s.c);
         hp_offload_plan_get_stats(hp_offload_state_plan(ofl), &ps);
         /* HP_BENCH_PLAN=1: the residency plan on stderr (tensor names only are read from the graph) */
-        if (getenv("HP_BENCH_PLAN")) hp_offload_plan_print(hp_offload_state_plan(ofl), s.g, stderr);
+        if (getenv("HP_BENCH_PLAN")) hp_offload_plan_print(hp_offload_state_plan(ofl), lg, stderr);
         if (getenv("HP_BENCH_PLAN") && atoi(getenv("HP_BENCH_PLAN")) > 1) /* resident bytes per node */
             for (int i = 0; hp_offload_plan_resident_at(hp_offload_state_plan(ofl), i) > 0; i += 8)
                 fprintf(stderr, "resident at %d: %zu\n", i, hp_offload_plan_resident_at(hp_offload_state_plan(ofl), i));
     }
     hp_program *p;
-    double sec = run(&s, o, &p);
+    double sec = run(&s, &p);
     hp_program_stats st;
     hp_program_get_stats(p, &st);
     hp_copy_stats cs;
     memset(&cs, 0, sizeof cs);
     if (ofl) hp_offload_state_copy_stats(ofl, &cs);
     float loss;
-    CHECK(hp_program_get_output(p, s.ts.loss, &loss, sizeof loss));
+    CHECK(hp_program_get_output(p, hp_compiled_loss(s.c), &loss, sizeof loss));
     printf("{\"bench\":\"offload_sweep\",\"point\":\"%s\",\"batch\":%d,\"seq\":%d,\"tiers\":\"%s\",\"budget_frac\":%.2f,\"budget_bytes\":%zu,\"layers\":%d,"
            "\"params\":%lld,\"state_bytes\":%lld,\"step_s\":%.4f,\"vs_unlimited\":%.3f,\"vm_hwm_mib\":%.1f,"
            "\"fast_tier_bytes\":%zu,\"host_in_mib\":%.1f,\"host_out_mib\":%.1f,\"disk_in_mib\":%.1f,"
@@ -249,9 +269,7 @@ static void child(double frac, bool disk, const char *dir, const hp_tier_list *t
            ps.n_streamed, ps.stall_s, cs.busy_total_s / STEPS, cs.wait_s / STEPS,
            ofl ? hp_copy_stats_hidden_fraction(&cs) : 1.0, (double)loss);
     fflush(stdout);
-    hp_program_free(p);
-    hp_offload_state_free(ofl);
-    hp_graph_free(s.g);
+    drop(&s);
 }
 
 typedef struct {
@@ -319,7 +337,7 @@ int main(int argc, char **argv) {
         /* measured FLOP/s of the unlimited step for the cost model */
         double flops_step = 0;
         for (int i = 0; i < hp_graph_n_nodes(s.g); i++) flops_step += hp_node_cost(s.g, i).flops;
-        hp_graph_free(s.g);
+        drop(&s);
         double base = fork_child(0, false, dir, &tiers, 0, peak, 0).step_s;
         double flops = base > 0 ? flops_step / base : 0;
         /* A bound at 50% budget: when the AdamW updates start (they need the global gradient norm, so
@@ -382,7 +400,7 @@ int main(int argc, char **argv) {
     step_graph s;
     build(&s, 2);
     size_t budget = plan_peak(&s);
-    hp_graph_free(s.g);
+    drop(&s);
     int best_plain = 0, best_ofl = 0;
     int64_t params_plain = 0, params_ofl = 0;
     static const int layers[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
@@ -407,7 +425,7 @@ int main(int argc, char **argv) {
             params_ofl = n_params(&s);
         }
         hp_offload_plan_free(p);
-        hp_graph_free(s.g);
+        drop(&s);
         if (st != HP_STATUS_OK) {
             printf("{\"bench\":\"offload_capacity_limit\",\"layers\":%d,\"why\":\"%.200s\"}\n", L, hp_error_message());
             break;

@@ -22,6 +22,7 @@
  * so a ratio slightly above 1.00 is expected.
  */
 #include "hp/comm_mpi.h"
+#include "hp/compile.h"
 #include "hp/config.h"
 #include "hp/nn.h"
 #include "hp/ops.h"
@@ -103,7 +104,7 @@ static double analytic(const char *fam, int n) {
 typedef struct built {
     hp_graph *g;
     hp_gpt gpt;
-    hp_train_step ts;
+    hp_compiled *c; /* owns the partition and the program */
     hp_partition *part;
     hp_program *p;
 } built;
@@ -115,24 +116,24 @@ static hp_status build(const char *strategy_text, int world_size, hp_comm *comm,
     char text[4096];
     snprintf(text, sizeof text, "model: {vocab: 256}\n%s", strategy_text);
     HP_CHECK(hp_run_config_load_string(text, strlen(text), "bench", &cfg));
-    hp_status st = hp_strategy_parse(cfg.strategy, world_size, s);
+    hp_offload_plan_config unused;
+    hp_status st = hp_compile_config_objects(&cfg, world_size, s, &unused);
     hp_run_config_free(&cfg);
     HP_CHECK(st);
-    hp_mesh *mesh = hp_strategy_mesh(*s);
-    HP_CHECK(hp_mesh_attach(mesh, comm));
     b->g = hp_graph_new();
     hp_optim_config o = {.lr = 3e-4, .min_lr = 3e-5, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                          .grad_clip = 1.0};
     HP_CHECK(hp_gpt_build(b->g, &GPT, BATCH, GPT.context, true, &b->gpt));
-    HP_CHECK(hp_train_step_build(b->g, b->gpt.loss, &o, &b->ts));
-    hp_layout *lay = calloc((size_t)hp_graph_n_tensors(b->g), sizeof *lay);
-    st = hp_strategy_annotate(*s, b->g, lay, NULL);
-    if (st == HP_STATUS_OK) st = hp_partition_new(b->g, mesh, lay, &b->gpt.loss, 1, &b->part);
-    free(lay);
-    HP_CHECK(st);
-    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    po.sync_comm = sync_comm;
-    HP_CHECK(hp_program_new(hp_partition_graph(b->part), &po, &b->p));
+    hp_compile_opts co = HP_COMPILE_OPTS_INIT;
+    co.loss = b->gpt.loss;
+    co.train = true;
+    co.optim = &o;
+    co.strategy = *s;
+    co.comm = comm;
+    co.program.sync_comm = sync_comm;
+    HP_CHECK(hp_compile(b->g, &co, &b->c));
+    b->part = hp_compiled_partition(b->c);
+    b->p = hp_compiled_program(b->c);
     /* small random weights and tokens: timing only */
     hp_graph *lg = hp_partition_graph(b->part);
     for (int t = 0; t < hp_graph_n_tensors(lg); t++) {
@@ -151,8 +152,7 @@ static hp_status build(const char *strategy_text, int world_size, hp_comm *comm,
 }
 
 static void destroy(built *b) {
-    hp_program_free(b->p);
-    hp_partition_free(b->part);
+    hp_compiled_free(b->c);
     hp_graph_free(b->g);
 }
 

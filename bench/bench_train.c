@@ -12,6 +12,7 @@
  *
  *   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_train --config A --steps 20 --torch
  */
+#include "hp/compile.h"
 #include "hp/nn.h"
 #include "hp/ops.h"
 #include "hp/rng.h"
@@ -83,27 +84,29 @@ static double torch_tps(const cfg *c, int warmup, int steps) {
 static int run(const cfg *c, int warmup, int steps, bool profile, double peak, double *tps_out) {
     hp_graph *g = hp_graph_new();
     hp_gpt gpt;
-    hp_train_step ts;
     hp_optim_config o = {.lr = 3e-4, .min_lr = 3e-5, .warmup = 0, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
                          .eps = 1e-8, .grad_clip = 1.0};
     hp_status st = hp_gpt_build(g, &c->gpt, c->batch, c->gpt.context, true, &gpt);
-    if (st == HP_STATUS_OK) st = hp_train_step_build(g, gpt.loss, &o, &ts);
-    hp_program *p = NULL;
-    hp_tid keep[2] = {ts.loss, ts.grad_sq};
-    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    po.keep = keep;
-    po.n_keep = 2;
-    po.profile = profile;
-    if (st == HP_STATUS_OK) st = hp_program_new(g, &po, &p);
+    hp_compile_opts co = HP_COMPILE_OPTS_INIT; /* one device: autodiff + optimizer, shard, memplan */
+    co.loss = gpt.loss;
+    co.train = true;
+    co.optim = &o;
+    co.program.profile = profile;
+    hp_compiled *comp = NULL;
+    if (st == HP_STATUS_OK) st = hp_compile(g, &co, &comp);
     if (st != HP_STATUS_OK) {
         fprintf(stderr, "bench_train: %s\n", hp_error_message());
         return 1;
     }
+    hp_program *p = hp_compiled_program(comp);
+    const hp_partition *part = hp_compiled_partition(comp);
+    const hp_train_step ts = *hp_compiled_step(comp);
+#define LOCAL(t) hp_partition_local(part, (t))
     for (int i = 0; i < ts.n_params; i++) {
         const hp_tensor *x = hp_graph_tensor(g, ts.params[i]);
-        hp_gpt_init_param(&c->gpt, x->name, 1, 0, hp_shape_numel(&x->shape), hp_program_data(p, ts.params[i]));
+        hp_gpt_init_param(&c->gpt, x->name, 1, 0, hp_shape_numel(&x->shape), hp_program_data(p, LOCAL(ts.params[i])));
     }
-    int32_t *tok = hp_program_data(p, gpt.tokens), *tgt = hp_program_data(p, gpt.targets);
+    int32_t *tok = hp_program_data(p, LOCAL(gpt.tokens)), *tgt = hp_program_data(p, LOCAL(gpt.targets));
     size_t bt = (size_t)c->batch * (size_t)c->gpt.context;
     double total = 0, best = 1e30;
     float loss = 0;
@@ -112,8 +115,8 @@ static int run(const cfg *c, int warmup, int steps, bool profile, double peak, d
             tok[i] = (int32_t)(hp_rng_u64(7, (uint64_t)s * bt + i) % (uint64_t)c->gpt.vocab);
             tgt[i] = (int32_t)(hp_rng_u64(8, (uint64_t)s * bt + i) % (uint64_t)c->gpt.vocab);
         }
-        *(float *)hp_program_data(p, ts.lr) = 3e-4f;
-        *(float *)hp_program_data(p, ts.step) = (float)(s + 1);
+        *(float *)hp_program_data(p, LOCAL(ts.lr)) = 3e-4f;
+        *(float *)hp_program_data(p, LOCAL(ts.step)) = (float)(s + 1);
         double t0 = now_s();
         st = hp_program_run(p);
         double dt = now_s() - t0;
@@ -121,7 +124,7 @@ static int run(const cfg *c, int warmup, int steps, bool profile, double peak, d
             fprintf(stderr, "bench_train: %s\n", hp_error_message());
             return 1;
         }
-        loss = *(float *)hp_program_data(p, ts.loss);
+        loss = *(float *)hp_program_data(p, hp_compiled_loss(comp));
         if (s >= warmup) {
             total += dt;
             if (dt < best) best = dt;
@@ -144,7 +147,8 @@ static int run(const cfg *c, int warmup, int steps, bool profile, double peak, d
            getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)");
     fflush(stdout);
     if (profile) hp_program_profile_report(p, stderr);
-    hp_program_free(p);
+#undef LOCAL
+    hp_compiled_free(comp);
     hp_graph_free(g);
     *tps_out = tps;
     return 0;

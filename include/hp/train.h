@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "hp/comm.h"
+#include "hp/compile.h"
 #include "hp/config.h"
 #include "hp/ir.h"
 #include "hp/mesh.h"
@@ -30,23 +31,7 @@ extern "C" {
  */
 double hp_lr_at(const hp_optim_config *o, int64_t step, int64_t total);
 
-/* Tensors of the training-step graph. Arrays are owned by the graph's arena. */
-typedef struct hp_train_step {
-    hp_tid loss;     /* scalar */
-    hp_tid lr;       /* input scalar: fed hp_lr_at() each step */
-    hp_tid step;     /* input scalar: the 1-based optimizer step (AdamW bias correction) */
-    hp_tid grad_sq;  /* scalar: squared global gradient norm (before clipping) */
-    int n_params;
-    hp_tid *params, *grads, *m, *v; /* per parameter, in creation order; m, v are OPT_STATE */
-} hp_train_step;
-
-/*
- * Appends backward, clipping (when o->grad_clip > 0) and AdamW to a forward graph whose scalar
- * loss is `loss`. Optimizer states are named "exp_avg.<param>" and "exp_avg_sq.<param>". Weight
- * decay applies to parameters without the no_weight_decay flag. Errors: autodiff's errors; a
- * parameter with no gradient path is HP_STATUS_INVALID_ARGUMENT naming it.
- */
-hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o, hp_train_step *out);
+/* hp_train_step and hp_train_step_build (the autodiff + optimizer pass) are in hp/compile.h. */
 
 /* Per-step figures reported by the trainer. */
 typedef struct hp_step_metrics {

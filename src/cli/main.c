@@ -13,8 +13,10 @@ static void usage(FILE *f) {
             "                       train the model the config describes\n"
             "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
-            "  plan RUN.yaml [--ranks N]\n"
-            "                       print the plan (layouts, collectives, memory) without training\n"
+            "  plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]\n"
+            "                       print the plan (layouts, collectives, memory, compile pass times)\n"
+            "                       without training; --dump-after autodiff|shard|offload|memplan\n"
+            "                       prints the IR after that pass instead\n"
             "  help                 this text\n");
 }
 

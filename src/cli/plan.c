@@ -1,18 +1,14 @@
 /*
- * `hp plan RUN.yaml [--ranks N]`: what a run would do, without running it — the mesh, the layout of
- * every parameter, input and optimizer state, each inserted collective with its bytes, the bytes per
- * rank per step, the memory per rank, and a predicted step time.
+ * `hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]`: what a run would do, without
+ * running it — the mesh, the layout of every parameter, input and optimizer state, each inserted
+ * collective with its bytes, the bytes per rank per step, the memory per rank, a predicted step
+ * time and the compile driver's pass times (hp/compile.h); or the IR after one pass.
  */
 #include "cli/cli.h"
 
+#include "hp/compile.h"
 #include "hp/config.h"
-#include "hp/runtime.h"
-#include "hp/nn.h"
-#include "hp/offload_plan.h"
 #include "hp/ops.h"
-#include "hp/shard.h"
-#include "hp/strategy.h"
-#include "hp/train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,36 +26,32 @@ static const char *phase_name(uint32_t flags) {
 
 static double mib(double b) { return b / (1024.0 * 1024.0); }
 
-static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
-    hp_strategy *s = NULL;
-    hp_graph *g = NULL;
-    hp_partition *part = NULL;
-    hp_layout *lay = NULL;
-    int rc = 1;
-    hp_status st = hp_strategy_parse(cfg->strategy, ranks, &s);
-    if (st != HP_STATUS_OK) return hp_cli_fail(st, "strategy");
-    hp_mesh *mesh = hp_strategy_mesh(s);
-    if (rank < 0 || rank >= hp_mesh_size(mesh)) {
-        fprintf(stderr, "hp: error: --rank %d is outside the mesh of %d devices\n", rank, hp_mesh_size(mesh));
-        goto out;
+/* The plan of `rank` of `ranks`; with `dump` (not HP_PASS_NONE) only the IR after that pass and
+ * the pass times (`--dump-after PASS`). */
+static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dump) {
+    hp_compile_opts o = HP_COMPILE_OPTS_INIT;
+    o.train = true;
+    o.plan_only = true;
+    o.plan_world_size = ranks;
+    o.plan_index = rank;
+    if (dump != HP_PASS_NONE) {
+        o.stop_after = o.dump_after = dump;
+        o.dump = stdout;
     }
-    hp_gpt_config gc = {(int)cfg->model.vocab, (int)cfg->model.context, (int)cfg->model.layers,
-                        (int)cfg->model.heads, (int)cfg->model.width, cfg->model.tied_head};
-    g = hp_graph_new();
-    hp_gpt gpt;
-    hp_train_step ts;
-    st = hp_gpt_build(g, &gc, (int)cfg->train.batch, (int)cfg->model.context, true, &gpt);
-    if (st == HP_STATUS_OK) st = hp_train_step_build(g, gpt.loss, &cfg->optim, &ts);
+    hp_compiled *c = NULL;
+    hp_status st = hp_compile_run(cfg, &o, &c);
+    if (st != HP_STATUS_OK) return hp_cli_fail(st, cfg->source);
+    if (dump != HP_PASS_NONE) {
+        printf("\n== compile passes (seconds)\n");
+        hp_compile_report_print(hp_compiled_report(c), stdout);
+        hp_compiled_free(c);
+        return 0;
+    }
+    hp_strategy *s = hp_compiled_strategy(c);
+    hp_mesh *mesh = hp_compiled_mesh(c);
+    hp_partition *part = hp_compiled_partition(c);
+    const hp_graph *g = hp_compiled_logical(c);
     int nt = hp_graph_n_tensors(g);
-    lay = calloc((size_t)nt, sizeof *lay);
-    int warnings = 0;
-    if (st == HP_STATUS_OK) st = hp_strategy_annotate(s, g, lay, &warnings);
-    hp_tid resolve[2] = {gpt.loss, ts.grad_sq};
-    if (st == HP_STATUS_OK) st = hp_partition_new_at(g, mesh, rank, lay, resolve, 2, &part);
-    if (st != HP_STATUS_OK) {
-        hp_cli_fail(st, cfg->source);
-        goto out;
-    }
     hp_graph *lg = hp_partition_graph(part);
     printf("== strategy (%d ranks; showing rank %d)\n", hp_mesh_size(mesh), rank);
     hp_strategy_describe(s, stdout);
@@ -100,18 +92,9 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
         if (count[k]) printf(" %s x%d", hp_redist_kind_name((hp_redist_kind)k), count[k]);
     printf("\n");
 
-    /* memory: what hp_program_new would allocate for this rank's graph (the same liveness, arena
-     * plan, reshape views and workspace rule), planned without allocating */
-    hp_tid keep[2] = {hp_partition_resolved(part, 0), hp_partition_resolved(part, 1)};
-    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    po.keep = keep;
-    po.n_keep = 2;
-    hp_program_stats ps;
-    st = hp_program_plan(lg, &po, &ps);
-    if (st != HP_STATUS_OK) {
-        hp_cli_fail(st, "memory plan");
-        goto out;
-    }
+    /* memory: what hp_program_new would allocate for this rank's graph after the offload pass (the
+     * same liveness, arena plan, reshape views and workspace rule), planned without allocating */
+    const hp_program_stats ps = *hp_compiled_memory(c);
     double flops = 0;
     for (int i = 0; i < hp_graph_n_nodes(lg); i++) flops += hp_node_cost(lg, i).flops;
     printf("\n== memory per rank\n");
@@ -119,68 +102,50 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
            "%.2f MiB | kernel workspace %.2f MiB\n",
            mib(bytes_by_kind[HP_TENSOR_KIND_PARAM]), mib(bytes_by_kind[HP_TENSOR_KIND_OPT_STATE]),
            mib(bytes_by_kind[HP_TENSOR_KIND_INPUT]), mib((double)ps.arena_bytes), mib((double)ps.workspace_bytes));
-    printf("  total %.2f MiB\n", mib((double)ps.device_bytes));
+    printf("  total %.2f MiB%s\n", mib((double)ps.device_bytes),
+           hp_compiled_offload(c) ? " in the fast tier after the offload pass (the residency plan is below)" : "");
     double tc = flops / PLAN_FLOPS_PER_S, tn = (double)total / PLAN_NET_BYTES_PER_S;
     printf("\n== predicted step\n  %.2f GFLOP per rank -> %.3f s compute at %.0f GFLOP/s; %.3f s communication at %.0f GB/s"
            " (%.3f s if not overlapped)\n",
            flops / 1e9, tc, PLAN_FLOPS_PER_S / 1e9, tn, PLAN_NET_BYTES_PER_S / 1e9, tc + tn);
-    if (warnings) printf("  (%d strategy rule(s) matched no parameter)\n", warnings);
-    if (cfg->offload) { /* the residency plan of this rank's step under the offload budgets */
-        hp_offload_plan_config oc;
-        hp_offload_plan *op = NULL;
-        st = hp_offload_config_parse(cfg->offload, &oc);
-        if (st == HP_STATUS_OK && oc.device_budget) st = hp_offload_plan_new(lg, keep, 2, &oc, &op);
-        if (st != HP_STATUS_OK) {
-            hp_cli_fail(st, "offload plan");
-            goto out;
-        }
-        if (op) {
-            printf("\n== offload (residency plan)\n");
-            hp_offload_plan_print(op, lg, stdout);
-            hp_offload_plan_free(op);
-        }
+    if (hp_compiled_report(c)->strategy_warnings)
+        printf("  (%d strategy rule(s) matched no parameter)\n", hp_compiled_report(c)->strategy_warnings);
+    if (hp_compiled_offload(c)) { /* the residency plan of this rank's step under the offload budgets */
+        printf("\n== offload (residency plan)\n");
+        hp_offload_plan_print(hp_offload_state_plan(hp_compiled_offload(c)), lg, stdout);
     }
-    rc = 0;
-out:
-    hp_partition_free(part);
-    free(lay);
-    hp_graph_free(g);
-    hp_strategy_free(s);
-    return rc;
+    printf("\n== compile passes (seconds)\n");
+    hp_compile_report_print(hp_compiled_report(c), stdout);
+    hp_compiled_free(c);
+    return 0;
 }
-
 int hp_cli_plan(int argc, char **argv) {
     const char *config = NULL;
     long ranks = 0, rank = 0;
+    hp_pass dump = HP_PASS_NONE;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
             ranks = strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc)
             rank = strtol(argv[++i], NULL, 10);
-        else if (argv[i][0] == '-') {
+        else if (!strcmp(argv[i], "--dump-after") && i + 1 < argc) {
+            hp_status st = hp_pass_parse(argv[++i], &dump);
+            if (st != HP_STATUS_OK) return hp_cli_fail(st, "--dump-after");
+        } else if (argv[i][0] == '-') {
             fprintf(stderr, "hp: error: unknown option '%s' for plan\n", argv[i]);
             return 2;
         } else
             config = argv[i];
     }
     if (!config || ranks < 0) {
-        fprintf(stderr, "usage: hp plan RUN.yaml [--ranks N] [--rank R]\n");
+        fprintf(stderr, "usage: hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]\n");
         return 2;
     }
     hp_run_config cfg;
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
-    if (ranks == 0) { /* default: the strategy's own device count */
-        hp_strategy *s = NULL;
-        st = hp_strategy_parse(cfg.strategy, 0, &s);
-        if (st != HP_STATUS_OK) {
-            hp_run_config_free(&cfg);
-            return hp_cli_fail(st, "strategy");
-        }
-        ranks = hp_mesh_size(hp_strategy_mesh(s));
-        hp_strategy_free(s);
-    }
-    int rc = print_plan(&cfg, (int)ranks, (int)rank);
+    /* ranks 0: the strategy's own device count */
+    int rc = print_plan(&cfg, (int)ranks, (int)rank, dump);
     hp_run_config_free(&cfg);
     return rc;
 }

@@ -1,63 +1,12 @@
-/* The training step as one graph: autodiff, global-norm clipping, AdamW; and the LR schedule. */
-#include "hp/ops.h"
+/* The learning-rate schedule (the step graph itself is built by the compile driver's autodiff pass,
+ * src/compile/step.c). */
 #include "hp/train.h"
 
 #include <math.h>
-#include <stdio.h>
 
 double hp_lr_at(const hp_optim_config *o, int64_t step, int64_t total) {
     if (o->warmup > 0 && step <= o->warmup) return o->lr * (double)step / (double)o->warmup;
     if (step >= total || total <= o->warmup) return o->min_lr;
     double progress = (double)(step - o->warmup) / (double)(total - o->warmup);
     return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * progress));
-}
-
-hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o, hp_train_step *out) {
-    HP_CHECK(hp_graph_status(g));
-    hp_arena *a = hp_graph_arena(g);
-    int n = hp_graph_params(g, NULL, 0);
-    out->loss = loss;
-    out->n_params = n;
-    out->params = hp_arena_alloc(a, sizeof(hp_tid) * (size_t)(n ? n : 1), 8);
-    out->grads = hp_arena_alloc(a, sizeof(hp_tid) * (size_t)(n ? n : 1), 8);
-    out->m = hp_arena_alloc(a, sizeof(hp_tid) * (size_t)(n ? n : 1), 8);
-    out->v = hp_arena_alloc(a, sizeof(hp_tid) * (size_t)(n ? n : 1), 8);
-    if (!out->params || !out->grads || !out->m || !out->v)
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "train step: out of memory for %d parameters", n);
-    hp_graph_params(g, out->params, n);
-    HP_CHECK(hp_autodiff(g, loss, out->params, n, out->grads));
-    for (int i = 0; i < n; i++)
-        if (out->grads[i] == HP_TID_NONE)
-            return hp_error(HP_STATUS_INVALID_ARGUMENT, "parameter '%s' does not influence the loss",
-                            hp_graph_tensor(g, out->params[i])->name);
-
-    hp_graph_set_node_flags(g, HP_NODE_FLAG_OPTIMIZER);
-    out->lr = hp_input(g, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    out->step = hp_input(g, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    /* Global norm: one sum of squares per gradient (each may be split its own way under a
-     * strategy, and its partial sum is then exact), then a chain of scalar adds. */
-    hp_tid total = HP_TID_NONE;
-    for (int i = 0; i < n; i++) {
-        hp_tid sq = hp_sumsq(g, out->grads + i, 1);
-        total = total == HP_TID_NONE ? sq : hp_add(g, total, sq);
-    }
-    out->grad_sq = total;
-    if (total != HP_TID_NONE) hp_graph_set_name(g, total, "opt.grad_sq");
-    hp_tid scale = o->grad_clip > 0 ? hp_clip_scale(g, total, (float)o->grad_clip) : HP_TID_NONE;
-    for (int i = 0; i < n; i++) {
-        const hp_tensor *p = hp_graph_tensor(g, out->params[i]);
-        char name[600];
-        snprintf(name, sizeof name, "exp_avg.%s", p->name);
-        out->m[i] = hp_leaf(g, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, p->shape);
-        p = hp_graph_tensor(g, out->params[i]);
-        snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
-        out->v[i] = hp_leaf(g, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, p->shape);
-        p = hp_graph_tensor(g, out->params[i]);
-        hp_adamw_params ap = {(float)o->beta1, (float)o->beta2, (float)o->eps,
-                              p->no_weight_decay ? 0.0f : (float)o->weight_decay};
-        hp_status st = hp_adamw(g, out->params[i], out->grads[i], out->m[i], out->v[i], out->lr, out->step, scale, &ap);
-        if (st != HP_STATUS_OK) break;
-    }
-    hp_graph_set_node_flags(g, 0);
-    return hp_graph_status(g);
 }

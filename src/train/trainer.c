@@ -39,37 +39,36 @@ void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, i
     HP_ASSERT(st == HP_STATUS_OK);
 }
 
-/* Builds the logical graph (training step or forward + loss), partitions and compiles it. */
+/* Builds the logical graph (forward + loss) and compiles it with the driver (hp/compile.h): the
+ * training step (autodiff + optimizer, shard, offload, memplan) or evaluation (shard, memplan). */
 static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     pr->synced_at = -1;
     pr->lg = hp_graph_new();
     if (!pr->lg) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
     HP_CHECK(hp_gpt_build(pr->lg, &t->gcfg, (int)t->cfg.train.batch, (int)t->cfg.model.context, true, &pr->gpt));
-    if (training) HP_CHECK(hp_train_step_build(pr->lg, pr->gpt.loss, &t->cfg.optim, &pr->step));
-    int nt = hp_graph_n_tensors(pr->lg);
-    hp_layout *lay = calloc((size_t)nt, sizeof *lay);
-    if (!lay) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for %d layouts", nt);
-    hp_status st = hp_strategy_annotate(t->strategy, pr->lg, lay, NULL);
-    hp_tid resolve[2] = {pr->gpt.loss, training ? pr->step.grad_sq : HP_TID_NONE};
-    if (st == HP_STATUS_OK) st = hp_partition_new(pr->lg, t->mesh, lay, resolve, training ? 2 : 1, &pr->part);
-    free(lay);
-    HP_CHECK(st);
-    pr->loss = hp_partition_resolved(pr->part, 0);
-    pr->grad_sq = training ? hp_partition_resolved(pr->part, 1) : HP_TID_NONE;
-    hp_tid keep[2] = {pr->loss, pr->grad_sq};
-    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
-    o.keep = keep;
-    o.n_keep = training ? 2 : 1;
     /* HyperOffload plans the per-rank training step (parameters, gradients, optimizer state and
      * activations under the `offload:` budgets); evaluation runs without it. */
-    if (training) HP_CHECK(hp_offload_apply(t->cfg.offload, hp_partition_graph(pr->part), &o, &pr->offload));
-    return hp_program_new(hp_partition_graph(pr->part), &o, &pr->p);
+    hp_offload_plan_config oc;
+    if (training) HP_CHECK(hp_compile_config_objects(&t->cfg, 0, NULL, &oc));
+    hp_compile_opts o = HP_COMPILE_OPTS_INIT;
+    o.loss = pr->gpt.loss;
+    o.train = training;
+    o.optim = &t->cfg.optim;
+    o.strategy = t->strategy;
+    o.offload = training ? &oc : NULL;
+    o.comm = t->world;
+    HP_CHECK(hp_compile(pr->lg, &o, &pr->compiled));
+    if (training) pr->step = *hp_compiled_step(pr->compiled);
+    pr->part = hp_compiled_partition(pr->compiled);
+    pr->p = hp_compiled_program(pr->compiled);
+    pr->offload = hp_compiled_offload(pr->compiled);
+    pr->loss = hp_compiled_loss(pr->compiled);
+    pr->grad_sq = hp_compiled_grad_sq(pr->compiled);
+    return HP_STATUS_OK;
 }
 
 static void free_prog(hp_trainer_prog *pr) {
-    hp_program_free(pr->p);
-    hp_offload_state_free(pr->offload);
-    hp_partition_free(pr->part);
+    hp_compiled_free(pr->compiled);
     hp_graph_free(pr->lg);
     memset(pr, 0, sizeof *pr);
 }

@@ -3,6 +3,7 @@
 #define HP_TRAIN_TRAINER_INTERNAL_H
 
 #include "hp/comm.h"
+#include "hp/compile.h"
 #include "hp/data.h"
 #include "hp/nn.h"
 #include "hp/offload_plan.h"
@@ -22,6 +23,7 @@ typedef struct hp_trainer_prog {
     hp_tid grad_sq;        /* per-rank tensor: the replicated squared gradient norm (training only) */
     int64_t synced_at;     /* eval: the step its parameters were copied at (-1: never) */
     hp_offload_state *offload; /* HyperOffload's plan for this program (training only), or NULL */
+    hp_compiled *compiled; /* owns part, p and offload (the compile driver's result) */
 } hp_trainer_prog;
 
 /* A single-device forward graph for sampling (full parameters gathered into it). */

@@ -7,6 +7,7 @@
  */
 #include "testutil.h"
 
+#include "hp/compile.h"
 #include "hp/mesh.h"
 #include "hp/nn.h"
 #include "hp/redistribute.h"
@@ -200,27 +201,31 @@ static void slice_global(const hp_mesh *m, const hp_layout *l, const hp_shape *g
     hp_copy_box(local, &ls, zero, global, gs, start, len, es);
 }
 
+/* The compile driver's annotate callback: the strategy's rules. */
+static hp_status annotate(void *user, const hp_graph *g, const hp_mesh *mesh, hp_layout *lay) {
+    (void)g;
+    return leaf_layouts(user, (hp_mesh *)mesh, lay);
+}
+
 static hp_status rank_main(hp_comm *comm, int rank, void *user) {
     job *j = user;
     const reference *r = j->ref;
     hp_mesh *mesh = NULL;
-    hp_partition *part = NULL;
-    hp_program *prog = NULL;
-    hp_layout *lay = calloc((size_t)hp_graph_n_tensors(r->g), sizeof *lay);
+    hp_compiled *c = NULL;
     hp_status st;
     HP_CHECK_GOTO(hp_mesh_new(j->st->naxes, j->st->dims, j->st->axes, NULL, 0, &mesh), st, out);
-    HP_CHECK_GOTO(hp_mesh_attach(mesh, comm), st, out);
-    HP_CHECK_GOTO(leaf_layouts(j, mesh, lay), st, out);
-    HP_CHECK_GOTO(hp_partition_new(r->g, mesh, lay, r->resolve, r->n_resolve, &part), st, out);
-    hp_graph *lg = hp_partition_graph(part);
-    hp_tid *keep = calloc((size_t)r->n_resolve, sizeof *keep);
-    for (int k = 0; k < r->n_resolve; k++) keep[k] = hp_partition_resolved(part, k);
-    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    po.keep = keep;
-    po.n_keep = r->n_resolve;
-    st = hp_program_new(lg, &po, &prog);
-    free(keep);
-    if (st != HP_STATUS_OK) goto out;
+    /* the step graph is built: the driver runs shard and memplan (the mesh attached to comm) */
+    hp_compile_opts o = HP_COMPILE_OPTS_INIT;
+    o.loss = r->resolve[0];
+    o.keep = r->resolve + 1;
+    o.n_keep = r->n_resolve - 1;
+    o.mesh = mesh;
+    o.annotate = annotate;
+    o.annotate_user = j;
+    o.comm = comm;
+    HP_CHECK_GOTO(hp_compile(r->g, &o, &c), st, out);
+    hp_partition *part = hp_compiled_partition(c);
+    hp_program *prog = hp_compiled_program(c);
     int idx = hp_mesh_my_index(mesh);
     for (int i = 0; i < r->ts.n_params; i++) {
         hp_tid p = r->ts.params[i];
@@ -270,10 +275,8 @@ static hp_status rank_main(hp_comm *comm, int rank, void *user) {
     }
 out:
     if (st != HP_STATUS_OK) record(j, "%s rank %d: %s (%s)", j->st->name, rank, hp_error_message(), hp_status_str(st));
-    hp_program_free(prog);
-    hp_partition_free(part);
+    hp_compiled_free(c);
     hp_mesh_free(mesh);
-    free(lay);
     return st;
 }
 

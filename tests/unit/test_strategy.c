@@ -3,6 +3,7 @@
 #include "testutil.h"
 
 #include "hp/comm.h"
+#include "hp/compile.h"
 #include "hp/config.h"
 #include "hp/nn.h"
 #include "hp/shard.h"
@@ -366,23 +367,24 @@ static hp_status partition_rank(hp_comm *comm, int rank, void *user) {
     part_job *j = user;
     hp_strategy *s = NULL;
     hp_graph *g = hp_graph_new();
-    hp_layout *lay = NULL;
-    hp_partition *p = NULL;
+    hp_compiled *c = NULL;
     hp_gpt gpt;
-    hp_train_step ts;
     hp_optim_config o = hp_run_config_defaults().optim;
     hp_status st;
     HP_CHECK_GOTO(hp_strategy_parse(j->strategy, hp_comm_size(comm), &s), st, out);
-    HP_CHECK_GOTO(hp_mesh_attach(hp_strategy_mesh(s), comm), st, out);
     HP_CHECK_GOTO(hp_gpt_build(g, j->cfg, j->batch, j->cfg->context, true, &gpt), st, out);
-    HP_CHECK_GOTO(hp_train_step_build(g, gpt.loss, &o, &ts), st, out);
-    lay = calloc((size_t)hp_graph_n_tensors(g), sizeof *lay);
-    HP_CHECK_GOTO(hp_strategy_annotate(s, g, lay, NULL), st, out);
-    HP_CHECK_GOTO(hp_partition_new(g, hp_strategy_mesh(s), lay, &ts.loss, 1, &p), st, out);
-    if (rank < 8) j->collectives[rank] = hp_partition_n_collectives(p);
+    /* autodiff + optimizer, then shard (the driver attaches the mesh to comm) */
+    hp_compile_opts co = HP_COMPILE_OPTS_INIT;
+    co.loss = gpt.loss;
+    co.train = true;
+    co.optim = &o;
+    co.strategy = s;
+    co.comm = comm;
+    co.stop_after = HP_PASS_SHARD;
+    HP_CHECK_GOTO(hp_compile(g, &co, &c), st, out);
+    if (rank < 8) j->collectives[rank] = hp_partition_n_collectives(hp_compiled_partition(c));
 out:
-    hp_partition_free(p);
-    free(lay);
+    hp_compiled_free(c);
     hp_graph_free(g);
     hp_strategy_free(s);
     return st;
