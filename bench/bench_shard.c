@@ -127,7 +127,9 @@ static hp_status build(const char *strategy_text, int world_size, hp_comm *comm,
     HP_CHECK(hp_train_step_build(b->g, b->gpt.loss, &o, &b->ts));
     hp_layout *lay = calloc((size_t)hp_graph_n_tensors(b->g), sizeof *lay);
     st = hp_strategy_annotate(*s, b->g, lay, NULL);
-    if (st == HP_STATUS_OK) st = hp_partition_new(b->g, mesh, lay, &b->gpt.loss, 1, &b->part);
+    hp_partition_opts popt = HP_PARTITION_OPTS_DEFAULT;
+    popt.bucket_size = hp_strategy_bucket_size(*s);
+    if (st == HP_STATUS_OK) st = hp_partition_new_opts(b->g, mesh, lay, &b->gpt.loss, 1, &popt, &b->part);
     free(lay);
     HP_CHECK(st);
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;

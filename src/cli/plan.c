@@ -55,7 +55,10 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
     int warnings = 0;
     if (st == HP_STATUS_OK) st = hp_strategy_annotate(s, g, lay, &warnings);
     hp_tid resolve[2] = {gpt.loss, ts.grad_sq};
-    if (st == HP_STATUS_OK) st = hp_partition_new_at(g, mesh, rank, lay, resolve, 2, &part);
+    hp_partition_opts popt = HP_PARTITION_OPTS_DEFAULT;
+    popt.index = rank;
+    popt.bucket_size = hp_strategy_bucket_size(s);
+    if (st == HP_STATUS_OK) st = hp_partition_new_opts(g, mesh, lay, resolve, 2, &popt, &part);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, cfg->source);
         goto out;
@@ -99,6 +102,16 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
     for (int k = 0; k < HP_REDIST_KIND_COUNT; k++)
         if (count[k]) printf(" %s x%d", hp_redist_kind_name((hp_redist_kind)k), count[k]);
     printf("\n");
+    printf("  gradient buckets: %d", hp_partition_n_buckets(part));
+    if (hp_strategy_bucket_size(s) == 0) printf(" (bucketing off: strategy.bucket_size 0)");
+    else printf(" (strategy.bucket_size %lld bytes)", (long long)hp_strategy_bucket_size(s));
+    printf("%s\n", hp_partition_n_buckets(part) ? ", in issue order:" : "");
+    for (int b = 0; b < hp_partition_n_buckets(part); b++) {
+        const hp_bucket_info *bi = hp_partition_bucket(part, b);
+        printf("    bucket %-3d %s(%s) %3d tensors %10lld B packed, %10lld B received\n", b, hp_redist_kind_name(bi->kind),
+               hp_mesh_axis_name(mesh, bi->axis), bi->n_tensors, (long long)bi->bytes,
+               (long long)hp_partition_collective(part, bi->collective)->plan.bytes);
+    }
 
     /* memory: what hp_program_new would allocate for this rank's graph (the same liveness, arena
      * plan, reshape views and workspace rule), planned without allocating */

@@ -51,7 +51,9 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     if (!lay) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for %d layouts", nt);
     hp_status st = hp_strategy_annotate(t->strategy, pr->lg, lay, NULL);
     hp_tid resolve[2] = {pr->gpt.loss, training ? pr->step.grad_sq : HP_TID_NONE};
-    if (st == HP_STATUS_OK) st = hp_partition_new(pr->lg, t->mesh, lay, resolve, training ? 2 : 1, &pr->part);
+    hp_partition_opts po = HP_PARTITION_OPTS_DEFAULT;
+    po.bucket_size = hp_strategy_bucket_size(t->strategy);
+    if (st == HP_STATUS_OK) st = hp_partition_new_opts(pr->lg, t->mesh, lay, resolve, training ? 2 : 1, &po, &pr->part);
     free(lay);
     HP_CHECK(st);
     pr->loss = hp_partition_resolved(pr->part, 0);
