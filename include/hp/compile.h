@@ -105,6 +105,9 @@ typedef struct hp_compile_opts {
     hp_mesh *mesh;
     hp_compile_annotate_fn annotate;
     void *annotate_user;
+    /* Gradient buckets (hp_partition_opts.bucket_size), bytes per rank: < 0 takes the strategy's
+     * strategy.bucket_size (HP_BUCKET_SIZE_DEFAULT without a strategy); 0 turns bucketing off. */
+    int64_t bucket_size;
     /* HyperOffload budgets (NULL or device_budget 0: the offload pass changes nothing). */
     const hp_offload_plan_config *offload;
     /* Extra logical tensors to make available replicated and keep readable after a run
@@ -127,7 +130,7 @@ typedef struct hp_compile_opts {
 } hp_compile_opts;
 
 #define HP_COMPILE_OPTS_INIT                                                                       \
-    ((hp_compile_opts){.loss = HP_TID_NONE, .program = HP_PROGRAM_OPTS_DEFAULT,                    \
+    ((hp_compile_opts){.loss = HP_TID_NONE, .program = HP_PROGRAM_OPTS_DEFAULT, .bucket_size = -1, \
                        .stop_after = HP_PASS_MEMPLAN, .dump_after = HP_PASS_NONE})
 
 /* Per-pass figures of one compile. */

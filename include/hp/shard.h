@@ -17,6 +17,24 @@
  *     hp_partition *p;
  *     HP_CHECK(hp_partition_new(g, mesh, lay, &loss, 1, &p));
  *     hp_graph *local = hp_partition_graph(p);      // compile with hp_program_new
+ *
+ * Gradient bucketing (PyTorch DDP's Reducer, Li et al. VLDB 2020; Megatron-LM's distributed
+ * optimizer buffers): after partitioning, the gradients' pending-sum collectives of one group (same
+ * collective kind — all-reduce or reduce-scatter — on the same mesh axis, same dtype and partial
+ * axes) are coalesced, in the order the backward pass produces the gradients, into buckets of at
+ * most hp_partition_opts.bucket_size bytes per rank (the first bucket of each group at most
+ * HP_BUCKET_FIRST_SIZE, as DDP's first bucket, so communication starts early). The rewrite uses
+ * only IR operators: each gradient is RESHAPEd to a flat view (an (n, numel/n) view for a
+ * reduce-scatter over n ranks, so each rank's shard is a contiguous column block), CONCAT builds
+ * the bucket (a tree of CONCATs of at most HP_MAX_NODE_INPUTS inputs, each issued as soon as its
+ * last input exists), one REDISTRIBUTE reduces the bucket, and SLICE + RESHAPE give each gradient
+ * back where its own collective used to be. The bucket's REDISTRIBUTE is issued right after its
+ * last gradient's producer (and the CONCATs) and waited for where the first gradient is read.
+ * Membership depends only on the logical shapes and layouts, never on the rank. Gradients whose
+ * shards are uneven (their local shape differs between ranks, or, for a reduce-scatter, their
+ * local dim 0 does not divide evenly or the scatter is not on dim 0) and plans with more than one
+ * step (HSDP's reduce-scatter + all-reduce) keep their own collective. No padding: the bytes moved
+ * are the sum of the members' bytes.
  */
 #ifndef HP_SHARD_H
 #define HP_SHARD_H
@@ -31,6 +49,22 @@ extern "C" {
 
 typedef struct hp_partition hp_partition;
 
+/* Default bucket size in bytes per rank: 25 MiB, PyTorch DDP's bucket_cap_mb. */
+#define HP_BUCKET_SIZE_DEFAULT ((int64_t)25 << 20)
+/* The first bucket of each group is at most this many bytes (DDP's first bucket): the first
+ * collective of the backward pass starts after a few gradients, not after 25 MiB of them. */
+#define HP_BUCKET_FIRST_SIZE ((int64_t)1 << 20)
+
+/* Partitioner options; start from HP_PARTITION_OPTS_DEFAULT so new fields keep their defaults. */
+typedef struct hp_partition_opts {
+    /* Mesh index to partition for; -1: this process's index (hp_mesh_my_index, mesh attached). */
+    int index;
+    /* Most bytes per rank of gradients coalesced into one collective; 0 turns bucketing off. */
+    int64_t bucket_size;
+} hp_partition_opts;
+
+#define HP_PARTITION_OPTS_DEFAULT ((hp_partition_opts){.index = -1, .bucket_size = HP_BUCKET_SIZE_DEFAULT})
+
 /* One inserted redistribution (for reports and benchmarks). */
 typedef struct hp_collective_info {
     const char *tensor;  /* logical tensor name ("grad.blocks.0.mlp.fc.weight"), or "%<id>" */
@@ -38,6 +72,18 @@ typedef struct hp_collective_info {
     int local_node;      /* index of the REDISTRIBUTE node in the per-rank graph */
     uint32_t flags;      /* HP_NODE_FLAG_* of the consumer: forward, backward or optimizer */
 } hp_collective_info;
+
+/* One gradient bucket: several gradients' collectives coalesced into one (see the top of this file). */
+typedef struct hp_bucket_info {
+    hp_redist_kind kind;  /* HP_REDIST_ALL_REDUCE or HP_REDIST_REDUCE_SCATTER */
+    int axis;             /* the mesh axis of the collective */
+    hp_dtype dtype;
+    int n_tensors;        /* gradients in the bucket (>= 2) */
+    const hp_tid *tensors; /* the per-rank gradient tensors, in bucket (production) order; owned by the partition */
+    int64_t bytes;        /* bytes of the gradients' local blocks packed into the bucket (per rank, before the collective) */
+    int local_node;       /* the bucket's REDISTRIBUTE node in the per-rank graph */
+    int collective;       /* its record: hp_partition_collective(p, collective) */
+} hp_bucket_info;
 
 /*
  * Partitions `logical` for this process's rank in `mesh` (which must be attached to a
@@ -58,6 +104,16 @@ hp_status hp_partition_new(const hp_graph *logical, hp_mesh *mesh, const hp_layo
  */
 hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index, const hp_layout *leaf_layouts,
                               const hp_tid *resolve, int n_resolve, hp_partition **out);
+/*
+ * hp_partition_new / hp_partition_new_at with options (NULL: HP_PARTITION_OPTS_DEFAULT): the mesh
+ * index (opts->index, -1 for this process's) and the gradient bucket size (opts->bucket_size bytes
+ * per rank, 0: one collective per gradient). hp_partition_new and hp_partition_new_at bucket with
+ * HP_BUCKET_SIZE_DEFAULT. Errors: as hp_partition_new_at; a negative bucket_size
+ * (HP_STATUS_INVALID_ARGUMENT naming it).
+ */
+hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
+                                const hp_tid *resolve, int n_resolve, const hp_partition_opts *opts,
+                                hp_partition **out);
 void hp_partition_free(hp_partition *p);
 
 /* The per-rank graph (owned by the partition). */
@@ -74,6 +130,10 @@ int hp_partition_n_collectives(const hp_partition *p);
 const hp_collective_info *hp_partition_collective(const hp_partition *p, int i);
 /* Bytes this rank receives per step over all inserted redistributions. */
 int64_t hp_partition_bytes(const hp_partition *p);
+/* Gradient buckets, in issue order (0 when bucketing is off or nothing could be coalesced). A
+ * bucket is one collective record; its members have none of their own. */
+int hp_partition_n_buckets(const hp_partition *p);
+const hp_bucket_info *hp_partition_bucket(const hp_partition *p, int i);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,7 @@
  *           tensor_map: [none, tp]
  *       optimizer:
  *         shard: [dp]               # ZeRO: optimizer states also split over these axes
+ *       bucket_size: 25MiB          # gradient buckets (hp/shard.h): bytes per rank; 0 turns them off
  *
  * Every key is optional except mesh (with device_matrix and alias_name). A tensor_map is a
  * sequence with one entry per leading tensor dimension; an entry is an alias, `none` (or `[]`),
@@ -41,7 +42,9 @@
  * dimensions unsplit, so `match: "*"` with `tensor_map: [dp]` splits dim 0 of every parameter
  * (FSDP). Patterns are fnmatch(3) globs without FNM_PATHNAME: `*` matches across dots, `?` one
  * character, `[qkv]` one of a set. Partial axes cannot be declared: they are derived by the
- * partitioner. optimizer.shard takes a sequence of aliases, `[]` or `none`.
+ * partitioner. optimizer.shard takes a sequence of aliases, `[]` or `none`. bucket_size is a size
+ * as the offload budgets write it (hp_offload_parse_size: "25MiB", "4096", "1.5MB"); it defaults
+ * to HP_BUCKET_SIZE_DEFAULT (25 MiB, PyTorch DDP's default) and 0 turns bucketing off.
  */
 #ifndef HP_STRATEGY_H
 #define HP_STRATEGY_H
@@ -80,7 +83,8 @@ typedef struct hp_strategy hp_strategy;
  *     listed twice;
  *   - in a tensor_map or optimizer.shard: an unknown alias (the mesh's aliases are listed), an
  *     alias used twice, more entries than HP_MAX_DIMS;
- *   - params not a sequence of {match, tensor_map} maps, an empty pattern.
+ *   - params not a sequence of {match, tensor_map} maps, an empty pattern;
+ *   - a bucket_size that is not a size ("25 parsecs") or is too large.
  * HP_STATUS_INVALID_ARGUMENT for world_size < 0 or out == NULL; HP_STATUS_OUT_OF_MEMORY.
  * The strategy copies what it keeps (names, patterns, file names), so the YAML document may be
  * freed afterwards. The caller owns *out (hp_strategy_free); *out is NULL on failure.
@@ -93,6 +97,10 @@ void hp_strategy_free(hp_strategy *s);
 /* The mesh (owned by the strategy; valid until hp_strategy_free). Callers attach it to their
  * communicator (hp_mesh_attach) before running the partitioned program. */
 hp_mesh *hp_strategy_mesh(hp_strategy *s);
+
+/* strategy.bucket_size in bytes per rank (HP_BUCKET_SIZE_DEFAULT when not given, also for NULL s;
+ * 0: bucketing off), for hp_partition_opts.bucket_size. */
+int64_t hp_strategy_bucket_size(const hp_strategy *s);
 
 /*
  * Fills layouts[t] for every tensor t of `g` (an array of hp_graph_n_tensors(g) entries, as the
@@ -119,8 +127,8 @@ hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layou
 
 /*
  * Writes a readable description for `hp plan`: the mesh (shape, axes with sizes, rank list), one
- * line per input entry and per params rule (pattern, tensor_map, file:line, in match order) and
- * the optimizer shard axes. Writes to f only; never fails.
+ * line per input entry and per params rule (pattern, tensor_map, file:line, in match order), the
+ * optimizer shard axes and the gradient bucket size. Writes to f only; never fails.
  */
 void hp_strategy_describe(const hp_strategy *s, FILE *f);
 

@@ -91,6 +91,16 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dum
     for (int k = 0; k < HP_REDIST_KIND_COUNT; k++)
         if (count[k]) printf(" %s x%d", hp_redist_kind_name((hp_redist_kind)k), count[k]);
     printf("\n");
+    printf("  gradient buckets: %d", hp_partition_n_buckets(part));
+    if (hp_strategy_bucket_size(s) == 0) printf(" (bucketing off: strategy.bucket_size 0)");
+    else printf(" (strategy.bucket_size %lld bytes)", (long long)hp_strategy_bucket_size(s));
+    printf("%s\n", hp_partition_n_buckets(part) ? ", in issue order:" : "");
+    for (int b = 0; b < hp_partition_n_buckets(part); b++) {
+        const hp_bucket_info *bi = hp_partition_bucket(part, b);
+        printf("    bucket %-3d %s(%s) %3d tensors %10lld B packed, %10lld B received\n", b, hp_redist_kind_name(bi->kind),
+               hp_mesh_axis_name(mesh, bi->axis), bi->n_tensors, (long long)bi->bytes,
+               (long long)hp_partition_collective(part, bi->collective)->plan.bytes);
+    }
 
     /* memory: what hp_program_new would allocate for this rank's graph after the offload pass (the
      * same liveness, arena plan, reshape views and workspace rule), planned without allocating */

@@ -130,8 +130,13 @@ static hp_status pass_shard(hp_compiled *c) {
         st = hp_strategy_annotate(c->strategy, c->logical, lay, &c->report.strategy_warnings);
     else if (c->opts.annotate)
         st = c->opts.annotate(c->opts.annotate_user, c->logical, c->mesh, lay);
+    hp_partition_opts po = HP_PARTITION_OPTS_DEFAULT;
+    po.index = c->index;
+    po.bucket_size = c->opts.bucket_size >= 0 ? c->opts.bucket_size
+                     : c->strategy               ? hp_strategy_bucket_size(c->strategy)
+                                                 : HP_BUCKET_SIZE_DEFAULT;
     if (st == HP_STATUS_OK)
-        st = hp_partition_new_at(c->logical, c->mesh, c->index, lay, c->resolve, c->n_resolve, &c->part);
+        st = hp_partition_new_opts(c->logical, c->mesh, lay, c->resolve, c->n_resolve, &po, &c->part);
     free(lay);
     HP_CHECK(st);
     for (int i = 0; i < c->n_resolve; i++) c->local[i] = hp_partition_resolved(c->part, i);

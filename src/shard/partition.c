@@ -33,12 +33,16 @@ struct hp_partition {
     hp_collective_info *coll;
     int n_coll, cap_coll;
     int64_t bytes;
+    hp_bucket_info *buckets;
+    int n_buckets;
 };
 
 hp_graph *hp_partition_graph(const hp_partition *p) { return p->g; }
 int hp_partition_n_collectives(const hp_partition *p) { return p->n_coll; }
 const hp_collective_info *hp_partition_collective(const hp_partition *p, int i) { return &p->coll[i]; }
 int64_t hp_partition_bytes(const hp_partition *p) { return p->bytes; }
+int hp_partition_n_buckets(const hp_partition *p) { return p->n_buckets; }
+const hp_bucket_info *hp_partition_bucket(const hp_partition *p, int i) { return &p->buckets[i]; }
 hp_tid hp_partition_resolved(const hp_partition *p, int i) { return p->resolved[i]; }
 
 hp_tid hp_partition_local(const hp_partition *p, hp_tid t) {
@@ -56,6 +60,7 @@ void hp_partition_free(hp_partition *p) {
     free(p->hints);
     free(p->resolved);
     free(p->coll);
+    free(p->buckets);
     free(p);
 }
 
@@ -344,17 +349,35 @@ out:
 
 hp_status hp_partition_new(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
                            const hp_tid *resolve, int n_resolve, hp_partition **out) {
-    int index = hp_mesh_my_index(mesh);
-    if (index < 0) {
-        *out = NULL;
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: this process is not in the mesh (attach it first)");
-    }
-    return hp_partition_new_at(logical, mesh, index, leaf_layouts, resolve, n_resolve, out);
+    return hp_partition_new_opts(logical, mesh, leaf_layouts, resolve, n_resolve, NULL, out);
 }
 
 hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index, const hp_layout *leaf_layouts,
                               const hp_tid *resolve, int n_resolve, hp_partition **out) {
+    hp_partition_opts o = HP_PARTITION_OPTS_DEFAULT;
+    o.index = index;
+    if (index < 0) {
+        *out = NULL;
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: mesh index %d is outside [0, %d)", index,
+                        hp_mesh_size(mesh));
+    }
+    return hp_partition_new_opts(logical, mesh, leaf_layouts, resolve, n_resolve, &o, out);
+}
+
+hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
+                                const hp_tid *resolve, int n_resolve, const hp_partition_opts *opts,
+                                hp_partition **out) {
     *out = NULL;
+    hp_partition_opts o = opts ? *opts : HP_PARTITION_OPTS_DEFAULT;
+    int index = o.index;
+    if (index < 0) {
+        index = hp_mesh_my_index(mesh);
+        if (index < 0)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: this process is not in the mesh (attach it first)");
+    }
+    if (o.bucket_size < 0)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: bucket_size %lld is negative (0 turns bucketing off)",
+                        (long long)o.bucket_size);
     HP_CHECK(hp_graph_verify(logical));
     if (index < 0 || index >= hp_mesh_size(mesh))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: mesh index %d is outside [0, %d)", index,
@@ -382,7 +405,10 @@ hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index,
         hp_layout rep = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
         st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, &p->resolved[r]);
     }
+    if (st == HP_STATUS_OK)
+        st = hp__bucket_gradients(p->g, mesh, o.bucket_size, p->coll, &p->n_coll, &p->bytes, &p->buckets, &p->n_buckets);
     if (st == HP_STATUS_OK) st = schedule_comm(p);
+    for (int b = 0; b < p->n_buckets && st == HP_STATUS_OK; b++) p->buckets[b].local_node = p->coll[p->buckets[b].collective].local_node;
     if (st == HP_STATUS_OK) st = hp_graph_verify(p->g);
     if (st != HP_STATUS_OK) goto fail;
     *out = p;

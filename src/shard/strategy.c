@@ -5,6 +5,9 @@
  */
 #include "hp/strategy.h"
 
+#include "hp/offload_plan.h" /* hp_offload_parse_size: one size syntax for every budget in a run config */
+#include "hp/shard.h"
+
 #include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +38,7 @@ struct hp_strategy {
     int n_params;
     int n_opt_shard;
     int opt_shard[HP_MESH_MAX_AXES]; /* optimizer.shard axes, in the order given */
+    int64_t bucket_size;             /* gradient bucket bytes per rank; 0: off */
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -284,6 +288,20 @@ static hp_status parse_optimizer(hp_strategy *s, const hp_yaml_node *opt) {
     return HP_STATUS_OK;
 }
 
+static hp_status parse_bucket_size(hp_strategy *s, const hp_yaml_node *n) {
+    if (!n || hp_yaml_is_null(n)) return HP_STATUS_OK;
+    const char *text;
+    HP_CHECK(hp_yaml_as_string(n, "strategy.bucket_size", &text));
+    size_t v;
+    hp_status st = hp_offload_parse_size(text, &v);
+    if (st == HP_STATUS_OK && v > (size_t)INT64_MAX) st = hp_error(HP_STATUS_CONFIG, "size '%s' is too large", text);
+    if (st != HP_STATUS_OK)
+        return hp_error_prefix(st, "%s:%d:%d: strategy.bucket_size (bytes per gradient bucket, e.g. 25MiB; 0: off): ",
+                               n->file ? n->file : "<string>", n->line, n->column);
+    s->bucket_size = (int64_t)v;
+    return HP_STATUS_OK;
+}
+
 hp_status hp_strategy_parse(const hp_yaml_node *node, int world_size, hp_strategy **out) {
     if (!out) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_strategy_parse: out is NULL");
     *out = NULL;
@@ -295,6 +313,7 @@ hp_status hp_strategy_parse(const hp_yaml_node *node, int world_size, hp_strateg
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "strategy: out of memory");
     }
     hp_status st = HP_STATUS_OK;
+    s->bucket_size = HP_BUCKET_SIZE_DEFAULT;
     if (hp_yaml_is_null(node)) {
         s->file = "";
         if (world_size > 1) {
@@ -311,17 +330,18 @@ hp_status hp_strategy_parse(const hp_yaml_node *node, int world_size, hp_strateg
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "strategy: out of memory");
         goto fail;
     }
-    static const char *const keys[] = {"mesh", "inputs", "params", "optimizer"};
+    static const char *const keys[] = {"mesh", "inputs", "params", "optimizer", "bucket_size"};
     if (node->kind == HP_YAML_KIND_MAP && hp_yaml_map_get(node, "partial")) {
         st = cfg_err(hp_yaml_map_get(node, "partial"), "strategy: 'partial' cannot be set: partial axes are derived by the "
-                     "partitioner (known keys: mesh, inputs, params, optimizer)");
+                     "partitioner (known keys: mesh, inputs, params, optimizer, bucket_size)");
         goto fail;
     }
-    HP_CHECK_GOTO(hp_yaml_check_keys(node, keys, 4, "strategy"), st, fail);
+    HP_CHECK_GOTO(hp_yaml_check_keys(node, keys, 5, "strategy"), st, fail);
     HP_CHECK_GOTO(parse_mesh(s, hp_yaml_map_get(node, "mesh"), node, world_size), st, fail);
     HP_CHECK_GOTO(parse_inputs(s, hp_yaml_map_get(node, "inputs")), st, fail);
     HP_CHECK_GOTO(parse_params(s, hp_yaml_map_get(node, "params")), st, fail);
     HP_CHECK_GOTO(parse_optimizer(s, hp_yaml_map_get(node, "optimizer")), st, fail);
+    HP_CHECK_GOTO(parse_bucket_size(s, hp_yaml_map_get(node, "bucket_size")), st, fail);
     *out = s;
     return HP_STATUS_OK;
 fail:
@@ -337,6 +357,8 @@ void hp_strategy_free(hp_strategy *s) {
 }
 
 hp_mesh *hp_strategy_mesh(hp_strategy *s) { return s ? s->mesh : NULL; }
+
+int64_t hp_strategy_bucket_size(const hp_strategy *s) { return s ? s->bucket_size : HP_BUCKET_SIZE_DEFAULT; }
 
 /* ---------------------------------------------------------------- annotation */
 
@@ -522,4 +544,9 @@ void hp_strategy_describe(const hp_strategy *s, FILE *f) {
             k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i ? ", " : "", hp_mesh_axis_name(m, s->opt_shard[i]));
         fprintf(f, "optimizer states: as their parameters, dim 0 also split over [%s] (ZeRO)\n", buf);
     }
+    if (s->bucket_size == 0)
+        fprintf(f, "gradient buckets: off (one collective per gradient)\n");
+    else
+        fprintf(f, "gradient buckets: up to %lld bytes (%.2f MiB) per rank\n", (long long)s->bucket_size,
+                (double)s->bucket_size / (1024.0 * 1024.0));
 }

@@ -3,12 +3,14 @@
  * `hp train` semantics over real MPI processes: for every strategy family at this world size, the
  * distributed trainer's first-step loss and gradient norm equal the single-rank run's within 1e-5
  * (relative), and its 50-step loss trajectory within 1e-4 — also with HyperOffload planning the
- * per-rank step of a ZeRO run under a fast-tier budget. At 4 ranks also: a checkpoint saved
+ * per-rank step of a ZeRO run under a fast-tier budget, and with gradient buckets of 4 KiB (several
+ * per step) or none. At 4 ranks also: a checkpoint saved
  * under dp2xtp2 resumes under tp4 and under one rank with the same losses afterwards.
  * (Per-element gradient equality for every strategy is tests/unit/test_shard_equiv.c.)
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
+#include "hp/shard.h"
 #include "hp/train.h"
 
 #include <math.h>
@@ -95,6 +97,20 @@ static void make_config(char *buf, size_t cap, const char *family, int n, const 
                         "  disk_budget: 64MiB\n"
                         "  policy: {params: host, grads: host, optimizer: disk, activations: host}\n",
                         n, 1100000);
+    else if (!strcmp(family, "dp/bkt")) /* gradient buckets of 4 KiB: several per step */
+        off += snprintf(buf + off, cap - off,
+                        "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
+                        "  inputs: {tokens: [dp, none], targets: [dp, none]}\n  bucket_size: 4KiB\n", n);
+    else if (!strcmp(family, "fsdp/bkt"))
+        off += snprintf(buf + off, cap - off,
+                        "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
+                        "  inputs: {tokens: [dp, none], targets: [dp, none]}\n"
+                        "  params:\n    - {match: \"*\", tensor_map: [dp]}\n  bucket_size: 4KiB\n", n);
+    else if (!strcmp(family, "zero2/nobkt")) /* bucketing off */
+        off += snprintf(buf + off, cap - off,
+                        "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
+                        "  inputs: {tokens: [dp, none], targets: [dp, none]}\n  optimizer: {shard: [dp]}\n"
+                        "  bucket_size: 0\n", n);
     else if (!strcmp(family, "hsdp"))
         off += snprintf(buf + off, cap - off,
                         "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, fsdp]}\n"
@@ -137,6 +153,10 @@ static void check_family(hp_comm *world, const char *family, const double *ref_l
         if (!close_rel(loss[i], ref_loss[i], 1e-4)) bad = i;
     CHECK(bad < 0, "%s/%d: step %d loss %.9g vs single-rank %.9g", family, n, bad + 1, bad >= 0 ? loss[bad] : 0.0,
           bad >= 0 ? ref_loss[bad] : 0.0);
+    /* the bucketed families run several buckets, the unbucketed none */
+    int nb = hp_partition_n_buckets(hp_trainer_partition(t));
+    if (strstr(family, "/bkt")) CHECK(nb >= 2, "%s/%d: %d gradient bucket(s), expected several", family, n, nb);
+    if (strstr(family, "/nobkt")) CHECK(nb == 0, "%s/%d: %d gradient buckets with bucket_size 0", family, n, nb);
     if (g_rank == 0)
         printf("%-6s %d ranks: loss %.6f -> %.6f (single rank %.6f -> %.6f), %d redistributions, %lld bytes/rank/step\n",
                family, n, loss[0], loss[STEPS - 1], ref_loss[0], ref_loss[STEPS - 1],
@@ -204,7 +224,8 @@ int main(int argc, char **argv) {
     run(t, STEPS, ref_loss, ref_gn);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-    const char *families[] = {"dp", "zero2", "tp", "tpsp", "dpxtp", "fsdp", "hsdp", "zero2+offload"};
+    const char *families[] = {"dp", "zero2", "tp", "tpsp", "dpxtp", "fsdp", "hsdp", "zero2+offload",
+                              "dp/bkt", "fsdp/bkt", "zero2/nobkt"};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(world, families[i], ref_loss, ref_gn);
     if (n == 4) check_reshard(world);
     int failed = g_failed, any = 0;

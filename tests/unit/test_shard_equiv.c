@@ -63,6 +63,26 @@ static const strategy STRATEGIES[] = {
      {{"tokens", "[[dp, fsdp], none]"}, {"targets", "[[dp, fsdp], none]"}, {"*", "[fsdp]"}}},
 };
 
+/* Gradient buckets (the cases above use the default size): tiny ones, several per step, for
+ * all-reduce and reduce-scatter, and bucketing off. bucket: bytes, or BUCKETS_OFF. */
+#define BUCKETS_OFF (-1)
+#define DP_INPUTS {"tokens", "[dp, none]"}, {"targets", "[dp, none]"}
+
+typedef struct bucket_case {
+    strategy st;
+    int64_t bucket;
+} bucket_case;
+
+static const bucket_case BUCKET_CASES[] = {
+    {{"dp4-bucket1k", 1, {4}, {"dp"}, {DP_INPUTS}}, 1024},
+    {{"dp4-nobucket", 1, {4}, {"dp"}, {DP_INPUTS}}, BUCKETS_OFF},
+    {{"dp2xtp2-bkt1k", 2, {2, 2}, {"dp", "tp"}, {DP_INPUTS, TP_RULES}}, 1024},
+    {{"zero2dp2-bkt1k", 1, {2}, {"dp"}, {DP_INPUTS, {"exp_avg*", "[dp]"}}}, 1024},
+    {{"fsdp4-bucket1k", 1, {4}, {"dp"}, {DP_INPUTS, {"*", "[dp]"}}}, 1024},
+    {{"dp3-unev-bkt1k", 1, {3}, {"dp"}, {DP_INPUTS}}, 1024},
+    {{"fsdp4-nobucket", 1, {4}, {"dp"}, {DP_INPUTS, {"*", "[dp]"}}}, BUCKETS_OFF},
+};
+
 /* The logical step and its single-device results. */
 typedef struct reference {
     hp_graph *g;
@@ -146,10 +166,12 @@ static void free_reference(reference *r) {
 typedef struct job {
     const reference *ref;
     const strategy *st;
+    int64_t bucket;     /* 0: the default bucket size; BUCKETS_OFF; else bytes */
     pthread_mutex_t mu;
     char failure[1024]; /* first mismatch or error, "" if none */
     int64_t bytes;      /* rank 0: bytes per step */
     int n_coll;
+    int n_buckets;      /* rank 0 */
 } job;
 
 static void record(job *j, const char *fmt, ...) {
@@ -223,6 +245,7 @@ static hp_status rank_main(hp_comm *comm, int rank, void *user) {
     o.annotate = annotate;
     o.annotate_user = j;
     o.comm = comm;
+    if (j->bucket) o.bucket_size = j->bucket == BUCKETS_OFF ? 0 : j->bucket;
     HP_CHECK_GOTO(hp_compile(r->g, &o, &c), st, out);
     hp_partition *part = hp_compiled_partition(c);
     hp_program *prog = hp_compiled_program(c);
@@ -272,6 +295,7 @@ static hp_status rank_main(hp_comm *comm, int rank, void *user) {
     if (rank == 0) {
         j->bytes = hp_partition_bytes(part);
         j->n_coll = hp_partition_n_collectives(part);
+        j->n_buckets = hp_partition_n_buckets(part);
     }
 out:
     if (st != HP_STATUS_OK) record(j, "%s rank %d: %s (%s)", j->st->name, rank, hp_error_message(), hp_status_str(st));
@@ -280,11 +304,12 @@ out:
     return st;
 }
 
-static void run_strategy(const reference *r, const strategy *st) {
+static void run_strategy(const reference *r, const strategy *st, int64_t bucket) {
     job j;
     memset(&j, 0, sizeof j);
     j.ref = r;
     j.st = st;
+    j.bucket = bucket;
     pthread_mutex_init(&j.mu, NULL);
     int n = 1;
     for (int a = 0; a < st->naxes; a++) n *= st->dims[a];
@@ -292,21 +317,34 @@ static void run_strategy(const reference *r, const strategy *st) {
     pthread_mutex_destroy(&j.mu);
     if (j.failure[0]) fail_msg("%s", j.failure);
     if (s != HP_STATUS_OK) fail_msg("%s: %s", st->name, hp_error_message());
-    print_message("%-14s %d ranks: %3d redistributions, %8lld bytes per rank per step (with the test's gathers)\n",
-                  st->name, n, j.n_coll, (long long)j.bytes);
+    print_message("%-14s %d ranks: %3d redistributions, %8lld bytes per rank per step (with the test's gathers), %d "
+                  "gradient buckets\n", st->name, n, j.n_coll, (long long)j.bytes, j.n_buckets);
+    /* the bucketed cases run what they claim to */
+    if (bucket == BUCKETS_OFF && j.n_buckets != 0) fail_msg("%s: %d buckets with bucketing off", st->name, j.n_buckets);
+    if (bucket > 0 && j.n_buckets < 2) fail_msg("%s: %d bucket(s), expected several", st->name, j.n_buckets);
 }
 
 static void test_every_strategy_matches_single_device(void **state) {
     (void)state;
     reference r;
     build_reference(&r);
-    for (size_t i = 0; i < sizeof STRATEGIES / sizeof STRATEGIES[0]; i++) run_strategy(&r, &STRATEGIES[i]);
+    for (size_t i = 0; i < sizeof STRATEGIES / sizeof STRATEGIES[0]; i++) run_strategy(&r, &STRATEGIES[i], 0);
+    free_reference(&r);
+}
+
+static void test_gradient_buckets_match_single_device(void **state) {
+    (void)state;
+    reference r;
+    build_reference(&r);
+    for (size_t i = 0; i < sizeof BUCKET_CASES / sizeof BUCKET_CASES[0]; i++)
+        run_strategy(&r, &BUCKET_CASES[i].st, BUCKET_CASES[i].bucket);
     free_reference(&r);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_strategy_matches_single_device),
+        cmocka_unit_test(test_gradient_buckets_match_single_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -601,8 +601,42 @@ static void test_describe(void **state) {
     hp_strategy_free(s);
 }
 
+/* strategy.bucket_size: sizes as the offload budgets write them, 0 turns bucketing off, the DDP
+ * default when absent; a bad size names the key and its line. */
+static void test_bucket_size(void **state) {
+    (void)state;
+    hp_strategy *s;
+    assert_ok(parse(MESH22, 4, &s));
+    assert_int_equal(hp_strategy_bucket_size(s), HP_BUCKET_SIZE_DEFAULT);
+    assert_int_equal(HP_BUCKET_SIZE_DEFAULT, 25 << 20);
+    hp_strategy_free(s);
+    assert_ok(parse(cat(MESH22, "  bucket_size: 4KiB\n"), 4, &s));
+    assert_int_equal(hp_strategy_bucket_size(s), 4096);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    hp_strategy_describe(s, f);
+    fclose(f);
+    if (!strstr(text, "gradient buckets: up to 4096 bytes")) fail_msg("description lacks the bucket size:\n%s", text);
+    free(text);
+    hp_strategy_free(s);
+    assert_ok(parse(cat(MESH22, "  bucket_size: 0\n"), 4, &s));
+    assert_int_equal(hp_strategy_bucket_size(s), 0);
+    hp_strategy_free(s);
+    assert_ok(parse(cat(MESH22, "  bucket_size: 1000000\n"), 4, &s));
+    assert_int_equal(hp_strategy_bucket_size(s), 1000000);
+    hp_strategy_free(s);
+    assert_ok(hp_strategy_parse(NULL, 1, &s));
+    assert_int_equal(hp_strategy_bucket_size(s), HP_BUCKET_SIZE_DEFAULT);
+    hp_strategy_free(s);
+    expect_parse_error(cat(MESH22, "  bucket_size: 25 parsecs\n"), 4, "run.yaml:5", "strategy.bucket_size");
+    expect_parse_error(cat(MESH22, "  bucket_size: -1MiB\n"), 4, "run.yaml:5", "'-1MiB'");
+    expect_parse_error(cat(MESH22, "  bucket_size: [1]\n"), 4, "strategy.bucket_size", NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bucket_size),
         cmocka_unit_test(test_null_node),      cmocka_unit_test(test_example_kjv),
         cmocka_unit_test(test_example_dp4),    cmocka_unit_test(test_example_zero2dp4),
         cmocka_unit_test(test_example_tp4),    cmocka_unit_test(test_example_dp2xtp2),
