@@ -115,7 +115,7 @@ static hp_status build(const char *strategy_text, int world_size, hp_comm *comm,
     char text[4096];
     snprintf(text, sizeof text, "model: {vocab: 256}\n%s", strategy_text);
     HP_CHECK(hp_run_config_load_string(text, strlen(text), "bench", &cfg));
-    hp_status st = hp_strategy_parse(cfg.strategy, world_size, s);
+    hp_status st = hp_strategy_new(&cfg.strategy, world_size, s);
     hp_run_config_free(&cfg);
     HP_CHECK(st);
     hp_mesh *mesh = hp_strategy_mesh(*s);

@@ -36,7 +36,7 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
     hp_partition *part = NULL;
     hp_layout *lay = NULL;
     int rc = 1;
-    hp_status st = hp_strategy_parse(cfg->strategy, ranks, &s);
+    hp_status st = hp_strategy_new(&cfg->strategy, ranks, &s);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, "strategy");
     hp_mesh *mesh = hp_strategy_mesh(s);
     if (rank < 0 || rank >= hp_mesh_size(mesh)) {
@@ -125,11 +125,11 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
            " (%.3f s if not overlapped)\n",
            flops / 1e9, tc, PLAN_FLOPS_PER_S / 1e9, tn, PLAN_NET_BYTES_PER_S / 1e9, tc + tn);
     if (warnings) printf("  (%d strategy rule(s) matched no parameter)\n", warnings);
-    if (cfg->offload) { /* the residency plan of this rank's step under the offload budgets */
+    if (cfg->offload.present) { /* the residency plan of this rank's step under the offload budgets */
         hp_offload_plan_config oc;
         hp_offload_plan *op = NULL;
-        st = hp_offload_config_parse(cfg->offload, &oc);
-        if (st == HP_STATUS_OK && oc.device_budget) st = hp_offload_plan_new(lg, keep, 2, &oc, &op);
+        hp_offload_plan_config_from(&cfg->offload, &oc);
+        if (oc.device_budget) st = hp_offload_plan_new(lg, keep, 2, &oc, &op);
         if (st != HP_STATUS_OK) {
             hp_cli_fail(st, "offload plan");
             goto out;
@@ -172,7 +172,7 @@ int hp_cli_plan(int argc, char **argv) {
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
     if (ranks == 0) { /* default: the strategy's own device count */
         hp_strategy *s = NULL;
-        st = hp_strategy_parse(cfg.strategy, 0, &s);
+        st = hp_strategy_new(&cfg.strategy, 0, &s);
         if (st != HP_STATUS_OK) {
             hp_run_config_free(&cfg);
             return hp_cli_fail(st, "strategy");

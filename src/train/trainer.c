@@ -62,7 +62,7 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     o.n_keep = training ? 2 : 1;
     /* HyperOffload plans the per-rank training step (parameters, gradients, optimizer state and
      * activations under the `offload:` budgets); evaluation runs without it. */
-    if (training) HP_CHECK(hp_offload_apply(t->cfg.offload, hp_partition_graph(pr->part), &o, &pr->offload));
+    if (training) HP_CHECK(hp_offload_apply(&t->cfg.offload, hp_partition_graph(pr->part), &o, &pr->offload));
     return hp_program_new(hp_partition_graph(pr->part), &o, &pr->p);
 }
 
@@ -143,7 +143,7 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         }
     }
     HP_CHECK_GOTO(hp_gpt_config_check(&t->gcfg), st, fail);
-    HP_CHECK_GOTO(hp_strategy_parse(cfg->strategy, hp_comm_size(t->world), &t->strategy), st, fail);
+    HP_CHECK_GOTO(hp_strategy_new(&cfg->strategy, hp_comm_size(t->world), &t->strategy), st, fail);
     t->mesh = hp_strategy_mesh(t->strategy);
     HP_CHECK_GOTO(hp_mesh_attach(t->mesh, t->world), st, fail);
     t->index = hp_mesh_my_index(t->mesh);

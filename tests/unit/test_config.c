@@ -43,7 +43,8 @@ static void expect_error(const char *text, hp_status code, const char *needle1, 
     hp_test_assert_error_contains(g_path);
     if (needle1) hp_test_assert_error_contains(needle1);
     if (needle2) hp_test_assert_error_contains(needle2);
-    assert_null(cfg.doc);
+    assert_null(cfg.arena);
+    assert_false(cfg.strategy.present);
     assert_int_equal(cfg.model.width, 256); /* defaults on failure */
 }
 
@@ -61,7 +62,10 @@ static void test_defaults(void **state) {
     assert_string_equal(c.train.sample_prompt, "And God said");
     assert_close(c.optim.lr, 3.0e-3, 0, 0);
     assert_close(c.optim.eps, 1.0e-8, 0, 0);
-    assert_null(c.strategy);
+    assert_false(c.strategy.present);
+    assert_false(c.offload.present);
+    assert_int_equal(c.strategy.bucket_size, 25u << 20);
+    assert_int_equal(c.offload.chunk, 1u << 20);
     assert_ok(hp_run_config_validate(&c));
     hp_run_config_free(&c);
     hp_run_config_free(&c);
@@ -84,10 +88,14 @@ static const char *k_full =
     "  sample_prompt: \"In the: beginning\"\n  threads: 2\n"
     "optim: {lr: 1.0e-3, min_lr: 1e-4, warmup: 5, weight_decay: 0.0, beta1: 0.8, beta2: 0.99, eps: 1e-6, grad_clip: 0}\n"
     "strategy:\n"
-    "  mesh: {shape: [2, 4], axes: [dp, tp]}\n"
-    "  layouts:\n    - {param: \"blocks.*.mlp.fc.weight\", map: [tp, null]}\n"
-    "offload: {budget_gib: 1.5}\n"
-    "mpmd: {stages: 2, schedule: 1f1b}\n";
+    "  mesh: {device_matrix: [2, 4], alias_name: [dp, tp], ranks: [7, 6, 5, 4, 3, 2, 1, 0]}\n"
+    "  inputs: {tokens: [dp, none]}\n"
+    "  params:\n    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, null]}\n"
+    "    - {match: \"wte.weight\", tensor_map: [[dp, tp]]}\n"
+    "  optimizer: {shard: [dp]}\n"
+    "  bucket_size: 4MiB\n"
+    "offload: {device_budget: 1.5GiB, disk_dir: /tmp/off, policy: {params: disk, activations: false},\n"
+    "          bandwidth: {host: measure}, machine: {flops: 2.0e11}, chunk: 64KiB, read_ahead: false}\n";
 
 static void check_full(const hp_run_config *c) {
     assert_int_equal(c->model.context, 64);
@@ -104,24 +112,41 @@ static void check_full(const hp_run_config *c) {
     assert_close(c->optim.min_lr, 1e-4, 0, 0);
     assert_close(c->optim.grad_clip, 0.0, 0, 0);
     assert_int_equal(c->optim.warmup, 5);
-    /* The opaque sections are trees. */
-    assert_non_null(c->strategy);
-    const hp_yaml_node *shape = hp_yaml_map_get(hp_yaml_map_get(c->strategy, "mesh"), "shape");
-    assert_non_null(shape);
-    assert_int_equal(shape->kind, HP_YAML_KIND_SEQ);
-    int64_t v;
-    assert_ok(hp_yaml_as_int(hp_yaml_seq_at(shape, 1), "shape[1]", &v));
-    assert_int_equal(v, 4);
-    const hp_yaml_node *l0 = hp_yaml_seq_at(hp_yaml_map_get(c->strategy, "layouts"), 0);
-    const char *s;
-    assert_ok(hp_yaml_as_string(hp_yaml_map_get(l0, "param"), "param", &s));
-    assert_string_equal(s, "blocks.*.mlp.fc.weight");
-    assert_true(hp_yaml_is_null(hp_yaml_seq_at(hp_yaml_map_get(l0, "map"), 1)));
-    double d;
-    assert_ok(hp_yaml_as_double(hp_yaml_map_get(c->offload, "budget_gib"), "budget_gib", &d));
-    assert_close(d, 1.5, 0, 0);
-    assert_ok(hp_yaml_as_string(hp_yaml_map_get(c->mpmd, "schedule"), "schedule", &s));
-    assert_string_equal(s, "1f1b");
+    /* The typed sections. */
+    const hp_strategy_config *st = &c->strategy;
+    assert_true(st->present);
+    assert_int_equal(st->n_axes, 2);
+    assert_int_equal(st->device_matrix[1], 4);
+    assert_string_equal(st->alias_name[1], "tp");
+    assert_non_null(st->ranks);
+    assert_int_equal(st->ranks[0], 7);
+    assert_int_equal(st->n_inputs, 1);
+    assert_string_equal(st->inputs[0].match, "tokens");
+    assert_int_equal(st->inputs[0].tensor_map.n, 2);
+    assert_int_equal(st->inputs[0].tensor_map.nmap[0], 1);
+    assert_int_equal(st->inputs[0].tensor_map.map[0][0], 0);
+    assert_int_equal(st->inputs[0].tensor_map.nmap[1], 0);
+    assert_int_equal(st->n_params, 2);
+    assert_string_equal(st->params[0].match, "blocks.*.mlp.fc.weight");
+    assert_int_equal(st->params[0].tensor_map.map[0][0], 1);
+    assert_int_equal(st->params[0].tensor_map.nmap[1], 0);
+    assert_int_equal(st->params[1].tensor_map.nmap[0], 2);
+    assert_int_equal(st->params[1].tensor_map.map[0][1], 1);
+    assert_int_equal(st->n_opt_shard, 1);
+    assert_int_equal(st->opt_shard[0], 0);
+    assert_int_equal(st->bucket_size, 4u << 20);
+    const hp_offload_run_config *o = &c->offload;
+    assert_true(o->present);
+    assert_int_equal(o->device_budget, 3u << 29);
+    assert_string_equal(o->disk_dir, "/tmp/off");
+    assert_int_equal(o->policy[0], HP_CONFIG_TIER_DISK);
+    assert_int_equal(o->policy[1], HP_CONFIG_TIER_HOST);
+    assert_int_equal(o->policy[3], HP_CONFIG_TIER_DEVICE);
+    assert_true(o->bandwidth_host == 0 && o->bandwidth_disk == 1e9);
+    assert_true(o->machine_flops == 2.0e11 && o->machine_bytes == 0);
+    assert_int_equal(o->chunk, 64u << 10);
+    assert_false(o->read_ahead);
+    assert_true(o->async_update);
 }
 
 static void test_full_file_and_round_trip(void **state) {
@@ -130,7 +155,9 @@ static void test_full_file_and_round_trip(void **state) {
     hp_run_config c;
     assert_ok(hp_run_config_load(g_path, &c));
     check_full(&c);
-    assert_int_equal(c.strategy->line, 25); /* the "mesh:" line */
+    assert_string_equal(c.strategy.file, g_path);
+    assert_int_equal(c.strategy.params[0].line, 28); /* the first rule's line */
+    assert_int_equal(c.strategy.mesh_line, 25);
 
     char *yaml = hp_run_config_to_yaml(&c);
     char *json = hp_run_config_to_json(&c);
