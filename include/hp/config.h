@@ -29,12 +29,14 @@
  * Any other section or key is an error listing the known ones. `mpmd:`, `groups:` and `pipeline:`
  * are refused with a message saying HyperMPMD (pipeline groups) is not built yet.
  *
- * Integer ranges (checked in 64 bits before anything narrows): vocab in [256, 2^31-1], context,
- * layers, heads and width in [1, 2^31-1]; train.batch, eval_batches and sample_tokens in
- * [1 (0 for sample_tokens), 2^31-1]; threads in [0, 4096]; the other train and optim integers in
- * [0, 2^62] (steps, batch >= 1). Every tensor the model builds stays under 2^48 elements: the
- * products vocab*width, context*width, 4*width*width, batch*context*max(vocab, 4*width) and
- * batch*heads*context*context are checked.
+ * Integer ranges (checked in 64 bits before anything narrows to the int the model uses):
+ *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1];
+ *   train.batch, eval_batches [1, 2^31-1]; train.sample_tokens [0, 2^31-1]; train.threads [0, 4096];
+ *   train.steps [1, 2^62]; train.seed, log_every, eval_every, checkpoint_every, sample_every and
+ *   optim.warmup [0, 2^62]; strategy.mesh.device_matrix entries [1, 2^20] (product <= 2^30).
+ * Every tensor the model builds stays under 2^48 elements: the products vocab*width,
+ * context*width, 4*width^2, batch*context*vocab, batch*context*4*width and
+ * batch*heads*context^2 are checked.
  *
  * Sizes (strategy.bucket_size and the offload budgets and chunk) are plain bytes or a number with
  * a unit: B, KiB, MiB, GiB, TiB (powers of 1024), KB, MB, GB, TB (powers of 1000), K, M, G.

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "io/config_internal.h"
-#include "io/yaml_internal.h"
 
 #include <limits.h>
 #include <stdarg.h>
