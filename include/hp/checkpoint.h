@@ -58,6 +58,9 @@
  * `latest` by writing a temp file and renaming it over. If any step fails (disk full, file-size
  * limit, unwritable directory) the temp directory is removed and the previous checkpoints and
  * `latest` are untouched. Not safe against two processes saving into one run directory at once.
+ * `latest` never moves backwards: a save of step N into a directory whose `latest` names a later
+ * step fails before writing anything (HP_STATUS_INVALID_ARGUMENT naming both steps); see
+ * hp_run_dir_prepare for how a run starts over.
  */
 #ifndef HP_CHECKPOINT_H
 #define HP_CHECKPOINT_H
@@ -198,6 +201,48 @@ hp_status hp_checkpoint_save_sharded(const hp_checkpoint_save_args *a, hp_comm *
  */
 hp_status hp_checkpoint_load_sharded(const char *step_dir, bool optim, const hp_mesh *mesh, int index,
                                      hp_sharded_tensor *tensors, size_t n);
+
+/* ---------------------------------------------------------------- run directories */
+
+/* What a run directory holds (hp_run_dir_inspect). */
+typedef struct hp_run_dir_info {
+    bool has_latest;     /* a `latest` file exists */
+    int64_t latest_step; /* the step `latest` names (step_<N>); -1 when none or unreadable */
+    int64_t newest_step; /* the highest step_<N> directory; -1 when none */
+    int n_steps;         /* step_<N> directories */
+} hp_run_dir_info;
+
+/*
+ * Looks at `dir` without changing it. A directory that does not exist holds nothing (OK).
+ * HP_STATUS_IO naming dir when it exists but cannot be listed; HP_STATUS_INVALID_ARGUMENT for NULL.
+ */
+hp_status hp_run_dir_inspect(const char *dir, hp_run_dir_info *out);
+
+/* What a training run may do with a run directory that already holds checkpoints. */
+typedef enum hp_run_dir_mode {
+    HP_RUN_DIR_MODE_FRESH = 0, /* a new run: the directory must hold no checkpoint */
+    HP_RUN_DIR_MODE_RESUME,    /* a resumed run: it may hold checkpoints up to the resumed step */
+    HP_RUN_DIR_MODE_OVERWRITE, /* start over: the old checkpoints are deleted */
+} hp_run_dir_mode;
+
+/*
+ * The run-directory guard, called once a run knows its mode and before it computes a step
+ * (`hp train` does; trainers in tests need not). With N the newest step the directory holds
+ * (max of `latest` and the step_<N> directories):
+ *   FRESH:     OK when it holds no checkpoint; otherwise HP_STATUS_INVALID_ARGUMENT naming the
+ *              directory, its step directories and latest step, and the two ways out (--resume,
+ *              --overwrite) or a new train.checkpoint_dir.
+ *   RESUME:    OK when N <= resume_step (the step the run resumed from); otherwise
+ *              HP_STATUS_INVALID_ARGUMENT: the run's saves would move `latest` backwards.
+ *   OVERWRITE: deletes `latest` and every step_<N> directory: `latest` is first moved into
+ *              <dir>/.overwritten-<pid>/, then each step directory, the run directory is fsynced,
+ *              then that folder is deleted (with any left by an earlier crashed overwrite). A crash
+ *              midway leaves no `latest` naming a missing step: at worst some step directories
+ *              without `latest` (refused by FRESH, finished by the next OVERWRITE) and a hidden
+ *              .overwritten-* folder. Other files in dir (metrics, notes) are kept.
+ * HP_STATUS_IO naming the path when listing, moving or syncing fails.
+ */
+hp_status hp_run_dir_prepare(const char *dir, hp_run_dir_mode mode, int64_t resume_step);
 
 #ifdef __cplusplus
 }

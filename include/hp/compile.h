@@ -171,9 +171,9 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
 /*
  * The one place a run config's strategy and offload sections become objects: *strategy (when
  * strategy is not NULL; the caller owns it, hp_strategy_free) for `world_size` ranks (0: the
- * mesh's own count; see hp_strategy_parse), and *offload (defaults and no budget when the section
- * is absent; its strings point into cfg's YAML). Errors: hp_strategy_parse's and
- * hp_offload_config_parse's, naming file:line.
+ * mesh's own count; see hp_strategy_new), and *offload (defaults and no budget when the section
+ * is absent; its strings point into cfg's). The sections were checked when the config loaded, so
+ * the only errors are hp_strategy_new's (the device count against world_size, naming file:line).
  */
 hp_status hp_compile_config_objects(const hp_run_config *cfg, int world_size, hp_strategy **strategy,
                                     hp_offload_plan_config *offload);

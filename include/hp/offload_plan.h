@@ -25,7 +25,7 @@
  *
  *     hp_offload_state *ofl = NULL;
  *     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
- *     HP_CHECK(hp_offload_apply(cfg.offload, g, &o, &ofl));   // plans, rewrites g, sets o.ext
+ *     HP_CHECK(hp_offload_apply(&cfg.offload, g, &o, &ofl));  // plans, rewrites g, sets o.ext
  *     HP_CHECK(hp_program_new(g, &o, &p));
  *     ... hp_program_run(p) ...; hp_program_report_memory(p, stderr);
  *     hp_program_free(p);
@@ -49,7 +49,7 @@
 #include "hp/ir.h"
 #include "hp/liveness.h"
 #include "hp/runtime.h"
-#include "hp/yaml.h"
+#include "hp/config.h"
 
 #include <stdio.h>
 
@@ -83,6 +83,8 @@ const char *hp_offload_class_name(hp_offload_class c);
  *       read_ahead: true           # early reads of AdamW operands (see below); default true
  *       async_update: true         # AdamW over disk operands finishes in the next step; default true
  *
+ * Sizes are plain bytes or a number with a unit (hp_config_parse_size in hp/config.h). Every key
+ * is read and checked by hp_run_config_load into hp_offload_run_config.
  * A policy value true sends the class to the host tier (spilling to disk when the host budget is
  * full and a disk tier exists); host or disk names the tier; false keeps it in the fast tier.
  */
@@ -113,14 +115,11 @@ typedef struct hp_offload_plan_config {
 void hp_offload_plan_config_init(hp_offload_plan_config *c);
 
 /*
- * Parses the `offload:` subtree (NULL or null: defaults, no budget). Errors: HP_STATUS_CONFIG
- * "file:line:col: ..." naming an unknown key, a bad size ("64MB" is accepted, "64 parsecs" not), a
- * bad policy value or bandwidth. Strings point into the YAML document, which must outlive `out`.
+ * The planner's config from the run config's typed `offload:` section (hp_run_config_load read and
+ * checked it: unknown keys, sizes, policy values, rates, the chunk alignment, disk without disk_dir).
+ * NULL or not present: the defaults. disk_dir points into *rc, which must outlive `out`. Never fails.
  */
-hp_status hp_offload_config_parse(const hp_yaml_node *node, hp_offload_plan_config *out);
-
-/* Parses "64MiB", "1.5GiB", "4096", "8KB" into bytes. HP_STATUS_CONFIG naming the text. */
-hp_status hp_offload_parse_size(const char *text, size_t *out);
+void hp_offload_plan_config_from(const hp_offload_run_config *rc, hp_offload_plan_config *out);
 
 typedef struct hp_offload_plan hp_offload_plan;
 
@@ -177,7 +176,7 @@ void hp_offload_plan_print(const hp_offload_plan *p, const hp_graph *g, FILE *f)
 typedef struct hp_offload_state hp_offload_state;
 
 /*
- * Plans `g` under the `offload:` section `offload_cfg` (NULL, or no device_budget: a no-op with
+ * Plans `g` under the typed `offload:` section `offload_cfg` (NULL, not present or no device_budget: a no-op with
  * *state = NULL), then rewrites `g` in place: inserts PREFETCH / OFFLOAD / OFFLOAD_WAIT nodes,
  * rewires uses to the prefetched copies, turns AdamW nodes over slow-tier tensors into ADAMW_STREAM,
  * and sets opts->ext (slow-tier storage, the device budget) and opts->view_reshape = false (the plan
@@ -185,9 +184,9 @@ typedef struct hp_offload_state hp_offload_state;
  * be set before the call. Parameters and optimizer states on the disk tier have no host address:
  * write and read them with hp_program_set_input / hp_program_get_output. The state must outlive the
  * program and the graph must not be used with another program after the state is freed.
- * Errors: hp_offload_config_parse's, hp_offload_plan_new's, HP_STATUS_IO (disk store).
+ * Errors: hp_offload_plan_new's, HP_STATUS_IO (disk store).
  */
-hp_status hp_offload_apply(const hp_yaml_node *offload_cfg, hp_graph *g, hp_program_opts *opts,
+hp_status hp_offload_apply(const hp_offload_run_config *offload_cfg, hp_graph *g, hp_program_opts *opts,
                            hp_offload_state **state);
 /* The same from a parsed config (tests, benchmarks). */
 hp_status hp_offload_apply_config(const hp_offload_plan_config *cfg, hp_graph *g, hp_program_opts *opts,

@@ -10,7 +10,7 @@
  *     hp_run_config cfg;
  *     HP_CHECK(hp_run_config_load("examples/dp2xtp2.yaml", &cfg));
  *     hp_strategy *s;
- *     HP_CHECK(hp_strategy_parse(cfg.strategy, world_size, &s));  // s does not borrow from cfg
+ *     HP_CHECK(hp_strategy_new(&cfg.strategy, world_size, &s));  // s does not borrow from cfg
  *     hp_layout *lay = malloc(hp_graph_n_tensors(g) * sizeof *lay);
  *     int warnings;
  *     HP_CHECK(hp_strategy_annotate(s, g, lay, &warnings));
@@ -33,7 +33,7 @@
  *           tensor_map: [none, tp]
  *       optimizer:
  *         shard: [dp]               # ZeRO: optimizer states also split over these axes
- *       bucket_size: 25MiB          # gradient buckets (hp/shard.h): bytes per rank; 0 turns them off
+ *       bucket_size: 25MiB          # gradient bytes per all-reduce bucket (a size; 0: off); default 25MiB
  *
  * Every key is optional except mesh (with device_matrix and alias_name). A tensor_map is a
  * sequence with one entry per leading tensor dimension; an entry is an alias, `none` (or `[]`),
@@ -42,19 +42,32 @@
  * dimensions unsplit, so `match: "*"` with `tensor_map: [dp]` splits dim 0 of every parameter
  * (FSDP). Patterns are fnmatch(3) globs without FNM_PATHNAME: `*` matches across dots, `?` one
  * character, `[qkv]` one of a set. Partial axes cannot be declared: they are derived by the
- * partitioner. optimizer.shard takes a sequence of aliases, `[]` or `none`. bucket_size is a size
- * as the offload budgets write it (hp_offload_parse_size: "25MiB", "4096", "1.5MB"); it defaults
- * to HP_BUCKET_SIZE_DEFAULT (25 MiB, PyTorch DDP's default) and 0 turns bucketing off.
+ * partitioner. optimizer.shard takes a sequence of aliases, `[]` or `none`.
+ *
+ * The section is read and checked by hp_run_config_load (hp/config.h) into hp_strategy_config,
+ * before any graph is built. Errors there, all HP_STATUS_CONFIG with a message starting
+ * "FILE:LINE:" and naming the key, the value and what was expected:
+ *   - unknown keys anywhere in the section (a `partial` key says partial axes are derived, not set),
+ *     a missing mesh, device_matrix or alias_name, wrong value types;
+ *   - device_matrix and alias_name of different lengths, a size outside [1, 2^20] (or more than
+ *     2^30 devices), a bad or repeated axis name;
+ *   - a ranks list whose length is not the device count, or a rank out of [0, devices) or listed
+ *     twice;
+ *   - in a tensor_map or optimizer.shard: an unknown alias (the mesh's aliases are listed), an
+ *     alias used twice, more entries than HP_MAX_DIMS;
+ *   - params not a sequence of {match, tensor_map} maps, an empty pattern, a malformed glob (an
+ *     unclosed '[' or a trailing '\');
+ *   - bucket_size not a size.
  */
 #ifndef HP_STRATEGY_H
 #define HP_STRATEGY_H
 
 #include <stdio.h>
 
+#include "hp/config.h"
 #include "hp/core.h"
 #include "hp/ir.h"
 #include "hp/mesh.h"
-#include "hp/yaml.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,32 +77,22 @@ extern "C" {
 typedef struct hp_strategy hp_strategy;
 
 /*
- * Parses the `strategy:` YAML section (the map under the key, e.g. hp_run_config's `strategy`).
- * world_size is the number of ranks the job runs on (the MPI world size); the mesh must
- * have exactly that many devices. world_size 0 means "no job yet" (`hp plan` without --ranks):
- * the mesh's own device count is taken, and hp_mesh_size(hp_strategy_mesh(s)) tells it. `node`
- * may be NULL or a YAML null: then the mesh is the 1-device mesh [1] with axis "dp" and there
- * are no rules, which requires world_size 0 or 1.
+ * Makes the strategy of a checked `strategy:` section (hp_run_config's `strategy`, see above) for a
+ * job of world_size ranks (the MPI world size); the mesh must have exactly that many devices.
+ * world_size 0 means "no job yet" (`hp plan`, `hp check` without --ranks): the mesh's own device
+ * count is taken, and hp_mesh_size(hp_strategy_mesh(s)) tells it. `cfg` may be NULL or not
+ * present: then the mesh is the 1-device mesh [1] with axis "dp" and there are no rules, which
+ * requires world_size 0 or 1.
  *
- * Shape-independent checks happen here; those that need the tensors (rank, conflicting rules)
- * happen in hp_strategy_annotate. Errors, all HP_STATUS_CONFIG with a message starting
- * "FILE:LINE:" and naming the key, the value and what was expected:
- *   - unknown keys anywhere in the section (a `partial` key says partial axes are derived, not set),
- *     a missing mesh, device_matrix or alias_name, wrong value types;
- *   - device_matrix and alias_name of different lengths, a size < 1, a bad or repeated axis name;
- *   - a device count other than world_size ("strategy mesh [2, 2] has 4 devices but the job runs
- *     on 2 ranks"), or no strategy section with world_size > 1;
- *   - a ranks list whose length is not the device count, or a rank out of [0, world_size) or
- *     listed twice;
- *   - in a tensor_map or optimizer.shard: an unknown alias (the mesh's aliases are listed), an
- *     alias used twice, more entries than HP_MAX_DIMS;
- *   - params not a sequence of {match, tensor_map} maps, an empty pattern;
- *   - a bucket_size that is not a size ("25 parsecs") or is too large.
- * HP_STATUS_INVALID_ARGUMENT for world_size < 0 or out == NULL; HP_STATUS_OUT_OF_MEMORY.
- * The strategy copies what it keeps (names, patterns, file names), so the YAML document may be
- * freed afterwards. The caller owns *out (hp_strategy_free); *out is NULL on failure.
+ * The world-size checks happen here; those that need the tensors (rank, conflicting rules) happen
+ * in hp_strategy_annotate. Errors: HP_STATUS_CONFIG "FILE:LINE:COL: strategy mesh [2, 2] has 4
+ * devices but the job runs on 2 ranks" (at device_matrix), or, with no strategy and world_size > 1,
+ * a message saying the config runs on 1 device. HP_STATUS_INVALID_ARGUMENT for world_size < 0 or
+ * out == NULL; HP_STATUS_OUT_OF_MEMORY. The strategy copies what it keeps (names, patterns, file
+ * name), so the run config may be freed afterwards. The caller owns *out (hp_strategy_free); *out
+ * is NULL on failure.
  */
-hp_status hp_strategy_parse(const hp_yaml_node *node, int world_size, hp_strategy **out);
+hp_status hp_strategy_new(const hp_strategy_config *cfg, int world_size, hp_strategy **out);
 
 /* Frees the strategy and its mesh. NULL is allowed. */
 void hp_strategy_free(hp_strategy *s);
@@ -127,8 +130,8 @@ hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layou
 
 /*
  * Writes a readable description for `hp plan`: the mesh (shape, axes with sizes, rank list), one
- * line per input entry and per params rule (pattern, tensor_map, file:line, in match order), the
- * optimizer shard axes and the gradient bucket size. Writes to f only; never fails.
+ * line per input entry and per params rule (pattern, tensor_map, file:line, in match order) and
+ * the optimizer shard axes. Writes to f only; never fails.
  */
 void hp_strategy_describe(const hp_strategy *s, FILE *f);
 

@@ -46,7 +46,8 @@ typedef struct hp_step_metrics {
 typedef struct hp_trainer hp_trainer;
 
 /*
- * A trainer for the run config `cfg` (copied; the YAML trees must stay alive): loads the corpus,
+ * A trainer for the run config `cfg` (copied shallowly: cfg must not be freed while the trainer
+ * lives, its arena holds the strategy rules the checkpoints write out): loads the corpus,
  * builds the step graph and an evaluation graph, compiles programs, initialises parameters from
  * train.seed (GPT-2 init). Errors: config, data and allocation errors with their messages.
  */

@@ -1,14 +1,15 @@
 /*
  * hp/yaml.h — a small read-only YAML tree (maps, sequences, scalars with line numbers), parsed
  * with libyaml, plus lookup and typed-conversion helpers whose errors name the file, line, column
- * and key. The run config (hp/config.h) uses it, and keeps the `strategy`, `offload` and `mpmd`
- * sections as trees so each subsystem parses its own section:
+ * and key. The run config (hp/config.h) reads every section, strategy and offload included, into
+ * typed structs with it:
  *
- *     const hp_yaml_node *mesh = hp_yaml_map_get(cfg.strategy, "mesh");
- *     static const char *const keys[] = {"shape", "axes"};
- *     HP_CHECK(hp_yaml_check_keys(mesh, keys, 2, "strategy.mesh"));
+ *     const hp_yaml_node *mesh = hp_yaml_map_get(hp_yaml_map_get(hp_yaml_doc_root(doc), "strategy"), "mesh");
+ *     static const char *const keys[] = {"device_matrix", "alias_name", "ranks"};
+ *     HP_CHECK(hp_yaml_check_keys(mesh, keys, 3, "strategy.mesh"));
  *     int64_t dp;
- *     HP_CHECK(hp_yaml_as_int(hp_yaml_seq_at(hp_yaml_map_get(mesh, "shape"), 0), "strategy.mesh.shape[0]", &dp));
+ *     HP_CHECK(hp_yaml_as_int(hp_yaml_seq_at(hp_yaml_map_get(mesh, "device_matrix"), 0),
+ *                             "strategy.mesh.device_matrix[0]", &dp));
  *
  * Supported: one document of block or flow maps/sequences and scalars (JSON text parses too).
  * Not supported: anchors and aliases (HP_STATUS_CONFIG), several documents, tags (ignored).

@@ -1,4 +1,4 @@
-/* The `hp` command: train, generate, plan. Only this layer prints and chooses exit codes. */
+/* The `hp` command: train, generate, plan, check. Only this layer prints and chooses exit codes. */
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -9,14 +9,22 @@ static void usage(FILE *f) {
             "usage: hp <command> [options]\n"
             "\n"
             "commands:\n"
-            "  train RUN.yaml [--metrics FILE] [--resume [CKPT]] [--steps N]\n"
-            "                       train the model the config describes\n"
+            "  train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n"
+            "                       train the model the config describes; checkpoints go to\n"
+            "                       train.checkpoint_dir, which must not hold another run's checkpoints\n"
+            "                       unless --resume continues from them (from CKPT, default the dir's\n"
+            "                       latest) or --overwrite deletes them (latest and every step_*; other\n"
+            "                       files stay) before the first step\n"
             "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
             "  plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]\n"
             "                       print the plan (layouts, collectives, memory, compile pass times)\n"
             "                       without training; --dump-after autodiff|shard|offload|memplan\n"
             "                       prints the IR after that pass instead\n"
+            "  check RUN.yaml [--ranks N]\n"
+            "                       validate the config (and its strategy for N ranks) without building\n"
+            "                       anything; prints nothing and exits 0 when it is good, else the error\n"
+            "                       with file:line and exits 1\n"
             "  help                 this text\n");
 }
 
@@ -53,6 +61,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return hp_cli_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return hp_cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return hp_cli_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "check")) return hp_cli_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -1,6 +1,7 @@
 /* `hp train RUN.yaml`: progress lines, validation, metrics JSON lines, checkpoints, a sample. */
 #include "cli/cli.h"
 
+#include "hp/checkpoint.h"
 #include "hp/config.h"
 #include "hp/core.h"
 #include "hp/train.h"
@@ -43,7 +44,7 @@ static void fmt_duration(double s, char *buf, size_t n) {
 
 int hp_cli_train(int argc, char **argv) {
     const char *config = NULL, *metrics_path = NULL, *resume = NULL;
-    bool want_resume = false;
+    bool want_resume = false, want_overwrite = false;
     long long steps_override = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--metrics") && i + 1 < argc)
@@ -51,6 +52,8 @@ int hp_cli_train(int argc, char **argv) {
         else if (!strcmp(argv[i], "--resume")) {
             want_resume = true;
             if (i + 1 < argc && argv[i + 1][0] != '-') resume = argv[++i];
+        } else if (!strcmp(argv[i], "--overwrite")) {
+            want_overwrite = true;
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             char *end;
             steps_override = strtoll(argv[++i], &end, 10);
@@ -69,7 +72,7 @@ int hp_cli_train(int argc, char **argv) {
         }
     }
     if (!config) {
-        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT]] [--steps N]\n");
+        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n");
         return 2;
     }
     hp_run_config cfg;
@@ -106,6 +109,18 @@ int hp_cli_train(int argc, char **argv) {
             goto out;
         }
         if (lead) fprintf(stderr, "resumed from %s at step %lld\n", from, (long long)hp_trainer_steps_done(t));
+    }
+    /* The run-directory guard, before any step: a new run does not write into another run's
+     * checkpoints, and a resumed one does not move `latest` backwards. Only rank 0 deletes. */
+    hp_run_dir_mode mode = want_overwrite ? HP_RUN_DIR_MODE_OVERWRITE
+                           : want_resume  ? HP_RUN_DIR_MODE_RESUME
+                                          : HP_RUN_DIR_MODE_FRESH;
+    if (lead || mode != HP_RUN_DIR_MODE_OVERWRITE) {
+        st = hp_run_dir_prepare(cfg.train.checkpoint_dir, mode, hp_trainer_steps_done(t));
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, NULL);
+            goto out;
+        }
     }
     if (metrics_path && lead) {
         metrics = fopen(metrics_path, want_resume ? "a" : "w");

@@ -226,13 +226,9 @@ hp_status hp_compile(hp_graph *logical, const hp_compile_opts *opts, hp_compiled
 
 hp_status hp_compile_config_objects(const hp_run_config *cfg, int world_size, hp_strategy **strategy,
                                     hp_offload_plan_config *offload) {
-    if (strategy) HP_CHECK(hp_strategy_parse(cfg->strategy, world_size, strategy));
-    hp_status st = hp_offload_config_parse(cfg->offload, offload);
-    if (st != HP_STATUS_OK && strategy) {
-        hp_strategy_free(*strategy);
-        *strategy = NULL;
-    }
-    return st;
+    if (strategy) HP_CHECK(hp_strategy_new(&cfg->strategy, world_size, strategy));
+    hp_offload_plan_config_from(&cfg->offload, offload);
+    return HP_STATUS_OK;
 }
 
 hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, hp_compiled **out) {

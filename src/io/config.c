@@ -6,34 +6,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/yaml_internal.h"
+#include "io/config_internal.h"
+
+#include <limits.h>
+#include <stdarg.h>
 
 typedef enum field_type { F_INT, F_DOUBLE, F_BOOL, F_STR } field_type;
 
 typedef struct field {
     const char *key;
     field_type type;
-    size_t offset; /* into the section struct */
+    size_t offset;    /* into the section struct */
+    int64_t min, max; /* F_INT: the documented range, checked before any narrowing */
 } field;
 
-#define FLD(sec, key, type) {#key, type, offsetof(sec, key)}
+#define I32 ((int64_t)INT_MAX)
+#define BIG ((int64_t)1 << 62)
+#define FLD(sec, key, type) {#key, type, offsetof(sec, key), 0, 0}
+#define INT(sec, key, lo, hi) {#key, F_INT, offsetof(sec, key), lo, hi}
 
 static const field model_fields[] = {
-    FLD(hp_model_config, vocab, F_INT),      FLD(hp_model_config, context, F_INT), FLD(hp_model_config, layers, F_INT),
-    FLD(hp_model_config, heads, F_INT),      FLD(hp_model_config, width, F_INT),   FLD(hp_model_config, tied_head, F_BOOL),
+    INT(hp_model_config, vocab, 256, I32), INT(hp_model_config, context, 1, I32), INT(hp_model_config, layers, 1, I32),
+    INT(hp_model_config, heads, 1, I32),   INT(hp_model_config, width, 1, I32),   FLD(hp_model_config, tied_head, F_BOOL),
     FLD(hp_model_config, dropout, F_DOUBLE),
 };
 static const field data_fields[] = {FLD(hp_data_config, corpus, F_STR), FLD(hp_data_config, val_fraction, F_DOUBLE)};
 static const field train_fields[] = {
-    FLD(hp_train_config, steps, F_INT),          FLD(hp_train_config, batch, F_INT),
-    FLD(hp_train_config, seed, F_INT),           FLD(hp_train_config, log_every, F_INT),
-    FLD(hp_train_config, eval_every, F_INT),     FLD(hp_train_config, eval_batches, F_INT),
-    FLD(hp_train_config, checkpoint_dir, F_STR), FLD(hp_train_config, checkpoint_every, F_INT),
-    FLD(hp_train_config, sample_every, F_INT),   FLD(hp_train_config, sample_tokens, F_INT),
-    FLD(hp_train_config, sample_prompt, F_STR),  FLD(hp_train_config, threads, F_INT),
+    INT(hp_train_config, steps, 1, BIG),         INT(hp_train_config, batch, 1, I32),
+    INT(hp_train_config, seed, 0, BIG),          INT(hp_train_config, log_every, 0, BIG),
+    INT(hp_train_config, eval_every, 0, BIG),    INT(hp_train_config, eval_batches, 1, I32),
+    FLD(hp_train_config, checkpoint_dir, F_STR), INT(hp_train_config, checkpoint_every, 0, BIG),
+    INT(hp_train_config, sample_every, 0, BIG),  INT(hp_train_config, sample_tokens, 0, I32),
+    FLD(hp_train_config, sample_prompt, F_STR),  INT(hp_train_config, threads, 0, 4096),
 };
 static const field optim_fields[] = {
-    FLD(hp_optim_config, lr, F_DOUBLE),    FLD(hp_optim_config, min_lr, F_DOUBLE),       FLD(hp_optim_config, warmup, F_INT),
+    FLD(hp_optim_config, lr, F_DOUBLE),    FLD(hp_optim_config, min_lr, F_DOUBLE),       INT(hp_optim_config, warmup, 0, BIG),
     FLD(hp_optim_config, weight_decay, F_DOUBLE), FLD(hp_optim_config, beta1, F_DOUBLE), FLD(hp_optim_config, beta2, F_DOUBLE),
     FLD(hp_optim_config, eps, F_DOUBLE),   FLD(hp_optim_config, grad_clip, F_DOUBLE),
 };
@@ -52,7 +59,27 @@ static const section sections[] = {
     {"train", train_fields, N(train_fields), offsetof(hp_run_config, train)},
     {"optim", optim_fields, N(optim_fields), offsetof(hp_run_config, optim)},
 };
-static const char *const opaque_sections[] = {"strategy", "offload", "mpmd"};
+/* The typed sections read by config_strategy.c and config_offload.c. */
+static const char *const typed_sections[] = {"strategy", "offload"};
+/* Sections of parts that are not built: refused with a message saying so. */
+static const char *const unbuilt_sections[] = {"mpmd", "groups", "pipeline"};
+
+hp_status hp__config_error(const hp_yaml_node *n, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!n) return hp_error(HP_STATUS_CONFIG, "%s", msg);
+    return hp_error(HP_STATUS_CONFIG, "%s:%d:%d: %s", n->file ? n->file : "<string>", n->line, n->column, msg);
+}
+
+const char *hp__config_node_text(const hp_yaml_node *n) {
+    if (!n) return "nothing";
+    if (n->kind == HP_YAML_KIND_MAP) return "a map";
+    if (n->kind == HP_YAML_KIND_SEQ) return "a sequence";
+    return n->scalar;
+}
 
 hp_run_config hp_run_config_defaults(void) {
     hp_run_config c;
@@ -76,13 +103,20 @@ hp_run_config hp_run_config_defaults(void) {
     t->threads = 0;
     c.optim = (hp_optim_config){.lr = 3.0e-3, .min_lr = 3.0e-4, .warmup = 50, .weight_decay = 0.1,
                                 .beta1 = 0.9, .beta2 = 0.95, .eps = 1.0e-8, .grad_clip = 1.0};
+    c.strategy.bucket_size = (size_t)25 << 20;
+    c.offload = (hp_offload_run_config){
+        .policy = {HP_CONFIG_TIER_HOST, HP_CONFIG_TIER_HOST, HP_CONFIG_TIER_HOST, HP_CONFIG_TIER_HOST},
+        .bandwidth_host = 10e9, .bandwidth_disk = 1e9, .chunk = (size_t)1 << 20, .read_ahead = true,
+        .async_update = true};
     return c;
 }
 
 void hp_run_config_free(hp_run_config *cfg) {
-    hp_yaml_doc_free(cfg->doc);
-    cfg->doc = NULL;
-    cfg->strategy = cfg->offload = cfg->mpmd = NULL;
+    hp_arena_free(cfg->arena);
+    cfg->arena = NULL;
+    size_t bucket = cfg->strategy.bucket_size;
+    memset(&cfg->strategy, 0, sizeof cfg->strategy);
+    cfg->strategy.bucket_size = bucket;
 }
 
 static hp_status read_field(const section *sec, const field *f, const hp_yaml_node *v, char *base) {
@@ -120,71 +154,127 @@ static hp_status read_section(const section *sec, const hp_yaml_node *map, hp_ru
 
 static hp_status read_root(const hp_yaml_node *root, hp_run_config *cfg) {
     if (hp_yaml_is_null(root)) return HP_STATUS_OK;
-    const char *known[N(sections) + N(opaque_sections)];
+    const char *known[N(sections) + N(typed_sections)];
     size_t n = 0;
     for (size_t i = 0; i < N(sections); i++) known[n++] = sections[i].name;
-    for (size_t i = 0; i < N(opaque_sections); i++) known[n++] = opaque_sections[i];
+    for (size_t i = 0; i < N(typed_sections); i++) known[n++] = typed_sections[i];
     if (root->kind != HP_YAML_KIND_MAP)
         return hp_error(HP_STATUS_CONFIG, "%s:%d:%d: a run config must be a map of sections", root->file, root->line,
                         root->column);
+    for (size_t i = 0; i < N(unbuilt_sections); i++) {
+        const hp_yaml_node *v = hp_yaml_map_get(root, unbuilt_sections[i]);
+        if (v)
+            return hp_error(HP_STATUS_CONFIG, "%s:%d: section '%s': HyperMPMD (pipeline groups) is not built yet, so a run "
+                            "config cannot have '%s:' (remove it; the known sections are: model, data, train, optim, "
+                            "strategy, offload)", v->file, v->line, unbuilt_sections[i], unbuilt_sections[i]);
+    }
     HP_CHECK(hp_yaml_check_keys(root, known, n, "<top level>"));
     for (size_t i = 0; i < N(sections); i++) HP_CHECK(read_section(&sections[i], hp_yaml_map_get(root, sections[i].name), cfg));
-    cfg->strategy = hp_yaml_map_get(root, "strategy");
-    cfg->offload = hp_yaml_map_get(root, "offload");
-    cfg->mpmd = hp_yaml_map_get(root, "mpmd");
-    return HP_STATUS_OK;
+    HP_CHECK(hp__config_read_strategy(hp_yaml_map_get(root, "strategy"), cfg->arena, &cfg->strategy));
+    return hp__config_read_offload(hp_yaml_map_get(root, "offload"), &cfg->offload);
 }
 
-#define BAD(...) return hp_error(HP_STATUS_CONFIG, __VA_ARGS__)
+/* The value of section.key in the document (NULL when there is no document or no such key). */
+static const hp_yaml_node *value_at(const hp_yaml_node *root, const char *sec, const char *key) {
+    return hp_yaml_map_get(hp_yaml_map_get(root, sec), key);
+}
 
-hp_status hp_run_config_validate(const hp_run_config *cfg) {
+/* HP_STATUS_CONFIG naming the file and, where the value came from the document, its line and column. */
+static hp_status __attribute__((format(printf, 5, 6)))
+bad(const char *file, const hp_yaml_node *root, const char *sec, const char *key, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const hp_yaml_node *v = value_at(root, sec, key);
+    if (!v) v = hp_yaml_map_get(root, sec);
+    if (v) return hp_error(HP_STATUS_CONFIG, "%s:%d:%d: %s", file, v->line, v->column, msg);
+    return hp_error(HP_STATUS_CONFIG, "%s: %s", file, msg);
+}
+
+#define BAD(sec, key, ...) return bad(f, root, sec, key, __VA_ARGS__)
+#define TENSOR_MAX ((int64_t)1 << 48) /* elements of any one tensor of the model */
+
+/* a*b, or TENSOR_MAX + 1 when it exceeds TENSOR_MAX (both >= 0). */
+static int64_t mul(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r) || r > TENSOR_MAX) return TENSOR_MAX + 1;
+    return r;
+}
+
+/* Every check of the typed values; root (may be NULL) is the document, for file:line in messages. */
+static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
     const char *f = cfg->source[0] ? cfg->source : "<config>";
     const hp_model_config *m = &cfg->model;
     const hp_train_config *t = &cfg->train;
     const hp_optim_config *o = &cfg->optim;
-    if (m->vocab < 256) BAD("%s: model.vocab %lld must be >= 256 (the byte tokenizer's vocabulary)", f, (long long)m->vocab);
-    if (m->context < 1) BAD("%s: model.context %lld must be >= 1", f, (long long)m->context);
-    if (m->layers < 1) BAD("%s: model.layers %lld must be >= 1", f, (long long)m->layers);
-    if (m->heads < 1) BAD("%s: model.heads %lld must be >= 1", f, (long long)m->heads);
-    if (m->width < 1) BAD("%s: model.width %lld must be >= 1", f, (long long)m->width);
+    /* Integer ranges first, in 64 bits: nothing below narrows a value that is out of range. */
+    for (size_t s = 0; s < N(sections); s++)
+        for (size_t i = 0; i < sections[s].n; i++) {
+            const field *fl = &sections[s].fields[i];
+            if (fl->type != F_INT) continue;
+            int64_t v = *(const int64_t *)((const char *)cfg + sections[s].offset + fl->offset);
+            const char *sn = sections[s].name, *k = fl->key;
+            bool vocab = strcmp(k, "vocab") == 0;
+            if (v < fl->min)
+                BAD(sn, k, "%s.%s %lld must be >= %lld%s", sn, k, (long long)v, (long long)fl->min,
+                    vocab ? " (the byte tokenizer's vocabulary)" : "");
+            if (v > fl->max) BAD(sn, k, "%s.%s %lld must be <= %lld", sn, k, (long long)v, (long long)fl->max);
+        }
     if (m->width % m->heads)
-        BAD("%s: model.width %lld is not divisible by model.heads %lld", f, (long long)m->width, (long long)m->heads);
-    if (!(m->dropout >= 0.0 && m->dropout < 1.0)) BAD("%s: model.dropout %g must be in [0, 1)", f, m->dropout);
-    if (!cfg->data.corpus[0]) BAD("%s: data.corpus must name a file", f);
+        BAD("model", "width", "model.width %lld is not divisible by model.heads %lld", (long long)m->width,
+            (long long)m->heads);
+    /* The largest tensors of the model and its training step stay countable in int64 bytes. */
+    const struct { const char *what, *sec, *key; int64_t n; } sizes[] = {
+        {"model.vocab * model.width (the token embedding)", "model", "vocab", mul(m->vocab, m->width)},
+        {"model.context * model.width (the position embedding)", "model", "context", mul(m->context, m->width)},
+        {"4 * model.width^2 (an MLP weight)", "model", "width", mul(4, mul(m->width, m->width))},
+        {"train.batch * model.context * model.vocab (the logits)", "train", "batch",
+         mul(t->batch, mul(m->context, m->vocab))},
+        {"train.batch * model.context * 4 * model.width (an MLP activation)", "train", "batch",
+         mul(t->batch, mul(m->context, mul(4, m->width)))},
+        {"train.batch * model.heads * model.context^2 (the attention scores)", "model", "context",
+         mul(t->batch, mul(m->heads, mul(m->context, m->context)))},
+    };
+    for (size_t i = 0; i < N(sizes); i++)
+        if (sizes[i].n > TENSOR_MAX)
+            BAD(sizes[i].sec, sizes[i].key, "%s is more than 2^48 elements: model.vocab %lld, context %lld, heads %lld, "
+                "width %lld, train.batch %lld", sizes[i].what, (long long)m->vocab, (long long)m->context,
+                (long long)m->heads, (long long)m->width, (long long)t->batch);
+    if (!(m->dropout >= 0.0 && m->dropout < 1.0)) BAD("model", "dropout", "model.dropout %g must be in [0, 1)", m->dropout);
+    if (!cfg->data.corpus[0]) BAD("data", "corpus", "data.corpus must name a file");
     if (!(cfg->data.val_fraction > 0.0 && cfg->data.val_fraction < 1.0))
-        BAD("%s: data.val_fraction %g must be in (0, 1)", f, cfg->data.val_fraction);
-    if (t->steps < 1) BAD("%s: train.steps %lld must be >= 1", f, (long long)t->steps);
-    if (t->batch < 1) BAD("%s: train.batch %lld must be >= 1", f, (long long)t->batch);
-    const struct { const char *k; int64_t v; } nonneg[] = {
-        {"seed", t->seed}, {"log_every", t->log_every}, {"eval_every", t->eval_every},
-        {"checkpoint_every", t->checkpoint_every}, {"sample_every", t->sample_every},
-        {"sample_tokens", t->sample_tokens}, {"threads", t->threads}};
-    for (size_t i = 0; i < N(nonneg); i++)
-        if (nonneg[i].v < 0) BAD("%s: train.%s %lld must be >= 0", f, nonneg[i].k, (long long)nonneg[i].v);
-    if (t->eval_batches < 1) BAD("%s: train.eval_batches %lld must be >= 1", f, (long long)t->eval_batches);
-    if (!t->checkpoint_dir[0]) BAD("%s: train.checkpoint_dir must name a directory", f);
-    if (!(o->lr > 0.0)) BAD("%s: optim.lr %g must be > 0", f, o->lr);
-    if (!(o->min_lr >= 0.0 && o->min_lr <= o->lr)) BAD("%s: optim.min_lr %g must be in [0, optim.lr %g]", f, o->min_lr, o->lr);
-    if (o->warmup < 0) BAD("%s: optim.warmup %lld must be >= 0", f, (long long)o->warmup);
-    if (!(o->weight_decay >= 0.0)) BAD("%s: optim.weight_decay %g must be >= 0", f, o->weight_decay);
-    if (!(o->beta1 >= 0.0 && o->beta1 < 1.0)) BAD("%s: optim.beta1 %g must be in [0, 1)", f, o->beta1);
-    if (!(o->beta2 >= 0.0 && o->beta2 < 1.0)) BAD("%s: optim.beta2 %g must be in [0, 1)", f, o->beta2);
-    if (!(o->eps > 0.0)) BAD("%s: optim.eps %g must be > 0", f, o->eps);
-    if (!(o->grad_clip >= 0.0)) BAD("%s: optim.grad_clip %g must be >= 0", f, o->grad_clip);
+        BAD("data", "val_fraction", "data.val_fraction %g must be in (0, 1)", cfg->data.val_fraction);
+    if (!t->checkpoint_dir[0]) BAD("train", "checkpoint_dir", "train.checkpoint_dir must name a directory");
+    if (!(o->lr > 0.0)) BAD("optim", "lr", "optim.lr %g must be > 0", o->lr);
+    if (!(o->min_lr >= 0.0 && o->min_lr <= o->lr))
+        BAD("optim", "min_lr", "optim.min_lr %g must be in [0, optim.lr %g]", o->min_lr, o->lr);
+    if (!(o->weight_decay >= 0.0)) BAD("optim", "weight_decay", "optim.weight_decay %g must be >= 0", o->weight_decay);
+    if (!(o->beta1 >= 0.0 && o->beta1 < 1.0)) BAD("optim", "beta1", "optim.beta1 %g must be in [0, 1)", o->beta1);
+    if (!(o->beta2 >= 0.0 && o->beta2 < 1.0)) BAD("optim", "beta2", "optim.beta2 %g must be in [0, 1)", o->beta2);
+    if (!(o->eps > 0.0)) BAD("optim", "eps", "optim.eps %g must be > 0", o->eps);
+    if (!(o->grad_clip >= 0.0)) BAD("optim", "grad_clip", "optim.grad_clip %g must be >= 0", o->grad_clip);
     return HP_STATUS_OK;
 }
 
+hp_status hp_run_config_validate(const hp_run_config *cfg) { return check(cfg, NULL); }
+
+/* Reads the document over the defaults and checks it; the document is freed in every case (the
+ * config keeps copies of what it needs, in its arena). */
 static hp_status load_doc(hp_yaml_doc *doc, const char *name, hp_run_config *cfg) {
     *cfg = hp_run_config_defaults();
     snprintf(cfg->source, sizeof cfg->source, "%s", name);
-    hp_status st = read_root(hp_yaml_doc_root(doc), cfg);
-    if (st == HP_STATUS_OK) st = hp_run_config_validate(cfg);
+    cfg->arena = hp_arena_new(0);
+    hp_status st = cfg->arena ? HP_STATUS_OK : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory loading '%s'", name);
+    if (st == HP_STATUS_OK) st = read_root(hp_yaml_doc_root(doc), cfg);
+    if (st == HP_STATUS_OK) st = check(cfg, hp_yaml_doc_root(doc));
+    hp_yaml_doc_free(doc);
     if (st != HP_STATUS_OK) {
-        hp_yaml_doc_free(doc);
+        hp_run_config_free(cfg);
         *cfg = hp_run_config_defaults();
         return st;
     }
-    cfg->doc = doc;
     return HP_STATUS_OK;
 }
 
@@ -205,6 +295,14 @@ hp_status hp_run_config_load_string(const char *text, size_t len, const char *na
 
 /* ---------------------------------------------------------------- writing */
 
+static cJSON k_absent; /* typed_json's "section not present" */
+
+/* The typed section i of typed_sections as JSON; &k_absent when the section is absent, NULL on OOM. */
+static cJSON *typed_json(const hp_run_config *cfg, size_t i) {
+    if (i == 0) return cfg->strategy.present ? hp__config_strategy_json(&cfg->strategy) : &k_absent;
+    return cfg->offload.present ? hp__config_offload_json(&cfg->offload) : &k_absent;
+}
+
 static cJSON *to_cjson(const hp_run_config *cfg) {
     cJSON *root = cJSON_CreateObject();
     bool ok = root != NULL;
@@ -223,11 +321,10 @@ static cJSON *to_cjson(const hp_run_config *cfg) {
             if (!ok) cJSON_Delete(v);
         }
     }
-    const hp_yaml_node *opaque[] = {cfg->strategy, cfg->offload, cfg->mpmd};
-    for (size_t i = 0; ok && i < N(opaque_sections); i++) {
-        if (!opaque[i]) continue;
-        cJSON *v = hp__yaml_to_cjson(opaque[i]);
-        ok = v && cJSON_AddItemToObject(root, opaque_sections[i], v);
+    for (size_t i = 0; ok && i < N(typed_sections); i++) {
+        cJSON *v = typed_json(cfg, i);
+        if (v == &k_absent) continue;
+        ok = v && cJSON_AddItemToObject(root, typed_sections[i], v);
         if (!ok) cJSON_Delete(v);
     }
     if (!ok) {
@@ -305,13 +402,14 @@ char *hp_run_config_to_yaml(const hp_run_config *cfg) {
             }
         }
     }
-    const hp_yaml_node *opaque[] = {cfg->strategy, cfg->offload, cfg->mpmd};
-    for (size_t i = 0; i < N(opaque_sections); i++) {
-        if (!opaque[i]) continue;
-        char *j = hp_yaml_to_json(opaque[i]);
-        if (j) sb_printf(&b, "%s: %s\n", opaque_sections[i], j);
+    for (size_t i = 0; i < N(typed_sections); i++) {
+        cJSON *v = typed_json(cfg, i);
+        if (v == &k_absent) continue;
+        char *j = v ? cJSON_PrintUnformatted(v) : NULL;
+        if (j) sb_printf(&b, "%s: %s\n", typed_sections[i], j);
         else b.oom = true;
         free(j);
+        cJSON_Delete(v);
     }
     if (b.oom) {
         free(b.s);

@@ -878,11 +878,11 @@ fail:
     return st;
 }
 
-hp_status hp_offload_apply(const hp_yaml_node *offload_cfg, hp_graph *g, hp_program_opts *opts,
+hp_status hp_offload_apply(const hp_offload_run_config *offload_cfg, hp_graph *g, hp_program_opts *opts,
                            hp_offload_state **state) {
     *state = NULL;
-    if (!offload_cfg || hp_yaml_is_null(offload_cfg)) return HP_STATUS_OK;
+    if (!offload_cfg || !offload_cfg->present) return HP_STATUS_OK;
     hp_offload_plan_config cfg;
-    HP_CHECK(hp_offload_config_parse(offload_cfg, &cfg));
+    hp_offload_plan_config_from(offload_cfg, &cfg);
     return hp_offload_apply_config(&cfg, g, opts, state);
 }

@@ -167,6 +167,12 @@ static hp_status update_latest(const char *dir, const char *name) {
 hp_status hp__ckpt_check_args(const hp_checkpoint_save_args *a) {
     if (!a->dir || !a->dir[0]) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: no directory given");
     if (a->step < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: step %lld must be >= 0", (long long)a->step);
+    hp_run_dir_info info;
+    HP_CHECK(hp_run_dir_inspect(a->dir, &info));
+    if (info.latest_step > a->step)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: run directory '%s' has latest at step %lld, after step %lld: "
+                        "saving would move 'latest' backwards (start the run with --overwrite, or use a new "
+                        "train.checkpoint_dir)", a->dir, (long long)info.latest_step, (long long)a->step);
     if (a->extra_json) {
         cJSON *x = cJSON_Parse(a->extra_json);
         bool obj = cJSON_IsObject(x);

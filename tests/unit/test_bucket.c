@@ -7,6 +7,7 @@
  */
 #include "testutil.h"
 
+#include "hp/config.h"
 #include "hp/nn.h"
 #include "hp/shard.h"
 #include "hp/strategy.h"
@@ -36,10 +37,10 @@ static void build(setup *x, const char *strategy_yaml) {
     hp_optim_config o = {.lr = 1e-2, .min_lr = 1e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                          .grad_clip = 1.0};
     assert_ok(hp_train_step_build(x->g, x->gpt.loss, &o, &x->ts));
-    hp_yaml_doc *doc;
-    assert_ok(hp_yaml_parse_string(strategy_yaml, strlen(strategy_yaml), "test.yaml", &doc));
-    assert_ok(hp_strategy_parse(hp_yaml_map_get(hp_yaml_doc_root(doc), "strategy"), 0, &x->s));
-    hp_yaml_doc_free(doc);
+    hp_run_config cfg;
+    assert_ok(hp_run_config_load_string(strategy_yaml, strlen(strategy_yaml), "test.yaml", &cfg));
+    assert_ok(hp_strategy_new(&cfg.strategy, 0, &x->s));
+    hp_run_config_free(&cfg);
     x->lay = calloc((size_t)hp_graph_n_tensors(x->g), sizeof *x->lay);
     assert_ok(hp_strategy_annotate(x->s, x->g, x->lay, NULL));
 }

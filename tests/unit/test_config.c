@@ -43,7 +43,8 @@ static void expect_error(const char *text, hp_status code, const char *needle1, 
     hp_test_assert_error_contains(g_path);
     if (needle1) hp_test_assert_error_contains(needle1);
     if (needle2) hp_test_assert_error_contains(needle2);
-    assert_null(cfg.doc);
+    assert_null(cfg.arena);
+    assert_false(cfg.strategy.present);
     assert_int_equal(cfg.model.width, 256); /* defaults on failure */
 }
 
@@ -61,7 +62,10 @@ static void test_defaults(void **state) {
     assert_string_equal(c.train.sample_prompt, "And God said");
     assert_close(c.optim.lr, 3.0e-3, 0, 0);
     assert_close(c.optim.eps, 1.0e-8, 0, 0);
-    assert_null(c.strategy);
+    assert_false(c.strategy.present);
+    assert_false(c.offload.present);
+    assert_int_equal(c.strategy.bucket_size, 25u << 20);
+    assert_int_equal(c.offload.chunk, 1u << 20);
     assert_ok(hp_run_config_validate(&c));
     hp_run_config_free(&c);
     hp_run_config_free(&c);
@@ -84,10 +88,14 @@ static const char *k_full =
     "  sample_prompt: \"In the: beginning\"\n  threads: 2\n"
     "optim: {lr: 1.0e-3, min_lr: 1e-4, warmup: 5, weight_decay: 0.0, beta1: 0.8, beta2: 0.99, eps: 1e-6, grad_clip: 0}\n"
     "strategy:\n"
-    "  mesh: {shape: [2, 4], axes: [dp, tp]}\n"
-    "  layouts:\n    - {param: \"blocks.*.mlp.fc.weight\", map: [tp, null]}\n"
-    "offload: {budget_gib: 1.5}\n"
-    "mpmd: {stages: 2, schedule: 1f1b}\n";
+    "  mesh: {device_matrix: [2, 4], alias_name: [dp, tp], ranks: [7, 6, 5, 4, 3, 2, 1, 0]}\n"
+    "  inputs: {tokens: [dp, none]}\n"
+    "  params:\n    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, null]}\n"
+    "    - {match: \"wte.weight\", tensor_map: [[dp, tp]]}\n"
+    "  optimizer: {shard: [dp]}\n"
+    "  bucket_size: 4MiB\n"
+    "offload: {device_budget: 1.5GiB, disk_dir: /tmp/off, policy: {params: disk, activations: false},\n"
+    "          bandwidth: {host: measure}, machine: {flops: 2.0e11}, chunk: 64KiB, read_ahead: false}\n";
 
 static void check_full(const hp_run_config *c) {
     assert_int_equal(c->model.context, 64);
@@ -104,24 +112,41 @@ static void check_full(const hp_run_config *c) {
     assert_close(c->optim.min_lr, 1e-4, 0, 0);
     assert_close(c->optim.grad_clip, 0.0, 0, 0);
     assert_int_equal(c->optim.warmup, 5);
-    /* The opaque sections are trees. */
-    assert_non_null(c->strategy);
-    const hp_yaml_node *shape = hp_yaml_map_get(hp_yaml_map_get(c->strategy, "mesh"), "shape");
-    assert_non_null(shape);
-    assert_int_equal(shape->kind, HP_YAML_KIND_SEQ);
-    int64_t v;
-    assert_ok(hp_yaml_as_int(hp_yaml_seq_at(shape, 1), "shape[1]", &v));
-    assert_int_equal(v, 4);
-    const hp_yaml_node *l0 = hp_yaml_seq_at(hp_yaml_map_get(c->strategy, "layouts"), 0);
-    const char *s;
-    assert_ok(hp_yaml_as_string(hp_yaml_map_get(l0, "param"), "param", &s));
-    assert_string_equal(s, "blocks.*.mlp.fc.weight");
-    assert_true(hp_yaml_is_null(hp_yaml_seq_at(hp_yaml_map_get(l0, "map"), 1)));
-    double d;
-    assert_ok(hp_yaml_as_double(hp_yaml_map_get(c->offload, "budget_gib"), "budget_gib", &d));
-    assert_close(d, 1.5, 0, 0);
-    assert_ok(hp_yaml_as_string(hp_yaml_map_get(c->mpmd, "schedule"), "schedule", &s));
-    assert_string_equal(s, "1f1b");
+    /* The typed sections. */
+    const hp_strategy_config *st = &c->strategy;
+    assert_true(st->present);
+    assert_int_equal(st->n_axes, 2);
+    assert_int_equal(st->device_matrix[1], 4);
+    assert_string_equal(st->alias_name[1], "tp");
+    assert_non_null(st->ranks);
+    assert_int_equal(st->ranks[0], 7);
+    assert_int_equal(st->n_inputs, 1);
+    assert_string_equal(st->inputs[0].match, "tokens");
+    assert_int_equal(st->inputs[0].tensor_map.n, 2);
+    assert_int_equal(st->inputs[0].tensor_map.nmap[0], 1);
+    assert_int_equal(st->inputs[0].tensor_map.map[0][0], 0);
+    assert_int_equal(st->inputs[0].tensor_map.nmap[1], 0);
+    assert_int_equal(st->n_params, 2);
+    assert_string_equal(st->params[0].match, "blocks.*.mlp.fc.weight");
+    assert_int_equal(st->params[0].tensor_map.map[0][0], 1);
+    assert_int_equal(st->params[0].tensor_map.nmap[1], 0);
+    assert_int_equal(st->params[1].tensor_map.nmap[0], 2);
+    assert_int_equal(st->params[1].tensor_map.map[0][1], 1);
+    assert_int_equal(st->n_opt_shard, 1);
+    assert_int_equal(st->opt_shard[0], 0);
+    assert_int_equal(st->bucket_size, 4u << 20);
+    const hp_offload_run_config *o = &c->offload;
+    assert_true(o->present);
+    assert_int_equal(o->device_budget, 3u << 29);
+    assert_string_equal(o->disk_dir, "/tmp/off");
+    assert_int_equal(o->policy[0], HP_CONFIG_TIER_DISK);
+    assert_int_equal(o->policy[1], HP_CONFIG_TIER_HOST);
+    assert_int_equal(o->policy[3], HP_CONFIG_TIER_DEVICE);
+    assert_true(o->bandwidth_host == 0 && o->bandwidth_disk == 1e9);
+    assert_true(o->machine_flops == 2.0e11 && o->machine_bytes == 0);
+    assert_int_equal(o->chunk, 64u << 10);
+    assert_false(o->read_ahead);
+    assert_true(o->async_update);
 }
 
 static void test_full_file_and_round_trip(void **state) {
@@ -130,7 +155,9 @@ static void test_full_file_and_round_trip(void **state) {
     hp_run_config c;
     assert_ok(hp_run_config_load(g_path, &c));
     check_full(&c);
-    assert_int_equal(c.strategy->line, 25); /* the "mesh:" line */
+    assert_string_equal(c.strategy.file, g_path);
+    assert_int_equal(c.strategy.params[0].line, 28); /* the first rule's line */
+    assert_int_equal(c.strategy.mesh_line, 25);
 
     char *yaml = hp_run_config_to_yaml(&c);
     char *json = hp_run_config_to_json(&c);
@@ -214,11 +241,130 @@ static void test_impossible_values(void **state) {
     expect_error("data: {corpus: \"\"}\n", HP_STATUS_CONFIG, "data.corpus", NULL);
 }
 
+/* Expects `text` to fail in hp_run_config_load (so before any graph can exist) with a message
+ * naming the file and line ("<path>:<line>:") and containing `needle`. */
+static void expect_at(const char *text, int line, const char *needle) {
+    char where[200];
+    snprintf(where, sizeof where, "%s:%d:", g_path, line);
+    expect_error(text, HP_STATUS_CONFIG, where, needle);
+}
+
+static void test_errors_name_file_and_line(void **state) {
+    (void)state;
+    /* model, data, train, optim: range and combination errors point at the value. */
+    expect_at("model:\n  heads: 4\n  width: 250\n", 3, "model.width 250 is not divisible by model.heads 4");
+    expect_at("model:\n  vocab: 100\n", 2, "model.vocab 100 must be >= 256");
+    expect_at("data:\n  corpus: x.txt\n  val_fraction: 2\n", 3, "data.val_fraction 2 must be in (0, 1)");
+    expect_at("train:\n  steps: 10\n  batch: 0\n", 3, "train.batch 0 must be >= 1");
+    expect_at("train:\n  threads: 100000\n", 2, "train.threads 100000 must be <= 4096");
+    expect_at("optim:\n  lr: 1.0e-3\n  min_lr: 1.0\n", 3, "optim.min_lr 1");
+    expect_at("optim:\n  eps: 0\n", 2, "optim.eps 0 must be > 0");
+}
+
+static void test_huge_integers(void **state) {
+    (void)state;
+    /* Values that used to wrap when narrowed to int: 2^32 + 1 layers, 2^32 + 64 width. */
+    expect_at("model:\n  layers: 4294967297\n", 2, "model.layers 4294967297 must be <= 2147483647");
+    expect_at("model:\n  heads: 1\n  width: 4294967360\n", 3, "model.width 4294967360 must be <= 2147483647");
+    expect_at("model: {context: 2147483648}\n", 1, "model.context 2147483648 must be <= 2147483647");
+    expect_at("train:\n  batch: 4294967297\n", 2, "train.batch 4294967297 must be <= 2147483647");
+    expect_at("train:\n  sample_tokens: 3000000000\n", 2, "train.sample_tokens 3000000000");
+    /* Each value fits an int but a tensor built from them would not be countable. */
+    expect_at("model:\n  vocab: 2000000000\n  width: 2000000000\n  heads: 1\n", 2, "the token embedding");
+    expect_at("model:\n  context: 1000000\n  heads: 1000000\n  width: 1000000\n", 2, "the attention scores");
+    /* Just inside the ranges is accepted. */
+    write_file("model: {layers: 2147483647, heads: 1, width: 64}\n");
+    hp_run_config c;
+    assert_ok(hp_run_config_load(g_path, &c));
+    assert_int_equal(c.model.layers, 2147483647);
+    hp_run_config_free(&c);
+}
+
+static void test_unknown_and_unbuilt_sections(void **state) {
+    (void)state;
+    expect_at("model: {}\nmodels: {width: 4}\n", 2, "unknown key 'models' in section '<top level>' (known keys: model, "
+              "data, train, optim, strategy, offload)");
+    expect_at("mpmd: {stages: 2, schedule: 1f1b}\n", 1, "HyperMPMD (pipeline groups) is not built yet");
+    expect_at("model: {}\ngroups:\n  - ranks: [0, 1]\n", 3, "section 'groups': HyperMPMD (pipeline groups) is not built");
+    expect_at("pipeline: garbage\n", 1, "section 'pipeline'");
+}
+
+static void test_strategy_errors(void **state) {
+    (void)state;
+    static const char *mesh = "strategy:\n  mesh: {device_matrix: [2, 2], alias_name: [dp, tp]}\n";
+    char text[1024];
+#define WITH(rest) (snprintf(text, sizeof text, "%s%s", mesh, rest), text)
+    expect_at(WITH("  params:\n    - {match: \"*\", tensor_map: [pp]}\n"), 4, "unknown alias 'pp' (the mesh's aliases are: dp, tp)");
+    expect_at(WITH("  inputs:\n    tokens: [dp, dp]\n"), 4, "alias 'dp' is used twice");
+    expect_at(WITH("  params:\n    - {match: \"blocks.[qk.weight\", tensor_map: [tp]}\n"), 4, "bad glob pattern");
+    expect_at(WITH("  optimizer: {shard: [ep]}\n"), 3, "unknown alias 'ep'");
+    expect_at(WITH("  bucket_size: 25 parsecs\n"), 3, "strategy.bucket_size");
+    expect_at(WITH("  buckets: 4\n"), 3, "unknown key 'buckets' in section 'strategy'");
+#undef WITH
+    expect_at("strategy:\n  mesh: {device_matrix: [2, 2], alias_name: [dp, dp]}\n", 2, "axis name 'dp' is used twice");
+    expect_at("strategy:\n  mesh: {device_matrix: [2, 0], alias_name: [dp, tp]}\n", 2, "device_matrix[1] must be an axis size >= 1");
+    expect_at("strategy:\n  mesh: {device_matrix: [-2], alias_name: [dp]}\n", 2, "must be an axis size >= 1, got -2");
+    expect_at("strategy:\n  mesh:\n    device_matrix: [2]\n    alias_name: [dp]\n    ranks: [0, 2]\n", 5, "rank 2 is out of range");
+
+    /* bucket_size: a size, default 25 MiB, 0 turns bucketing off. */
+    hp_run_config c;
+    write_file("strategy:\n  mesh: {device_matrix: [2], alias_name: [dp]}\n  bucket_size: 0\n");
+    assert_ok(hp_run_config_load(g_path, &c));
+    assert_int_equal(c.strategy.bucket_size, 0);
+    hp_run_config_free(&c);
+    write_file("strategy:\n  mesh: {device_matrix: [2], alias_name: [dp]}\n");
+    assert_ok(hp_run_config_load(g_path, &c));
+    assert_int_equal(c.strategy.bucket_size, 25u << 20);
+    hp_run_config_free(&c);
+}
+
+static void test_offload_errors(void **state) {
+    (void)state;
+    expect_at("offload:\n  device_budget: 64MiB\n  policy: {params: sometimes}\n", 3,
+              "offload.policy.params expects true, false, host, disk or device, got 'sometimes'");
+    expect_at("offload:\n  device_budget: 64 parsecs\n", 2, "unknown unit");
+    expect_at("offload:\n  device_budget: -1MiB\n", 2, "is not a number of bytes");
+    expect_at("offload:\n  chunk: 1000\n", 2, "offload.chunk must be a positive multiple of 4096");
+    expect_at("offload:\n  policy: {optimizer: disk}\n", 2, "offload.disk_dir is not set");
+    expect_at("offload:\n  bandwidth: {host: -1}\n", 2, "offload.bandwidth.host must be positive");
+    expect_at("offload:\n  machine: {flops: 0}\n", 2, "offload.machine rates must be positive");
+    expect_at("offload:\n  budget: 1GiB\n", 2, "unknown key 'budget' in section 'offload' (known keys: device_budget");
+}
+
+/* The typed sections written out load back equal (what a checkpoint's state.json relies on). */
+static void test_typed_round_trip(void **state) {
+    (void)state;
+    write_file("strategy:\n  mesh: {device_matrix: [2], alias_name: [dp]}\n  params:\n"
+               "    - {match: \"blocks.[!0]*\", tensor_map: [dp]}\n  bucket_size: 1KB\n"
+               "offload: {device_budget: 12345, bandwidth: {disk: measure}}\n");
+    hp_run_config a, b;
+    assert_ok(hp_run_config_load(g_path, &a));
+    char *yaml = hp_run_config_to_yaml(&a);
+    assert_non_null(yaml);
+    assert_ok(hp_run_config_load_string(yaml, strlen(yaml), "saved.yaml", &b));
+    assert_int_equal(b.strategy.bucket_size, 1000);
+    assert_string_equal(b.strategy.params[0].match, "blocks.[!0]*");
+    assert_int_equal(b.offload.device_budget, 12345);
+    assert_true(b.offload.bandwidth_disk == 0 && b.offload.bandwidth_host == 1e10);
+    assert_true(b.offload.present);
+    assert_memory_equal(&a.offload, &b.offload, sizeof a.offload);
+    char *j1 = hp_run_config_to_json(&a), *j2 = hp_run_config_to_json(&b);
+    assert_string_equal(j1, j2);
+    free(j1);
+    free(j2);
+    free(yaml);
+    hp_run_config_free(&a);
+    hp_run_config_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),          cmocka_unit_test(test_full_file_and_round_trip),
         cmocka_unit_test(test_malformed_yaml),    cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_wrong_types),       cmocka_unit_test(test_impossible_values),
+        cmocka_unit_test(test_errors_name_file_and_line), cmocka_unit_test(test_huge_integers),
+        cmocka_unit_test(test_unknown_and_unbuilt_sections), cmocka_unit_test(test_strategy_errors),
+        cmocka_unit_test(test_offload_errors),    cmocka_unit_test(test_typed_round_trip),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

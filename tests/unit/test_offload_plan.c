@@ -402,10 +402,10 @@ static void test_config(void **state) {
     const char *text = "offload:\n  device_budget: 64MiB\n  host_budget: 8GiB\n  disk_dir: /tmp\n"
                        "  disk_budget: 1GB\n  policy: {params: disk, grads: true, optimizer: host, activations: false}\n"
                        "  bandwidth: {host: measure, disk: 2.5e9}\n  read_ahead: false\n";
-    hp_yaml_doc *doc;
-    assert_ok(hp_yaml_parse_string(text, strlen(text), "run.yaml", &doc));
+    hp_run_config rc;
+    assert_ok(hp_run_config_load_string(text, strlen(text), "run.yaml", &rc));
     hp_offload_plan_config c;
-    assert_ok(hp_offload_config_parse(hp_yaml_map_get(hp_yaml_doc_root(doc), "offload"), &c));
+    hp_offload_plan_config_from(&rc.offload, &c);
     assert_int_equal(c.device_budget, 64u << 20);
     assert_int_equal(c.host_budget, 8ull << 30);
     assert_int_equal(c.disk_budget, 1000000000u);
@@ -415,7 +415,7 @@ static void test_config(void **state) {
     assert_int_equal(c.policy[HP_OFFLOAD_CLASS_ACTIVATIONS], HP_TIER_DEVICE);
     assert_true(c.bandwidth[HP_TIER_HOST] == 0 && c.bandwidth[HP_TIER_DISK] == 2.5e9);
     assert_false(c.read_ahead);
-    hp_yaml_doc_free(doc);
+    hp_run_config_free(&rc);
 
     const char *bad[] = {"offload:\n  device_budget: 64MiB\n  colour: red\n",
                          "offload:\n  device_budget: 64 parsecs\n",
@@ -423,12 +423,11 @@ static void test_config(void **state) {
                          "offload:\n  policy: {weights: true}\n"};
     const char *needle[] = {"colour", "parsecs", "maybe", "weights"};
     for (int k = 0; k < 4; k++) {
-        assert_ok(hp_yaml_parse_string(bad[k], strlen(bad[k]), "run.yaml", &doc));
-        hp_status st = hp_offload_config_parse(hp_yaml_map_get(hp_yaml_doc_root(doc), "offload"), &c);
+        /* The section is checked when the run config loads, before any graph exists. */
+        hp_status st = hp_run_config_load_string(bad[k], strlen(bad[k]), "run.yaml", &rc);
         assert_int_equal(st, HP_STATUS_CONFIG);
         hp_test_assert_error_contains(needle[k]);
         hp_test_assert_error_contains("run.yaml:");
-        hp_yaml_doc_free(doc);
     }
     /* NULL section: a no-op */
     gpt x;

@@ -26,13 +26,15 @@ static void capture_sink(hp_log_level level, const char *line, void *user) {
     snprintf(g_log + n, sizeof g_log - n, "%s\n", line);
 }
 
-/* Parses the `strategy:` key of `yaml` (named "run.yaml" in messages). The document is freed before
- * returning, so every test also checks that the strategy keeps no pointer into it. */
+/* Loads `yaml` as a run config (named "run.yaml" in messages; the section is checked there) and
+ * makes the strategy for `world` ranks. The config is freed before returning, so every test also
+ * checks that the strategy keeps no pointer into it. */
 static hp_status parse(const char *yaml, int world, hp_strategy **s) {
-    hp_yaml_doc *doc;
-    assert_ok(hp_yaml_parse_string(yaml, strlen(yaml), "run.yaml", &doc));
-    hp_status st = hp_strategy_parse(hp_yaml_map_get(hp_yaml_doc_root(doc), "strategy"), world, s);
-    hp_yaml_doc_free(doc);
+    hp_run_config cfg;
+    *s = NULL;
+    HP_CHECK(hp_run_config_load_string(yaml, strlen(yaml), "run.yaml", &cfg));
+    hp_status st = hp_strategy_new(&cfg.strategy, world, s);
+    hp_run_config_free(&cfg);
     return st;
 }
 
@@ -106,7 +108,7 @@ static char *cat(const char *a, const char *b) {
 static void test_null_node(void **state) {
     (void)state;
     hp_strategy *s;
-    assert_ok(hp_strategy_parse(NULL, 1, &s));
+    assert_ok(hp_strategy_new(NULL, 1, &s));
     hp_mesh *m = hp_strategy_mesh(s);
     assert_int_equal(hp_mesh_naxes(m), 1);
     assert_int_equal(hp_mesh_dim(m, 0), 1);
@@ -123,11 +125,11 @@ static void test_null_node(void **state) {
     hp_strategy_free(s);
 
     /* No strategy but several ranks: a config error; bad world sizes are argument errors. */
-    assert_int_equal(hp_strategy_parse(NULL, 2, &s), HP_STATUS_CONFIG);
+    assert_int_equal(hp_strategy_new(NULL, 2, &s), HP_STATUS_CONFIG);
     assert_null(s);
     hp_test_assert_error_contains("runs on 2 ranks");
-    assert_int_equal(hp_strategy_parse(NULL, -1, &s), HP_STATUS_INVALID_ARGUMENT);
-    assert_ok(hp_strategy_parse(NULL, 0, &s));
+    assert_int_equal(hp_strategy_new(NULL, -1, &s), HP_STATUS_INVALID_ARGUMENT);
+    assert_ok(hp_strategy_new(NULL, 0, &s));
     assert_int_equal(hp_mesh_size(hp_strategy_mesh(s)), 1);
     hp_strategy_free(s);
     hp_strategy_free(NULL);
@@ -145,12 +147,12 @@ static void run_example(const char *file, int world, const check *checks, int n)
     hp_run_config cfg;
     assert_ok(hp_run_config_load(hp_test_source_path(rel), &cfg));
     hp_strategy *s;
-    assert_ok(hp_strategy_parse(cfg.strategy, world, &s));
+    assert_ok(hp_strategy_new(&cfg.strategy, world, &s));
     assert_int_equal(hp_mesh_size(hp_strategy_mesh(s)), world);
     /* The wrong number of ranks is rejected, naming the mesh and both counts. */
     hp_strategy *bad = NULL;
-    if (cfg.strategy) {
-        assert_int_equal(hp_strategy_parse(cfg.strategy, world + 1, &bad), HP_STATUS_CONFIG);
+    if (cfg.strategy.present) {
+        assert_int_equal(hp_strategy_new(&cfg.strategy, world + 1, &bad), HP_STATUS_CONFIG);
         char msg[128];
         snprintf(msg, sizeof msg, "has %d devices but the job runs on %d ranks", world, world + 1);
         hp_test_assert_error_contains(msg);
@@ -357,7 +359,7 @@ static void test_uneven(void **state) {
 /* The annotated layouts are what the partitioner consumes: each example partitions the GPT
  * training step on every rank (threads over the simulated communicator). */
 typedef struct part_job {
-    const hp_yaml_node *strategy; /* read-only, shared by the ranks */
+    const hp_strategy_config *strategy; /* read-only, shared by the ranks */
     const hp_gpt_config *cfg;
     int batch;
     int collectives[8];
@@ -371,7 +373,7 @@ static hp_status partition_rank(hp_comm *comm, int rank, void *user) {
     hp_gpt gpt;
     hp_optim_config o = hp_run_config_defaults().optim;
     hp_status st;
-    HP_CHECK_GOTO(hp_strategy_parse(j->strategy, hp_comm_size(comm), &s), st, out);
+    HP_CHECK_GOTO(hp_strategy_new(j->strategy, hp_comm_size(comm), &s), st, out);
     HP_CHECK_GOTO(hp_gpt_build(g, j->cfg, j->batch, j->cfg->context, true, &gpt), st, out);
     /* autodiff + optimizer, then shard (the driver attaches the mesh to comm) */
     hp_compile_opts co = HP_COMPILE_OPTS_INIT;
@@ -404,7 +406,7 @@ static void test_partitions(void **state) {
         assert_ok(hp_run_config_load(hp_test_source_path(rel), &cfg));
         /* A smaller model than the file's keeps the test fast; the layouts are the same rules. */
         hp_gpt_config c = {64, 8, 2, 4, 16, false};
-        part_job j = {cfg.strategy, &c, 4, {0}};
+        part_job j = {&cfg.strategy, &c, 4, {0}};
         hp_status st = hp_comm_sim_run(ex[i].world, partition_rank, &j);
         if (st != HP_STATUS_OK) fail_msg("%s: %s: %s", ex[i].file, hp_status_str(st), hp_error_message());
         if (j.collectives[0] <= 0) fail_msg("%s: no collectives inserted", ex[i].file);
@@ -626,7 +628,7 @@ static void test_bucket_size(void **state) {
     assert_ok(parse(cat(MESH22, "  bucket_size: 1000000\n"), 4, &s));
     assert_int_equal(hp_strategy_bucket_size(s), 1000000);
     hp_strategy_free(s);
-    assert_ok(hp_strategy_parse(NULL, 1, &s));
+    assert_ok(hp_strategy_new(NULL, 1, &s));
     assert_int_equal(hp_strategy_bucket_size(s), HP_BUCKET_SIZE_DEFAULT);
     hp_strategy_free(s);
     expect_parse_error(cat(MESH22, "  bucket_size: 25 parsecs\n"), 4, "run.yaml:5", "strategy.bucket_size");

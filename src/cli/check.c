@@ -1,0 +1,50 @@
+/*
+ * `hp check RUN.yaml [--ranks N]`: validates a run config without building a graph. Every section
+ * is checked as hp_run_config_load checks it; the strategy is also made for N ranks (without
+ * --ranks, for the mesh's own device count). Prints nothing and exits 0 when the config is good;
+ * otherwise prints the error (naming file:line) and exits 1.
+ */
+#include "cli/cli.h"
+
+#include "hp/config.h"
+#include "hp/strategy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int hp_cli_check(int argc, char **argv) {
+    const char *config = NULL;
+    long ranks = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
+            char *end;
+            ranks = strtol(argv[++i], &end, 10);
+            if (*end || ranks < 1 || ranks > (1L << 30)) {
+                fprintf(stderr, "hp: error: --ranks wants a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "hp: error: unknown option '%s' for check\n", argv[i]);
+            return 2;
+        } else if (!config) {
+            config = argv[i];
+        } else {
+            fprintf(stderr, "hp: error: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "usage: hp check RUN.yaml [--ranks N]\n");
+        return 2;
+    }
+    hp_run_config cfg;
+    hp_status st = hp_run_config_load(config, &cfg);
+    if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
+    hp_strategy *s = NULL;
+    st = hp_strategy_new(&cfg.strategy, (int)ranks, &s);
+    hp_strategy_free(s);
+    hp_run_config_free(&cfg);
+    if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
+    return 0;
+}
