@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: sets up the machine (dependencies + data), then builds and runs the whole
 # CTest suite (unit tests and mpirun tests) twice:
-#   1. release build (build/), `ctest --output-on-failure`;
+#   1. release build (build/), `ctest --output-on-failure`; then the installed library
+#      (scripts/test-install.sh: `cmake --install` into a temporary prefix, examples/c built
+#      against it through pkg-config and run on 1 rank and under mpirun with 2);
 #   2. sanitizer build (build-sanitize/: ASan + UBSan, leak checking on), same ctest, except tests
 #      labelled `slow` (ctest -LE slow; set HP_TEST_SANITIZE_SLOW=1 to run them too).
 # Prints one summary line at the end and exits non-zero if any step failed.
@@ -74,6 +76,7 @@ if ! run setup bash scripts/setup.sh; then
 fi
 if [[ "$what" != sanitize ]]; then
     run "release build" bash scripts/build.sh release && run "release ctest" ctest_in build ctest.log --no-tests=error
+    [[ -d build ]] && run "install + examples/c" bash scripts/test-install.sh build
 fi
 if [[ "$what" != release ]]; then
     run "sanitize build" bash scripts/build.sh sanitize && run "sanitize ctest" sanitize_ctest

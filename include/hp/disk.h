@@ -59,8 +59,8 @@ typedef struct hp_disk_config {
 } hp_disk_config;
 
 #define HP_DISK_CONFIG_INIT                                                                        \
-    { /* .dir = */ NULL, /* .capacity = */ 0, /* .use_direct = */ true, /* .use_uring = */ true,   \
-      /* .queue_depth = */ 64, /* .keep_file = */ false }
+    { .dir = NULL, .capacity = 0, .use_direct = true, .use_uring = true, .queue_depth = 64,        \
+      .keep_file = false }
 
 typedef struct hp_disk hp_disk;
 

@@ -89,7 +89,7 @@ typedef struct hp_machine_model {
     double flops_per_s; /* > 0 */
     double bytes_per_s; /* > 0 */
 } hp_machine_model;
-#define HP_MACHINE_MODEL_DEFAULT ((hp_machine_model){100e9, 10e9})
+#define HP_MACHINE_MODEL_DEFAULT ((hp_machine_model){.flops_per_s = 100e9, .bytes_per_s = 10e9})
 
 /* Predicted seconds of node i under model m (0 for a model with a non-positive rate). */
 double hp_node_seconds(const hp_graph *g, int i, const hp_machine_model *m);

@@ -50,8 +50,8 @@ typedef struct hp_offload_config {
 } hp_offload_config;
 
 #define HP_OFFLOAD_CONFIG_INIT                                                                     \
-    { /* .device_capacity = */ 0, /* .host_capacity = */ 0, /* .disk_dir = */ NULL,                \
-      /* .disk_capacity = */ 0, /* .copy_engine = */ NULL, /* .disk = */ NULL }
+    { .device_capacity = 0, .host_capacity = 0, .disk_dir = NULL, .disk_capacity = 0,             \
+      .copy_engine = NULL, .disk = NULL }
 
 typedef struct hp_offload_ctx hp_offload_ctx;
 typedef struct hp_tensor_handle hp_tensor_handle;

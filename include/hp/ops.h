@@ -106,7 +106,8 @@ hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool 
 typedef struct hp_adamw_params {
     float beta1, beta2, eps, weight_decay;
 } hp_adamw_params;
-#define HP_ADAMW_PARAMS_DEFAULT ((hp_adamw_params){0.9f, 0.999f, 1e-8f, 0.0f})
+#define HP_ADAMW_PARAMS_DEFAULT                                                                    \
+    ((hp_adamw_params){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f})
 
 /*
  * In place: m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)

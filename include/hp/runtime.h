@@ -75,7 +75,10 @@ typedef struct hp_program_opts {
                            for the step instead of a parallel region per kernel). Batching is used
                            only when no node is asynchronous. */
 } hp_program_opts;
-#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL, false, false})
+#define HP_PROGRAM_OPTS_DEFAULT                                                                    \
+    ((hp_program_opts){.keep = NULL, .n_keep = 0, .plan_memory = true, .profile = false,            \
+                       .view_reshape = true, .backend = NULL, .ext = NULL, .sync_comm = false,      \
+                       .node_by_node = false})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after

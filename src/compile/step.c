@@ -48,8 +48,8 @@ hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o
         snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
         out->v[i] = hp_leaf(g, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, p->shape);
         p = hp_graph_tensor(g, out->params[i]);
-        hp_adamw_params ap = {(float)o->beta1, (float)o->beta2, (float)o->eps,
-                              p->no_weight_decay ? 0.0f : (float)o->weight_decay};
+        hp_adamw_params ap = {.beta1 = (float)o->beta1, .beta2 = (float)o->beta2, .eps = (float)o->eps,
+                              .weight_decay = p->no_weight_decay ? 0.0f : (float)o->weight_decay};
         hp_status st = hp_adamw(g, out->params[i], out->grads[i], out->m[i], out->v[i], out->lr, out->step, scale, &ap);
         if (st != HP_STATUS_OK) break;
     }
