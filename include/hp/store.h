@@ -105,6 +105,12 @@ typedef struct hp_store_stats {
 hp_status hp_store_new(hp_mesh *mesh, hp_backend_t backend, hp_store **out);
 /* Frees the store's memory (entries, views). Programs bound to it must be freed first. NULL is allowed. */
 void hp_store_free(hp_store *s);
+/*
+ * Marks the store as about to be freed: a program freed after this call does not copy the values of
+ * the entries its offload pass holds on slower tiers into store memory (teardown would otherwise
+ * read every disk-tier tensor once for nothing); those entries lose their storage.
+ */
+void hp_store_closing(hp_store *s);
 
 /*
  * Declares entry `name` (copied) of logical `shape` and `dt`, laid out by `layout` over the

@@ -632,7 +632,7 @@ void hp_program_report_memory(const hp_program *p, FILE *f) {
             s->persistent_bytes, s->arena_bytes, s->workspace_bytes);
     if (s->store_bytes) fprintf(f, ", %zu bytes in the state store (counted there)", s->store_bytes);
     if (e && e->device_budget) fprintf(f, ", budget %zu (%.1f%% used)", e->device_budget,
-                                       100.0 * (double)s->device_bytes / (double)e->device_budget);
+                                       100.0 * (double)(s->device_bytes + s->store_bytes) / (double)e->device_budget);
     fprintf(f, "\n");
     for (int t = 0; t < HP_TIER_COUNT; t++)
         fprintf(f, "memory: tier %-6s in use %zu bytes, peak %zu bytes, program tensors stored there %zu bytes\n",

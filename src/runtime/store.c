@@ -45,6 +45,7 @@ struct hp_store {
     int n, cap;
     hp__store_entry **e;
     int64_t n_refresh, refresh_bytes, n_copies;
+    bool closing; /* hp_store_closing: homes are not copied out when their programs are freed */
 };
 
 static size_t block_bytes(const hp_shape *s, hp_dtype dt) { return (size_t)hp_shape_numel(s) * hp_dtype_size(dt); }
@@ -93,6 +94,10 @@ void hp_store_free(hp_store *s) {
     free(s->e);
     if (s->own_be) hp_backend_free(s->be);
     free(s);
+}
+
+void hp_store_closing(hp_store *s) {
+    if (s) s->closing = true;
 }
 
 static hp__store_entry *find(const hp_store *s, const char *name) {
@@ -492,7 +497,7 @@ void hp__store_unbind(hp_store *s, hp__store_binding *b, int n, bool keep_values
         hp__store_entry *e = b[i].e;
         if (b[i].kind == HP__STORE_HOME && e->home == b[i].ext && e->home_tid == b[i].t) {
             void *dev = NULL;
-            hp_status st = keep_values ? hp_backend_alloc(s->be, e->bytes, &dev) : HP_STATUS_INVALID_ARGUMENT;
+            hp_status st = keep_values && !s->closing ? hp_backend_alloc(s->be, e->bytes, &dev) : HP_STATUS_INVALID_ARGUMENT;
             if (st == HP_STATUS_OK) st = entry_read_backend(s, e, dev);
             e->home = NULL;
             e->data = NULL;
