@@ -172,7 +172,8 @@ static void test_three_programs_share_bytes(void **state) {
     float before = run_loss(&ev);
     assert_true(before == private_eval_loss(s, &tr));
     hp_store_entry_info info;
-    const char *w0 = hp_graph_tensor(tr.g, tr.step.params[0])->name;
+    char w0[128]; /* outlives the graphs */
+    snprintf(w0, sizeof w0, "%s", hp_graph_tensor(tr.g, tr.step.params[0])->name);
     assert_ok(hp_store_info(s, w0, &info));
     uint64_t v0 = info.version;
     float lr = 1e-2f, step = 1.0f;
