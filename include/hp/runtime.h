@@ -119,13 +119,18 @@ hp_status hp_program_sync(hp_program *p);
  * kept tensors for the program's lifetime; NULL for planned activations (their storage is reused;
  * with plan_memory false every live activation has its own buffer and it is returned), for dead
  * tensors and for ids out of range. Waits first for deferred work that writes t (hp_program_sync).
+ * A tensor bound to opts.store returns the store's storage (the same pointer in every program
+ * bound to that entry; a write through it is followed by hp_store_touch), or for a copy of a
+ * slow-tier entry the program's own copy as of its last run.
  */
 void *hp_program_data(hp_program *p, hp_tid t);
 
 /*
- * Copies `bytes` from host memory `src` into tensor t's storage (through the backend).
+ * Copies `bytes` from host memory `src` into tensor t's storage (through the backend). For a
+ * tensor bound to opts.store it writes the entry and bumps its version.
  * Errors: HP_STATUS_INVALID_ARGUMENT when t is out of range or has no storage of its own (a planned
- * activation), or when `bytes` differs from the tensor's size (both sizes are named).
+ * activation), when `bytes` differs from the tensor's size (both sizes are named), or when t is
+ * bound read-only to the store (a view, or a copy of a slow-tier entry).
  */
 hp_status hp_program_set_input(hp_program *p, hp_tid t, const void *src, size_t bytes);
 /* Copies tensor t's storage into host memory `dst`; the same checks as hp_program_set_input. */
