@@ -170,6 +170,7 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     hp_status st = HP_STATUS_OK;
     hp_graph *g = NULL;
     hp_program *p = NULL;
+    hp_store *store = NULL;
     hp_named_tensor *named = NULL;
     hp_tid *ids = NULL;
     if (!s.has_config) {
@@ -184,9 +185,12 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
         goto out;
     }
     HP_CHECK_GOTO(hp_gpt_build(g, &gc, 1, gc.context, false, &gpt), st, out);
+    /* the checkpoint loads into the store the sampling program is bound to */
+    HP_CHECK_GOTO(hp_store_new(NULL, NULL, &store), st, out);
     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
     o.keep = &gpt.logits;
     o.n_keep = 1;
+    o.store = store;
     HP_CHECK_GOTO(hp_program_new(g, &o, &p), st, out);
     int n = hp_graph_params(g, NULL, 0);
     ids = calloc((size_t)n, sizeof *ids);
@@ -198,14 +202,16 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     hp_graph_params(g, ids, n);
     for (int i = 0; i < n; i++) {
         const hp_tensor *x = hp_graph_tensor(g, ids[i]);
-        named[i] = (hp_named_tensor){x->name, x->dtype, x->shape, hp_program_data(p, ids[i])};
+        named[i] = (hp_named_tensor){x->name, x->dtype, x->shape, hp_store_data(store, x->name)};
     }
     HP_CHECK_GOTO(hp_checkpoint_load_model(dir, named, (size_t)n), st, out);
+    for (int i = 0; i < n; i++) HP_CHECK_GOTO(hp_store_touch(store, named[i].name), st, out);
     st = hp__generate(g, p, &gpt, prompt, n_tokens, temp, top_k, seed, text_out);
 out:
     free(ids);
     free(named);
     hp_program_free(p);
+    hp_store_free(store);
     hp_graph_free(g);
     hp_checkpoint_state_free(&s);
     return st;
