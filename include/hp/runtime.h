@@ -25,7 +25,6 @@
 #include "hp/backend.h"
 #include "hp/ir.h"
 #include "hp/liveness.h"
-#include "hp/store.h"
 
 #include <stdio.h>
 
@@ -34,6 +33,7 @@ extern "C" {
 #endif
 
 typedef struct hp_program hp_program;
+typedef struct hp_store hp_store; /* the state store, hp/store.h */
 
 /*
  * Storage a pass provides for some tensors (HyperOffload: tensors whose home is a slower tier, see

@@ -9,6 +9,7 @@
 
 #include "hp/comm.h"
 #include "hp/nn.h"
+#include "hp/offload_plan.h"
 #include "hp/ops.h"
 #include "hp/runtime.h"
 #include "hp/store.h"
@@ -417,6 +418,90 @@ static void test_offload_home_reaches_eval(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* A training program whose offload pass holds parameters on the host tier is their home: the
+ * entries record the tier, an evaluation program gets the values through the copy path, and
+ * when the training program is freed the values move into store memory (entries outlive it). */
+static void test_home_outlives_program(void **state) {
+    (void)state;
+    hp_store *s;
+    assert_ok(hp_store_new(NULL, NULL, &s));
+    built tr;
+    memset(&tr, 0, sizeof tr);
+    tr.g = hp_graph_new();
+    assert_ok(hp_gpt_build(tr.g, &tiny, 2, tiny.context, true, &tr.gpt));
+    hp_optim_config oc = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .grad_clip = 1.0};
+    assert_ok(hp_train_step_build(tr.g, tr.gpt.loss, &oc, &tr.step));
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = &tr.gpt.loss;
+    o.n_keep = 1;
+    hp_program_stats plain;
+    assert_ok(hp_program_plan(tr.g, &o, &plain));
+    hp_offload_plan_config c;
+    hp_offload_plan_config_init(&c);
+    c.device_budget = plain.device_bytes * 5 / 10;
+    c.machine = (hp_machine_model){1e9, 1e9};
+    hp_offload_state *ofl = NULL;
+    assert_ok(hp_offload_apply_config(&c, tr.g, &o, &ofl));
+    o.store = s;
+    assert_ok(hp_program_new(tr.g, &o, &tr.p));
+    init_store(s, &tr);
+    int on_host = 0;
+    for (int i = 0; i < tr.step.n_params; i++) {
+        hp_store_entry_info e;
+        assert_ok(hp_store_info(s, hp_graph_tensor(tr.g, tr.step.params[i])->name, &e));
+        on_host += e.tier == HP_TIER_HOST;
+    }
+    assert_true(on_host > 0);
+    float lr = 1e-2f, step = 1.0f;
+    assert_ok(hp_program_set_input(tr.p, tr.step.lr, &lr, sizeof lr));
+    assert_ok(hp_program_set_input(tr.p, tr.step.step, &step, sizeof step));
+    set_batch(&tr, 2, 3);
+    (void)run_loss(&tr);
+
+    built ev;
+    build(&ev, s, false, true, 2);
+    set_batch(&ev, 2, 9);
+    float want = private_eval_loss(s, &tr);
+    assert_true(run_loss(&ev) == want);
+    hp_store_stats ss;
+    hp_store_get_stats(s, &ss);
+    assert_int_equal(ss.n_copies, on_host);
+    assert_true(run_loss(&ev) == want);
+    hp_store_get_stats(s, &ss);
+    assert_int_equal(ss.n_copies, on_host); /* unchanged entries are not copied again */
+
+    size_t total = 0;
+    for (int i = 0; i < tr.step.n_params; i++) total += bytes_of(tr.g, tr.step.params[i]);
+    char *before = malloc(total), *after = malloc(total);
+    assert_true(tr.step.n_params > 0 && tr.step.n_params <= 64);
+    static char names[64][128];
+    size_t off = 0;
+    for (int i = 0; i < tr.step.n_params; i++) {
+        size_t n = bytes_of(tr.g, tr.step.params[i]);
+        snprintf(names[i], sizeof names[i], "%s", hp_graph_tensor(tr.g, tr.step.params[i])->name);
+        assert_ok(hp_store_read(s, names[i], before + off, n));
+        off += n;
+    }
+    int n_params = tr.step.n_params;
+    unbuild(&tr);
+    hp_offload_state_free(ofl);
+    off = 0;
+    for (int i = 0; i < n_params; i++) {
+        hp_store_entry_info e;
+        assert_ok(hp_store_info(s, names[i], &e));
+        assert_int_equal(e.tier, HP_TIER_DEVICE);
+        assert_true(e.has_storage);
+        assert_ok(hp_store_read(s, names[i], after + off, e.bytes));
+        off += e.bytes;
+    }
+    assert_memory_equal(before, after, total);
+    assert_true(run_loss(&ev) == want); /* the copy path now reads store memory */
+    unbuild(&ev);
+    free(before);
+    free(after);
+    hp_store_free(s);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 static void test_errors_name_the_value(void **state) {
@@ -485,6 +570,7 @@ int main(void) {
         cmocka_unit_test(test_three_programs_share_bytes),
         cmocka_unit_test(test_sharded_view_through_planner),
         cmocka_unit_test(test_offload_home_reaches_eval),
+        cmocka_unit_test(test_home_outlives_program),
         cmocka_unit_test(test_errors_name_the_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
