@@ -33,6 +33,7 @@ extern "C" {
 #endif
 
 typedef struct hp_program hp_program;
+typedef struct hp_store hp_store; /* the state store, hp/store.h */
 
 /*
  * Storage a pass provides for some tensors (HyperOffload: tensors whose home is a slower tier, see
@@ -74,11 +75,14 @@ typedef struct hp_program_opts {
                            program as one batch (hp_backend_run_nodes: on the CPU one thread team
                            for the step instead of a parallel region per kernel). Batching is used
                            only when no node is asynchronous. */
+    hp_store *store;    /* the state store (hp/store.h) the program's named PARAM and OPT_STATE tensors
+                           bind to instead of buffers of their own; NULL: none. Borrowed; it must
+                           outlive the program. */
 } hp_program_opts;
 #define HP_PROGRAM_OPTS_DEFAULT                                                                    \
     ((hp_program_opts){.keep = NULL, .n_keep = 0, .plan_memory = true, .profile = false,            \
                        .view_reshape = true, .backend = NULL, .ext = NULL, .sync_comm = false,      \
-                       .node_by_node = false})
+                       .node_by_node = false, .store = NULL})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after
@@ -87,12 +91,19 @@ typedef struct hp_program_opts {
  * inputs), allocates persistent buffers (zeroed), the arena and the largest kernel workspace, and
  * binds every node's pointers, so hp_program_run allocates nothing. Every persistent tensor gets
  * storage, used or not. The graph must outlive the program and must not change after this call.
+ * With opts.store, named PARAM and OPT_STATE tensors bind to the store by name (the rules are in
+ * hp/store.h): they use the entry's (or a view's) storage, or, where the entry lives on a slower
+ * tier in another program's offload home, a buffer of the program's own that each run refreshes
+ * from the home when the entry's version moved. A program that writes a bound tensor in place
+ * bumps the entry's version at the start of every run.
  * Errors: the graph's sticky error; HP_STATUS_INVALID_ARGUMENT naming a bad keep id;
  * HP_STATUS_UNSUPPORTED naming a node the backend cannot run; HP_STATUS_OUT_OF_MEMORY naming the
- * bytes requested.
+ * bytes requested; the store's binding errors (HP_STATUS_SHAPE naming the tensor and both shapes or
+ * dtypes).
  */
 hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out);
-/* Frees all buffers. NULL is allowed. */
+/* Frees all buffers. NULL is allowed. Entries of opts.store that the program's offload pass held on a
+ * slower tier get their values copied into store memory first (they outlive the program). */
 void hp_program_free(hp_program *p);
 
 
@@ -110,13 +121,18 @@ hp_status hp_program_sync(hp_program *p);
  * kept tensors for the program's lifetime; NULL for planned activations (their storage is reused;
  * with plan_memory false every live activation has its own buffer and it is returned), for dead
  * tensors and for ids out of range. Waits first for deferred work that writes t (hp_program_sync).
+ * A tensor bound to opts.store returns the store's storage (the same pointer in every program
+ * bound to that entry; a write through it is followed by hp_store_touch), or for a copy of a
+ * slow-tier entry the program's own copy as of its last run.
  */
 void *hp_program_data(hp_program *p, hp_tid t);
 
 /*
- * Copies `bytes` from host memory `src` into tensor t's storage (through the backend).
+ * Copies `bytes` from host memory `src` into tensor t's storage (through the backend). For a
+ * tensor bound to opts.store it writes the entry and bumps its version.
  * Errors: HP_STATUS_INVALID_ARGUMENT when t is out of range or has no storage of its own (a planned
- * activation), or when `bytes` differs from the tensor's size (both sizes are named).
+ * activation), when `bytes` differs from the tensor's size (both sizes are named), or when t is
+ * bound read-only to the store (a view, or a copy of a slow-tier entry).
  */
 hp_status hp_program_set_input(hp_program *p, hp_tid t, const void *src, size_t bytes);
 /* Copies tensor t's storage into host memory `dst`; the same checks as hp_program_set_input. */
@@ -138,7 +154,10 @@ const hp_liveness *hp_program_liveness(const hp_program *p);
 bool hp_program_arena_offset(const hp_program *p, hp_tid t, size_t *offset);
 
 typedef struct hp_program_stats {
-    size_t persistent_bytes; /* params, optimizer state, inputs, kept tensors */
+    size_t persistent_bytes; /* params, optimizer state, inputs, kept tensors: the program's own buffers
+                                (tensors bound to opts.store are in store_bytes instead) */
+    size_t store_bytes;      /* bytes of tensors that use the state store's storage (an entry or a
+                                view): counted by the store (hp_store_get_stats), not here */
     size_t arena_bytes;      /* the planned activation arena */
     size_t workspace_bytes;  /* the largest kernel scratch */
     size_t naive_bytes;      /* what the activations would take with one buffer each */
@@ -151,7 +170,8 @@ typedef struct hp_program_stats {
     int n_planned;                  /* activations placed in the arena */
     int n_views;                    /* RESHAPE outputs sharing their input's storage (not run) */
     size_t ext_bytes[HP_TIER_COUNT]; /* bytes of tensors stored by opts.ext, per tier */
-    size_t device_bytes;            /* persistent + arena + workspace: the program's fast-tier footprint */
+    size_t device_bytes;            /* persistent + arena + workspace: the program's fast-tier footprint
+                                       (the offload budget is checked against this + store_bytes) */
     double comm_busy_s;             /* the communication stream's time running collectives (all runs) */
     double comm_wait_s;             /* the compute thread's time blocked waiting for them: the exposed
                                        part; 1 - wait/busy is the fraction hidden behind compute */

@@ -11,6 +11,7 @@
 #include "hp/ops.h"
 #include "ops/op.h"
 #include "runtime/comm_stream.h"
+#include "runtime/store_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,11 @@ struct hp_program {
     uint64_t *flight_seq;
     hp_program_stats stats;
     bool dry;            /* hp_program_plan: plan and count, allocate no data */
+    bool built;          /* program_build succeeded */
+    hp__store_binding *binds; /* tensors bound to opts.store (store_bind) */
+    int n_binds;
+    int *bind_of;        /* per tensor: its index in binds, or -1 */
+    bool *written;       /* while building with a store: per tensor, written in place by a live node */
 };
 
 enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2 };
@@ -56,6 +62,10 @@ static size_t tensor_bytes(const hp_tensor *t) {
 void hp_program_free(hp_program *p) {
     if (!p) return;
     (void)hp_program_sync(p); /* nothing may still read or write the program's memory */
+    if (p->binds) hp__store_unbind(p->opts.store, p->binds, p->n_binds, p->built);
+    free(p->binds);
+    free(p->bind_of);
+    free(p->written);
     hp__comm_stream_free(p->cs);
     free(p->exec_kind);
     free(p->flight_ptr);
@@ -180,6 +190,77 @@ done:
     return st;
 }
 
+/* ---------------------------------------------------------------- state store binding */
+
+/* Before binding with opts.store: which tensors live nodes write in place (an operator's
+ * inplace_inputs). The offload pass writes the homes it holds through its own nodes, so in a
+ * program that writes anything in place, every tensor it stores on a slower tier counts too. */
+static hp_status store_prepare(hp_program *p) {
+    if (!p->opts.store) return HP_STATUS_OK;
+    int nt = p->lv.n_tensors;
+    p->written = calloc((size_t)nt + 1, sizeof *p->written);
+    p->bind_of = malloc(((size_t)nt + 1) * sizeof *p->bind_of);
+    p->binds = p->dry ? NULL : calloc((size_t)nt + 1, sizeof *p->binds);
+    if (!p->written || !p->bind_of || (!p->dry && !p->binds))
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory binding %d tensors to the store", nt);
+    bool any = false;
+    for (int t = 0; t < nt; t++) p->bind_of[t] = -1;
+    for (int i = 0; i < p->lv.n_nodes; i++) {
+        const hp_node *n = hp_graph_node(p->g, i);
+        uint32_t w = hp__op_def(n->op)->inplace_inputs;
+        if (!p->lv.node_live[i] || !w) continue;
+        for (int k = 0; k < n->n_in; k++)
+            if (((w >> k) & 1u) && n->in[k] != HP_TID_NONE) p->written[n->in[k]] = any = true;
+    }
+    for (int t = 0; t < nt && any; t++)
+        if (p->ext[t]) p->written[t] = true;
+    return HP_STATUS_OK;
+}
+
+/* Binds tensor t to opts.store when it is a named PARAM or OPT_STATE (hp/store.h). *done when the
+ * program needs no buffer of its own for it (it uses an entry's or a view's storage). */
+static hp_status store_bind(hp_program *p, hp_tid t, bool *done) {
+    *done = false;
+    const hp_tensor *x = hp_graph_tensor(p->g, t);
+    if (!p->opts.store || !x->name || (x->kind != HP_TENSOR_KIND_PARAM && x->kind != HP_TENSOR_KIND_OPT_STATE))
+        return HP_STATUS_OK;
+    hp_tier tier = p->ext[t] ? (hp_tier)p->opts.ext->tier[t] : HP_TIER_DEVICE;
+    hp__store_binding b;
+    void *data;
+    HP_CHECK(hp__store_bind(p->opts.store, x->name, x->dtype, &x->shape, tier, p->opts.ext, t, p->written[t], p->dry,
+                            &b, &data));
+    if (b.kind == HP__STORE_DIRECT || b.kind == HP__STORE_VIEW) {
+        p->data[t] = data;
+        p->stats.store_bytes += p->bytes[t];
+        *done = true;
+    }
+    if (!p->dry) {
+        p->bind_of[t] = p->n_binds;
+        p->binds[p->n_binds++] = b;
+    }
+    return HP_STATUS_OK;
+}
+
+/* After bind_storage: the copy-path bindings learn their buffers. */
+static void store_finish(hp_program *p) {
+    for (int k = 0; k < p->n_binds; k++)
+        if (p->binds[k].kind == HP__STORE_COPY) p->binds[k].dst = p->data[p->binds[k].t];
+    free(p->written);
+    p->written = NULL;
+}
+
+/* The bound kind of tensor t, or -1 when it is not bound to the store. */
+static int store_kind(const hp_program *p, hp_tid t) {
+    int k = p->bind_of && t >= 0 && t < p->lv.n_tensors ? p->bind_of[t] : -1;
+    return k >= 0 ? (int)p->binds[k].kind : -1;
+}
+
+/* Tensor t uses the store's storage (an entry's or a view's buffer). */
+static bool store_shared(const hp_program *p, hp_tid t) {
+    int k = store_kind(p, t);
+    return k == HP__STORE_DIRECT || k == HP__STORE_VIEW;
+}
+
 /* Allocates buffers: own ones for persistent tensors (all of them, used or not) and, in reference
  * mode, for live activations; one arena for the planned activations. */
 static hp_status bind_storage(hp_program *p) {
@@ -187,6 +268,9 @@ static hp_status bind_storage(hp_program *p) {
     for (int t = 0; t < lv->n_tensors; t++) {
         const hp_tensor_liveness *l = &lv->t[t];
         const hp_tensor *x = hp_graph_tensor(p->g, t);
+        bool in_store;
+        HP_CHECK(store_bind(p, t, &in_store));
+        if (in_store) continue;
         if (p->ext[t]) {
             p->data[t] = p->opts.ext->data[t];
             p->stats.ext_bytes[p->opts.ext->tier[t]] += p->bytes[t];
@@ -306,19 +390,23 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
         const hp_program_ext *e = p->opts.ext;
         p->ext[t] = e && t < e->n_tensors && e->tier[t] != HP_TIER_DEVICE && e->tier[t] < HP_TIER_COUNT;
     }
+    HP_CHECK_GOTO(store_prepare(p), st, fail);
     HP_CHECK_GOTO(bind_storage(p), st, fail);
+    store_finish(p);
     HP_CHECK_GOTO(bind_nodes(p), st, fail);
     for (int e = 0; e < p->n_exec && !p->cs && !dry; e++)
         if (p->exec_kind[e] == EXEC_ASYNC) HP_CHECK_GOTO(hp__comm_stream_new(p->be, &p->cs), st, fail);
     p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
-    if (p->opts.ext && p->opts.ext->device_budget > 0 && p->stats.device_bytes > p->opts.ext->device_budget) {
+    size_t fast = p->stats.device_bytes + p->stats.store_bytes;
+    if (p->opts.ext && p->opts.ext->device_budget > 0 && fast > p->opts.ext->device_budget) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY,
-                      "program: fast-tier budget of %zu bytes exceeded: %zu persistent + %zu arena + %zu "
-                      "workspace = %zu bytes",
-                      p->opts.ext->device_budget, p->stats.persistent_bytes, p->stats.arena_bytes,
-                      p->stats.workspace_bytes, p->stats.device_bytes);
+                      "program: fast-tier budget of %zu bytes exceeded: %zu persistent + %zu in the store + %zu "
+                      "arena + %zu workspace = %zu bytes",
+                      p->opts.ext->device_budget, p->stats.persistent_bytes, p->stats.store_bytes,
+                      p->stats.arena_bytes, p->stats.workspace_bytes, fast);
         goto fail;
     }
+    p->built = true;
     *out = p;
     return HP_STATUS_OK;
 fail:
@@ -334,8 +422,10 @@ static hp_status ext_sync(hp_program *p, hp_tid t) {
 hp_status hp_program_sync(hp_program *p) { return p ? ext_sync(p, -1) : HP_STATUS_OK; }
 
 void *hp_program_data(hp_program *p, hp_tid t) {
-    if (t >= 0 && t < p->lv.n_tensors && (p->own[t] || p->ext[t])) (void)ext_sync(p, t);
-    if (t >= 0 && t < p->lv.n_tensors && p->ext[t]) return p->data[t];
+    bool shared = store_shared(p, t);
+    if (shared) (void)hp__store_sync(p->binds[p->bind_of[t]].e); /* another program's deferred writes */
+    if (t >= 0 && t < p->lv.n_tensors && (p->own[t] || p->ext[t] || shared)) (void)ext_sync(p, t);
+    if (t >= 0 && t < p->lv.n_tensors && (p->ext[t] || shared)) return p->data[t];
     if (t < 0 || t >= p->lv.n_tensors || !p->own[t]) return NULL;
     return p->data[t];
 }
@@ -345,7 +435,7 @@ static hp_status check_io(const hp_program *p, hp_tid t, size_t bytes, const cha
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s: tensor id %d out of range (graph has %d)", what, t,
                         p->lv.n_tensors);
     const hp_tensor *x = hp_graph_tensor(p->g, t);
-    if (!p->own[t] && !p->ext[t])
+    if (!p->own[t] && !p->ext[t] && !store_shared(p, t))
         return hp_error(HP_STATUS_INVALID_ARGUMENT,
                         "%s: tensor %d ('%s') has no storage of its own (a planned or dead activation; "
                         "list it in opts.keep)", what, t, x->name ? x->name : "");
@@ -357,7 +447,13 @@ static hp_status check_io(const hp_program *p, hp_tid t, size_t bytes, const cha
 
 hp_status hp_program_set_input(hp_program *p, hp_tid t, const void *src, size_t bytes) {
     HP_CHECK(check_io(p, t, bytes, "hp_program_set_input"));
+    int kind = store_kind(p, t);
+    if (kind == HP__STORE_VIEW || kind == HP__STORE_COPY)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                        "hp_program_set_input: tensor %d ('%s') is a read-only %s of a state store entry", t,
+                        hp_graph_tensor(p->g, t)->name, kind == HP__STORE_VIEW ? "view" : "copy");
     HP_CHECK(ext_sync(p, t));
+    if (kind >= 0) hp__store_bump(p->binds[p->bind_of[t]].e);
     if (p->ext[t]) return p->opts.ext->write(p->opts.ext->user, t, src, bytes);
     return hp_backend_set(p->be, p->data[t], src, bytes);
 }
@@ -445,6 +541,7 @@ static hp_status node_failed(hp_program *p, int e, hp_status st) {
 hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
+    if (p->n_binds) HP_CHECK(hp__store_before_run(p->opts.store, p->binds, p->n_binds, p->be));
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
     if (!p->cs && !p->opts.node_by_node) {
         /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
@@ -533,8 +630,9 @@ void hp_program_report_memory(const hp_program *p, FILE *f) {
     const hp_program_ext *e = p->opts.ext;
     fprintf(f, "memory: fast tier %zu bytes (persistent %zu, arena %zu, workspace %zu)", s->device_bytes,
             s->persistent_bytes, s->arena_bytes, s->workspace_bytes);
+    if (s->store_bytes) fprintf(f, ", %zu bytes in the state store (counted there)", s->store_bytes);
     if (e && e->device_budget) fprintf(f, ", budget %zu (%.1f%% used)", e->device_budget,
-                                       100.0 * (double)s->device_bytes / (double)e->device_budget);
+                                       100.0 * (double)(s->device_bytes + s->store_bytes) / (double)e->device_budget);
     fprintf(f, "\n");
     for (int t = 0; t < HP_TIER_COUNT; t++)
         fprintf(f, "memory: tier %-6s in use %zu bytes, peak %zu bytes, program tensors stored there %zu bytes\n",

@@ -6,7 +6,6 @@
 #include "train/trainer_internal.h"
 
 #include "hp/ops.h"
-#include "hp/redistribute.h"
 #include "hp/rng.h"
 
 #include <math.h>
@@ -20,19 +19,6 @@ hp_gpt_config hp__gpt_config_from(const hp_model_config *m) {
 
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t) { return hp_program_data(pr->p, hp_partition_local(pr->part, t)); }
 
-size_t hp__prog_bytes(const hp_trainer_prog *pr, hp_tid t) {
-    const hp_tensor *x = hp_graph_tensor(hp_partition_graph(pr->part), hp_partition_local(pr->part, t));
-    return (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype);
-}
-
-hp_status hp__prog_read(const hp_trainer_prog *pr, hp_tid t, void *dst) {
-    return hp_program_get_output(pr->p, hp_partition_local(pr->part, t), dst, hp__prog_bytes(pr, t));
-}
-
-hp_status hp__prog_write(const hp_trainer_prog *pr, hp_tid t, const void *src) {
-    return hp_program_set_input(pr->p, hp_partition_local(pr->part, t), src, hp__prog_bytes(pr, t));
-}
-
 void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, int64_t *start, int64_t *len) {
     hp_status st = hp_layout_slice_of(hp_partition_layout(pr->part, lt), t->mesh,
                                       &hp_graph_tensor(pr->lg, lt)->shape, t->index, start, len);
@@ -42,7 +28,6 @@ void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, i
 /* Builds the logical graph (forward + loss) and compiles it with the driver (hp/compile.h): the
  * training step (autodiff + optimizer, shard, offload, memplan) or evaluation (shard, memplan). */
 static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
-    pr->synced_at = -1;
     pr->lg = hp_graph_new();
     if (!pr->lg) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
     HP_CHECK(hp_gpt_build(pr->lg, &t->gcfg, (int)t->cfg.train.batch, (int)t->cfg.model.context, true, &pr->gpt));
@@ -57,6 +42,7 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     o.strategy = t->strategy;
     o.offload = training ? &oc : NULL;
     o.comm = t->world;
+    o.program.store = t->store;
     HP_CHECK(hp_compile(pr->lg, &o, &pr->compiled));
     if (training) pr->step = *hp_compiled_step(pr->compiled);
     pr->part = hp_compiled_partition(pr->compiled);
@@ -73,17 +59,32 @@ static void free_prog(hp_trainer_prog *pr) {
     memset(pr, 0, sizeof *pr);
 }
 
+/* Records the logical shape and layout of every parameter and optimizer state in the store (the
+ * training program created the entries when it bound them, knowing only its local blocks). */
+static hp_status declare_entries(hp_trainer *t) {
+    const hp_trainer_prog *pr = &t->train;
+    for (int i = 0; i < 3 * pr->step.n_params; i++) {
+        int k = i % pr->step.n_params, which = i / pr->step.n_params;
+        hp_tid id = which == 0 ? pr->step.params[k] : which == 1 ? pr->step.m[k] : pr->step.v[k];
+        const hp_tensor *x = hp_graph_tensor(pr->lg, id);
+        HP_CHECK(hp_store_declare(t->store, x->name, x->dtype, &x->shape, hp_partition_layout(pr->part, id)));
+    }
+    return HP_STATUS_OK;
+}
+
 /* GPT-2 initialisation of this rank's block of every parameter (a pure function of the global
- * index, so every strategy starts from the same weights). */
+ * index, so every strategy starts from the same weights), written into the store. */
 static hp_status init_params(hp_trainer *t) {
     const hp_trainer_prog *pr = &t->train;
     for (int i = 0; i < pr->step.n_params; i++) {
         hp_tid p = pr->step.params[i];
         const hp_tensor *x = hp_graph_tensor(pr->lg, p);
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(t->store, x->name, &e));
         int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], gstride[HP_MAX_DIMS], idx[HP_MAX_DIMS] = {0};
-        hp__prog_slice(t, pr, p, start, len);
+        HP_CHECK(hp_layout_slice_of(&e.layout, t->mesh, &e.shape, t->index, start, len));
         hp_shape_strides(&x->shape, gstride);
-        float *dst = malloc(hp__prog_bytes(pr, p) + 4);
+        float *dst = malloc(e.bytes + 4);
         if (!dst) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory initialising '%s'", x->name);
         int nd = x->shape.ndim;
         int64_t rows = 1, inner = nd ? len[nd - 1] : 1;
@@ -102,7 +103,7 @@ static hp_status init_params(hp_trainer *t) {
                 return st;
             }
         }
-        hp_status st = hp__prog_write(pr, p, dst);
+        hp_status st = hp_store_write(t->store, x->name, dst, e.bytes);
         free(dst);
         HP_CHECK(st);
     }
@@ -164,10 +165,11 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the batch");
         goto fail;
     }
+    HP_CHECK_GOTO(hp_store_new(t->mesh, NULL, &t->store), st, fail);
     HP_CHECK_GOTO(build_prog(t, &t->train, true), st, fail);
+    HP_CHECK_GOTO(declare_entries(t), st, fail);
     HP_CHECK_GOTO(init_params(t), st, fail);
     t->unigram = hp_corpus_unigram_entropy(t->corpus, 0, hp_loader_train_tokens(t->loader));
-    t->sample.synced_at = -1;
     *out = t;
     return HP_STATUS_OK;
 fail:
@@ -177,10 +179,12 @@ fail:
 
 void hp_trainer_free(hp_trainer *t) {
     if (!t) return;
+    hp_store_closing(t->store); /* slow-tier parameters need not outlive the training program */
     free_prog(&t->train);
     free_prog(&t->eval);
     hp_program_free(t->sample.p);
     hp_graph_free(t->sample.g);
+    hp_store_free(t->store); /* after every program bound to it */
     hp_loader_free(t->loader);
     hp_corpus_free(t->corpus);
     free(t->tok_buf);
@@ -217,28 +221,10 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     return HP_STATUS_OK;
 }
 
-/* Copies this rank's parameter blocks from the training program to the evaluation program (the
- * same strategy gives the same layouts). */
-static hp_status sync_eval(hp_trainer *t) {
-    for (int i = 0; i < t->train.step.n_params; i++) {
-        hp_tid p = t->train.step.params[i];
-        const char *name = hp_graph_tensor(t->train.lg, p)->name;
-        hp_tid q = hp_graph_find(t->eval.lg, name);
-        HP_ASSERT(q != HP_TID_NONE && hp__prog_bytes(&t->eval, q) == hp__prog_bytes(&t->train, p));
-        void *buf = malloc(hp__prog_bytes(&t->train, p) + 4);
-        if (!buf) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory copying '%s'", name);
-        hp_status st = hp__prog_read(&t->train, p, buf);
-        if (st == HP_STATUS_OK) st = hp__prog_write(&t->eval, q, buf);
-        free(buf);
-        HP_CHECK(st);
-    }
-    t->eval.synced_at = t->steps_done;
-    return HP_STATUS_OK;
-}
-
 hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
+    /* The evaluation program binds to the store: it reads the parameters the training program
+     * writes (no copy; a slow-tier home is copied in by the program's run when it changed). */
     if (!t->eval.p) HP_CHECK(build_prog(t, &t->eval, false));
-    if (t->eval.synced_at != t->steps_done) HP_CHECK(sync_eval(t));
     double sum = 0;
     for (int64_t b = 0; b < t->cfg.train.eval_batches; b++) {
         HP_CHECK(hp_loader_val_batch(t->loader, b, t->tok_buf, t->tgt_buf));
@@ -254,51 +240,35 @@ const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
     /* NULL for a tensor HyperOffload keeps on disk: it has no address in memory; also NULL when a
      * deferred optimizer update that writes it failed (the error is the thread's last) */
     if (hp_program_sync(t->train.p) != HP_STATUS_OK) return NULL;
-    hp_tid id = hp_graph_find(t->train.lg, name);
-    if (id == HP_TID_NONE) return NULL;
-    const hp_tensor *x = hp_graph_tensor(t->train.lg, id);
-    if (x->kind != HP_TENSOR_KIND_PARAM && x->kind != HP_TENSOR_KIND_OPT_STATE) return NULL;
-    hp_tid l = hp_partition_local(t->train.part, id);
-    if (numel) *numel = hp_shape_numel(&hp_graph_tensor(hp_partition_graph(t->train.part), l)->shape);
-    return hp_program_data(t->train.p, l);
+    hp_store_entry_info e;
+    if (hp_store_info(t->store, name, &e) != HP_STATUS_OK) return NULL;
+    if (numel) *numel = hp_shape_numel(&e.local_shape);
+    return hp_store_data(t->store, name);
 }
 
-/* Gathers every parameter to its full value in the single-device sampling program (collective). */
+/* The single-device sampling program over the store: every parameter whose training layout is
+ * sharded gets a replicated view (collective; the planner refreshes it only when training wrote the
+ * parameter since), the others bind to the entries themselves. */
 static hp_status gather_for_sampling(hp_trainer *t) {
     hp_trainer_fwd *f = &t->sample;
-    if (!f->p) {
-        f->g = hp_graph_new();
-        if (!f->g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
-        HP_CHECK(hp_gpt_build(f->g, &t->gcfg, 1, t->gcfg.context, false, &f->gpt));
-        hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
-        o.keep = &f->gpt.logits;
-        o.n_keep = 1;
-        HP_CHECK(hp_program_new(f->g, &o, &f->p));
-    }
-    if (f->synced_at == t->steps_done) return HP_STATUS_OK;
     for (int i = 0; i < t->train.step.n_params; i++) {
-        hp_tid p = t->train.step.params[i];
-        const hp_tensor *x = hp_graph_tensor(t->train.lg, p);
-        hp_tid d = hp_graph_find(f->g, x->name);
-        HP_ASSERT(d != HP_TID_NONE);
-        const hp_layout *l = hp_partition_layout(t->train.part, p);
+        const char *name = hp_graph_tensor(t->train.lg, t->train.step.params[i])->name;
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(t->store, name, &e));
         hp_layout rep;
-        hp_layout_init(&rep, x->shape.ndim);
-        if (hp_layout_equal(l, &rep)) {
-            HP_CHECK(hp__prog_read(&t->train, p, hp_program_data(f->p, d)));
-            continue;
-        }
-        void *mine = malloc(hp__prog_bytes(&t->train, p) + 4);
-        if (!mine) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory gathering '%s'", x->name);
-        hp_redistribute_plan plan;
-        hp_status st = hp__prog_read(&t->train, p, mine);
-        if (st == HP_STATUS_OK) st = hp_redistribute_plan_make(t->mesh, l, &rep, &x->shape, x->dtype, &plan);
-        if (st == HP_STATUS_OK) st = hp_redistribute_execute(&plan, t->mesh, mine, hp_program_data(f->p, d));
-        free(mine);
-        HP_CHECK(st);
+        hp_layout_init(&rep, e.shape.ndim);
+        void *d;
+        if (!hp_layout_equal(&e.layout, &rep)) HP_CHECK(hp_store_view(t->store, name, &rep, &d));
     }
-    f->synced_at = t->steps_done;
-    return HP_STATUS_OK;
+    if (f->p) return HP_STATUS_OK;
+    f->g = hp_graph_new();
+    if (!f->g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
+    HP_CHECK(hp_gpt_build(f->g, &t->gcfg, 1, t->gcfg.context, false, &f->gpt));
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = &f->gpt.logits;
+    o.n_keep = 1;
+    o.store = t->store;
+    return hp_program_new(f->g, &o, &f->p);
 }
 
 hp_status hp__sample_logits(const float *logits, int V, float temp, int top_k, uint64_t key, uint64_t counter,
@@ -378,4 +348,19 @@ hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, cons
     return HP_STATUS_OK;
 }
 
-void hp_trainer_report_memory(const hp_trainer *t, FILE *f) { hp_program_report_memory(t->train.p, f); }
+/* One line per other program (its own bytes; parameters are in the store's line). */
+static void report_other(const char *what, const hp_program *p, FILE *f) {
+    if (!p) return;
+    hp_program_stats s;
+    hp_program_get_stats(p, &s);
+    fprintf(f, "memory: %s program fast tier %zu bytes (persistent %zu, arena %zu, workspace %zu), %zu bytes in the "
+               "state store\n", what, s.device_bytes, s.persistent_bytes, s.arena_bytes, s.workspace_bytes,
+            s.store_bytes);
+}
+
+void hp_trainer_report_memory(const hp_trainer *t, FILE *f) {
+    hp_program_report_memory(t->train.p, f);
+    report_other("eval", t->eval.p, f);
+    report_other("sample", t->sample.p, f);
+    hp_store_report_memory(t->store, f);
+}

@@ -14,25 +14,30 @@ static hp_tid view_id(const hp_trainer_prog *pr, int which, int i) {
     return which == 0 ? pr->step.params[i] : which == 1 ? pr->step.m[i] : pr->step.v[i];
 }
 
-/* This rank's view of the parameters (which = 0), exp_avg (1) or exp_avg_sq (2). A tensor
- * HyperOffload keeps on disk is staged through a malloc'd copy (flagged in `staged`). */
+static const char *view_name(const hp_trainer *t, int which, int i) {
+    return hp_graph_tensor(t->train.lg, view_id(&t->train, which, i))->name;
+}
+
+/* This rank's view of the parameters (which = 0), exp_avg (1) or exp_avg_sq (2): the state store's
+ * entries (logical shape, layout, block). A tensor HyperOffload keeps on disk has no address and
+ * is staged through a malloc'd copy (flagged in `staged`). */
 static hp_sharded_tensor *sharded_views(hp_trainer *t, int which, bool *staged) {
-    const hp_trainer_prog *pr = &t->train;
-    int n = pr->step.n_params;
+    int n = t->train.step.n_params;
     hp_sharded_tensor *v = calloc((size_t)(n ? n : 1), sizeof *v);
     if (!v) return NULL;
     for (int i = 0; i < n; i++) {
-        hp_tid id = view_id(pr, which, i);
-        const hp_tensor *x = hp_graph_tensor(pr->lg, id);
-        void *d = hp__prog_data(pr, id);
+        hp_store_entry_info e;
+        void *d = NULL;
+        bool ok = hp_store_info(t->store, view_name(t, which, i), &e) == HP_STATUS_OK;
+        if (ok) d = e.tier == HP_TIER_DISK ? NULL : hp_store_data(t->store, e.name);
         staged[i] = d == NULL;
-        if (!d && !(d = malloc(hp__prog_bytes(pr, id) + 4))) {
+        if (!ok || (!d && !(d = malloc(e.bytes + 4)))) {
             for (int k = 0; k < i; k++)
                 if (staged[k]) free(v[k].local);
             free(v);
             return NULL;
         }
-        v[i] = (hp_sharded_tensor){x->name, x->dtype, x->shape, *hp_partition_layout(pr->part, id), d};
+        v[i] = (hp_sharded_tensor){e.name, e.dtype, e.shape, e.layout, d};
     }
     return v;
 }
@@ -55,18 +60,22 @@ static hp_status views(hp_trainer *t, hp_sharded_tensor **model, hp_sharded_tens
     return st;
 }
 
-/* Reads (read) or writes back (!read) staged slow-tier tensors; with release, only frees the
- * copies. */
+/* Reads (read) or writes back (!read) staged slow-tier tensors through the store, and after a load
+ * (!read) bumps the versions of the entries loaded in place; with release, only frees the copies. */
 static hp_status staged_sync(hp_trainer *t, hp_sharded_tensor *model, hp_sharded_tensor *optim, const bool *staged,
                              bool read, bool release) {
     int n = t->train.step.n_params;
     hp_status st = HP_STATUS_OK;
     for (int k = 0; k < 3 * n; k++) {
-        if (!staged[k]) continue;
         hp_sharded_tensor *x = k < n ? &model[k] : &optim[k - n];
-        hp_tid id = view_id(&t->train, k / n, k % n);
-        if (!release && st == HP_STATUS_OK && x->local)
-            st = read ? hp__prog_read(&t->train, id, x->local) : hp__prog_write(&t->train, id, x->local);
+        if (!staged[k]) {
+            if (!read && !release && st == HP_STATUS_OK) st = hp_store_touch(t->store, x->name);
+            continue;
+        }
+        hp_store_entry_info e;
+        if (!release && st == HP_STATUS_OK && x->local && (st = hp_store_info(t->store, x->name, &e)) == HP_STATUS_OK)
+            st = read ? hp_store_read(t->store, x->name, x->local, e.bytes)
+                      : hp_store_write(t->store, x->name, x->local, e.bytes);
         if (release) {
             free(x->local);
             x->local = NULL;
@@ -161,6 +170,7 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     hp_status st = HP_STATUS_OK;
     hp_graph *g = NULL;
     hp_program *p = NULL;
+    hp_store *store = NULL;
     hp_named_tensor *named = NULL;
     hp_tid *ids = NULL;
     if (!s.has_config) {
@@ -175,9 +185,12 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
         goto out;
     }
     HP_CHECK_GOTO(hp_gpt_build(g, &gc, 1, gc.context, false, &gpt), st, out);
+    /* the checkpoint loads into the store the sampling program is bound to */
+    HP_CHECK_GOTO(hp_store_new(NULL, NULL, &store), st, out);
     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
     o.keep = &gpt.logits;
     o.n_keep = 1;
+    o.store = store;
     HP_CHECK_GOTO(hp_program_new(g, &o, &p), st, out);
     int n = hp_graph_params(g, NULL, 0);
     ids = calloc((size_t)n, sizeof *ids);
@@ -189,14 +202,16 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     hp_graph_params(g, ids, n);
     for (int i = 0; i < n; i++) {
         const hp_tensor *x = hp_graph_tensor(g, ids[i]);
-        named[i] = (hp_named_tensor){x->name, x->dtype, x->shape, hp_program_data(p, ids[i])};
+        named[i] = (hp_named_tensor){x->name, x->dtype, x->shape, hp_store_data(store, x->name)};
     }
     HP_CHECK_GOTO(hp_checkpoint_load_model(dir, named, (size_t)n), st, out);
+    for (int i = 0; i < n; i++) HP_CHECK_GOTO(hp_store_touch(store, named[i].name), st, out);
     st = hp__generate(g, p, &gpt, prompt, n_tokens, temp, top_k, seed, text_out);
 out:
     free(ids);
     free(named);
     hp_program_free(p);
+    hp_store_free(store);
     hp_graph_free(g);
     hp_checkpoint_state_free(&s);
     return st;

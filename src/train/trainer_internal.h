@@ -9,6 +9,7 @@
 #include "hp/offload_plan.h"
 #include "hp/runtime.h"
 #include "hp/shard.h"
+#include "hp/store.h"
 #include "hp/strategy.h"
 #include "hp/train.h"
 
@@ -21,17 +22,15 @@ typedef struct hp_trainer_prog {
     hp_program *p;
     hp_tid loss;           /* per-rank tensor: the replicated loss */
     hp_tid grad_sq;        /* per-rank tensor: the replicated squared gradient norm (training only) */
-    int64_t synced_at;     /* eval: the step its parameters were copied at (-1: never) */
     hp_offload_state *offload; /* HyperOffload's plan for this program (training only), or NULL */
     hp_compiled *compiled; /* owns part, p and offload (the compile driver's result) */
 } hp_trainer_prog;
 
-/* A single-device forward graph for sampling (full parameters gathered into it). */
+/* A single-device forward graph for sampling, bound to the store's full (replicated) parameters. */
 typedef struct hp_trainer_fwd {
     hp_graph *g;
     hp_program *p;
     hp_gpt gpt;
-    int64_t synced_at;
 } hp_trainer_fwd;
 
 struct hp_trainer {
@@ -45,6 +44,7 @@ struct hp_trainer {
     hp_corpus *corpus;
     hp_loader *loader;     /* rank 0 of 1: every rank reads the whole batch and slices it */
     int32_t *tok_buf, *tgt_buf; /* (B, T) staging */
+    hp_store *store;       /* parameters and optimizer states, shared by train, eval and sample */
     hp_trainer_prog train, eval;
     hp_trainer_fwd sample;
     int64_t steps_done;
@@ -64,12 +64,7 @@ hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, cons
 /* The per-rank storage of logical tensor t of a program. */
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t);
 
-/* Copies this rank's block of logical tensor t out of / into the program, wherever it lives (a
- * tensor HyperOffload keeps on host or disk has no fast-tier address). */
-hp_status hp__prog_read(const hp_trainer_prog *pr, hp_tid t, void *dst);
-hp_status hp__prog_write(const hp_trainer_prog *pr, hp_tid t, const void *src);
-/* Bytes of this rank's block of logical tensor t. */
-size_t hp__prog_bytes(const hp_trainer_prog *pr, hp_tid t);
+/* (Parameters and optimizer states are read and written through the state store, t->store.) */
 
 /* This rank's slice of logical tensor t: start and len per dim. */
 void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, int64_t *start, int64_t *len);
