@@ -42,6 +42,7 @@
 #include "hp/shard.h"
 #include "hp/strategy.h"
 #include "hp/compile.h"
+#include "hp/store.h"
 #include "hp/tier.h"
 #include "hp/copy_engine.h"
 #include "hp/disk.h"
