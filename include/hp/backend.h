@@ -21,6 +21,7 @@
 #ifndef HP_BACKEND_H
 #define HP_BACKEND_H
 
+#include "hp/instr.h"
 #include "hp/ir.h"
 
 #ifdef __cplusplus
@@ -28,20 +29,6 @@ extern "C" {
 #endif
 
 typedef struct hp_backend *hp_backend_t;
-
-/*
- * Storage of one node, bound by the runtime: backend pointers to the data of each input (NULL for
- * an absent optional input) and output, and the node's scratch (sized by the operator's workspace
- * rule, 64-byte aligned). Nodes flagged HP_NODE_FLAG_INPLACE write through their input pointers.
- */
-typedef struct hp_node_args {
-    const hp_graph *g;
-    const hp_node *node;
-    void *in[HP_MAX_NODE_INPUTS];
-    void *out[HP_MAX_NODE_OUTPUTS];
-    void *workspace;
-    size_t workspace_bytes;
-} hp_node_args;
 
 /*
  * The interface. Methods marked optional may be NULL; the public wrappers below supply the default.

@@ -23,6 +23,7 @@
 #define HP_RUNTIME_H
 
 #include "hp/backend.h"
+#include "hp/comm.h"
 #include "hp/ir.h"
 #include "hp/liveness.h"
 
@@ -181,6 +182,32 @@ hp_status hp_program_profile_report(const hp_program *p, FILE *f);
  * are ignored (the caller owns `f`).
  */
 void hp_program_report_memory(const hp_program *p, FILE *f);
+
+/* ---------------------------------------------------------------- point-to-point instructions */
+
+/*
+ * The runtime instruction of a SEND or RECV node (hp/ops.h: hp_send, hp_recv) over communicator
+ * `comm`, whose rank numbers the node's peer. Asynchronous nodes run on the program's
+ * point-to-point queue, in program order, so a SEND and the RECV it meets are matched by (peer,
+ * tag) in issue order; collectives on other queues never delay them. A SEND starts a non-blocking
+ * send (hp_comm_isend) and the runtime completes it at the end of the run (or before an in-place
+ * writer), keeping its input alive until then; a RECV receives before the queue goes on (the
+ * compute thread waits for it only where its output is first read). Without HP_NODE_FLAG_ASYNC (or
+ * with opts.sync_comm) they run in program order on the compute thread.
+ */
+typedef struct hp_p2p_instr {
+    hp_instr instr;
+    hp_comm *comm;        /* borrowed */
+    hp_comm_request *req; /* a send in flight, or NULL */
+} hp_p2p_instr;
+
+/*
+ * Attaches `x` (caller-owned storage that must outlive every program of g) to SEND or RECV node
+ * `node` of g and flags it HP_NODE_FLAG_INSTR, plus HP_NODE_FLAG_ASYNC when `async`. Errors:
+ * HP_STATUS_INVALID_ARGUMENT for a node out of range or not a SEND/RECV (naming it), a NULL comm,
+ * or a peer not in comm.
+ */
+hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p_instr *x);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,8 @@
  */
 #include "hp/liveness.h"
 
+#include "hp/instr.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,7 +123,10 @@ hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep,
      * live until then, so the arena does not hand their bytes to another tensor too early. */
     for (int i = 0; i < nn; i++) {
         const hp_node *n = hp_graph_node(g, i);
-        if (!out->node_live[i] || !(n->flags & HP_NODE_FLAG_ASYNC)) continue;
+        /* A transfer left in flight by its node (a non-blocking send, hp_instr.complete) is
+         * completed at the end of the run: its inputs live to the end like an asynchronous node's. */
+        const hp_instr *x = hp_node_instr(n);
+        if (!out->node_live[i] || !((n->flags & HP_NODE_FLAG_ASYNC) || (x && x->complete))) continue;
         int wait = nn - 1;
         for (int j = 0; j < n->n_out; j++) {
             const hp_tensor_liveness *o = &out->t[n->out[j]];

@@ -10,7 +10,7 @@
 
 #include "hp/ops.h"
 #include "ops/op.h"
-#include "runtime/comm_stream.h"
+#include "runtime/queues.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +38,16 @@ struct hp_program {
     double *exec_best;   /* with opts.profile: their fastest time over the runs (s), 0 before a run */
     double *exec_seconds; /* with opts.profile: their times in the last batched run (s) */
     uint8_t *exec_kind;  /* EXEC_* below */
-    hp__comm_stream *cs; /* when some node runs asynchronously */
+    hp__queues *q;       /* when some node runs asynchronously: the communication queues */
+    int *queue_of;       /* per exec entry: its queue, or -1 */
     int n_flight;        /* asynchronous outputs not yet waited for: */
     const char **flight_ptr;
     size_t *flight_bytes;
     uint64_t *flight_seq;
+    int *flight_queue;
+    int n_complete;      /* exec entries whose instruction has a complete hook (non-blocking sends) */
+    int *complete;
+    bool prepared;       /* the instructions' prepare hooks have run */
     hp_program_stats stats;
     bool dry;            /* hp_program_plan: plan and count, allocate no data */
 };
@@ -56,7 +61,10 @@ static size_t tensor_bytes(const hp_tensor *t) {
 void hp_program_free(hp_program *p) {
     if (!p) return;
     (void)hp_program_sync(p); /* nothing may still read or write the program's memory */
-    hp__comm_stream_free(p->cs);
+    hp__queues_free(p->q);
+    free(p->queue_of);
+    free(p->flight_queue);
+    free(p->complete);
     free(p->exec_kind);
     free(p->flight_ptr);
     free(p->flight_bytes);
@@ -230,8 +238,11 @@ static hp_status bind_nodes(hp_program *p) {
     p->flight_ptr = calloc((size_t)nn + 1, sizeof *p->flight_ptr);
     p->flight_bytes = calloc((size_t)nn + 1, sizeof *p->flight_bytes);
     p->flight_seq = calloc((size_t)nn + 1, sizeof *p->flight_seq);
+    p->flight_queue = calloc((size_t)nn + 1, sizeof *p->flight_queue);
+    p->queue_of = calloc((size_t)nn + 1, sizeof *p->queue_of);
+    p->complete = calloc((size_t)nn + 1, sizeof *p->complete);
     if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_seconds || !p->exec_kind ||
-        !p->flight_ptr || !p->flight_bytes || !p->flight_seq)
+        !p->flight_ptr || !p->flight_bytes || !p->flight_seq || !p->flight_queue || !p->queue_of || !p->complete)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
     for (int i = 0; i < nn; i++) {
@@ -257,6 +268,8 @@ static hp_status bind_nodes(hp_program *p) {
         p->exec_kind[p->n_exec] = ((n->flags & HP_NODE_FLAG_ASYNC) && !p->opts.sync_comm) ? EXEC_ASYNC
                                   : ((n->flags & HP_NODE_FLAG_INPLACE) || d->inplace_inputs) ? EXEC_INPLACE
                                                                                             : EXEC_COMPUTE;
+        const hp_instr *x = hp_node_instr(n);
+        if (x && x->complete) p->complete[p->n_complete++] = p->n_exec;
         p->n_exec++;
     }
     p->stats.n_nodes = p->n_exec;
@@ -308,8 +321,17 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
     }
     HP_CHECK_GOTO(bind_storage(p), st, fail);
     HP_CHECK_GOTO(bind_nodes(p), st, fail);
-    for (int e = 0; e < p->n_exec && !p->cs && !dry; e++)
-        if (p->exec_kind[e] == EXEC_ASYNC) HP_CHECK_GOTO(hp__comm_stream_new(p->be, &p->cs), st, fail);
+    if (!dry) {
+        bool *async = calloc((size_t)p->n_exec + 1, sizeof *async);
+        if (!async) {
+            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", p->n_exec);
+            goto fail;
+        }
+        for (int e = 0; e < p->n_exec; e++) async[e] = p->exec_kind[e] == EXEC_ASYNC;
+        st = hp__queues_new(p->exec, async, p->n_exec, p->queue_of, &p->q);
+        free(async);
+        if (st != HP_STATUS_OK) goto fail;
+    }
     p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
     if (p->opts.ext && p->opts.ext->device_budget > 0 && p->stats.device_bytes > p->opts.ext->device_budget) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY,
@@ -372,46 +394,95 @@ hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes
 
 /* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
  * writer, which may overwrite what a collective in flight still reads). */
-static hp_status wait_inputs(hp_program *p, int e) {
-    if (!p->n_flight) return HP_STATUS_OK;
-    if (p->exec_kind[e] == EXEC_INPLACE) {
-        p->n_flight = 0;
-        return hp__comm_stream_wait_all(p->cs);
+/* Completes what instructions left in flight (non-blocking sends), after their queues ran them. */
+static hp_status complete_all(hp_program *p) {
+    hp_first_error fe = {HP_STATUS_OK, ""};
+    for (int c = 0; c < p->n_complete; c++) {
+        hp_instr *x = hp_node_instr(p->exec[p->complete[c]].node);
+        hp_first_error_add(&fe, x->complete(x));
     }
+    return hp_first_error_status(&fe);
+}
+
+/* Waits for every queue, then completes what is in flight: nothing asynchronous is left. */
+static hp_status wait_all(hp_program *p) {
+    hp_first_error fe = {HP_STATUS_OK, ""};
+    p->n_flight = 0;
+    if (p->q) hp_first_error_add(&fe, hp__queues_wait_all(p->q));
+    hp_first_error_add(&fe, complete_all(p));
+    return hp_first_error_status(&fe);
+}
+
+/* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
+ * writer, which may overwrite what a transfer in flight still reads). Each queue is waited for up
+ * to the latest submission whose output the node reads. */
+static hp_status wait_inputs(hp_program *p, int e) {
+    if (p->exec_kind[e] == EXEC_INPLACE && (p->n_flight || p->n_complete)) return wait_all(p);
+    if (!p->n_flight) return HP_STATUS_OK;
     const hp_node_args *a = &p->exec[e];
-    uint64_t need = 0;
+    int nq = hp__queues_count(p->q);
+    uint64_t need[64] = {0};
+    bool any = false;
     for (int k = 0; k < a->node->n_in; k++) {
         const char *x = a->in[k];
         if (!x) continue;
         size_t xb = p->bytes[a->node->in[k]];
-        for (int f = 0; f < p->n_flight; f++)
-            if (x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb && p->flight_seq[f] > need)
-                need = p->flight_seq[f];
-    }
-    if (!need) return HP_STATUS_OK;
-    HP_CHECK(hp__comm_stream_wait(p->cs, need));
-    int w = 0;
-    for (int f = 0; f < p->n_flight; f++)
-        if (p->flight_seq[f] > need) {
-            p->flight_ptr[w] = p->flight_ptr[f];
-            p->flight_bytes[w] = p->flight_bytes[f];
-            p->flight_seq[w++] = p->flight_seq[f];
+        for (int f = 0; f < p->n_flight; f++) {
+            int qk = p->flight_queue[f];
+            if (x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
+                if (qk >= 64) return wait_all(p); /* more queues than tracked: wait for all */
+                if (p->flight_seq[f] > need[qk]) need[qk] = p->flight_seq[f];
+                any = true;
+            }
         }
+    }
+    if (!any) return HP_STATUS_OK;
+    for (int qk = 0; qk < nq && qk < 64; qk++)
+        if (need[qk]) HP_CHECK(hp__queues_wait(p->q, qk, need[qk]));
+    int w = 0;
+    for (int f = 0; f < p->n_flight; f++) {
+        int qk = p->flight_queue[f];
+        if (qk < 64 && need[qk] && p->flight_seq[f] <= need[qk]) continue;
+        p->flight_ptr[w] = p->flight_ptr[f];
+        p->flight_bytes[w] = p->flight_bytes[f];
+        p->flight_seq[w] = p->flight_seq[f];
+        p->flight_queue[w++] = qk;
+    }
     p->n_flight = w;
     return HP_STATUS_OK;
 }
 
-/* Runs node e: on the communication stream when it is asynchronous, else here. */
+/* Runs node e: an asynchronous instruction on its queue; a transfer instruction (collective,
+ * point-to-point, copy) here through its own execute; anything else through the backend. */
 static hp_status run_exec(hp_program *p, int e) {
     HP_CHECK(wait_inputs(p, e));
     const hp_node_args *a = &p->exec[e];
-    if (p->exec_kind[e] != EXEC_ASYNC) return hp_backend_run_node(p->be, a);
-    uint64_t seq = hp__comm_stream_submit(p->cs, a);
+    if (p->exec_kind[e] != EXEC_ASYNC) {
+        hp_instr *x = hp_node_instr(a->node);
+        if (x && x->queue != HP_QUEUE_COMPUTE && x->execute) return x->execute(x, a, NULL);
+        return hp_backend_run_node(p->be, a);
+    }
+    int qk = p->queue_of[e];
+    uint64_t seq;
+    HP_CHECK(hp__queues_submit(p->q, qk, a, &seq));
     for (int j = 0; j < a->node->n_out; j++) {
         p->flight_ptr[p->n_flight] = a->out[j];
         p->flight_bytes[p->n_flight] = p->bytes[a->node->out[j]];
-        p->flight_seq[p->n_flight++] = seq;
+        p->flight_seq[p->n_flight] = seq;
+        p->flight_queue[p->n_flight++] = qk;
     }
+    return HP_STATUS_OK;
+}
+
+/* Runs the instructions' prepare hooks once, in program order, on this thread (creating
+ * communicators is collective: every rank does it in the same order, before queues run). */
+static hp_status prepare_instrs(hp_program *p) {
+    if (p->prepared) return HP_STATUS_OK;
+    for (int e = 0; e < p->n_exec; e++) {
+        hp_instr *x = hp_node_instr(p->exec[e].node);
+        if (x && x->prepare) HP_CHECK(x->prepare(x));
+    }
+    p->prepared = true;
     return HP_STATUS_OK;
 }
 
@@ -431,10 +502,7 @@ static hp_status node_failed(hp_program *p, int e, hp_status st) {
     const hp_program_ext *ext = p->opts.ext;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", hp_error_message());
-    if (p->cs) {
-        p->n_flight = 0;
-        (void)hp__comm_stream_wait_all(p->cs);
-    }
+    (void)wait_all(p);
     if (ext && ext->after_run) (void)ext->after_run(ext->user); /* drains the copy stream */
     hp_error(st, "%s", msg);
     if (e < 0) return st;
@@ -445,8 +513,9 @@ static hp_status node_failed(hp_program *p, int e, hp_status st) {
 hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
+    HP_CHECK(prepare_instrs(p));
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
-    if (!p->cs && !p->opts.node_by_node) {
+    if (!p->q && !p->opts.node_by_node) {
         /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
          * one batch (hp_backend_run_nodes; on the CPU one thread team for the whole step). */
         int failed = -1;
@@ -462,11 +531,9 @@ hp_status hp_program_run(hp_program *p) {
             if (prof) profile_node(p, e, hp_now_seconds() - t0);
         }
     }
-    if (p->cs) {
-        p->n_flight = 0;
-        HP_CHECK(hp__comm_stream_wait_all(p->cs));
-        hp__comm_stream_times(p->cs, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
-    }
+    hp_status wst = wait_all(p);
+    if (wst != HP_STATUS_OK) return node_failed(p, -1, wst);
+    if (p->q) hp__queues_times(p->q, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
     HP_CHECK(hp_backend_synchronize(p->be));
     if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
     p->stats.n_runs++;

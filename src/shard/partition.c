@@ -94,10 +94,12 @@ static hp_status add_redistribute(hp_partition *p, hp_tid lt, const hp_layout *f
     hp_status st = hp_redistribute_plan_make(p->mesh, from, want, &x->shape, x->dtype, &ex->plan);
     if (st != HP_STATUS_OK) return hp_error_prefix(st, "redistributing '%s': ", lname(p->lg, lt, nb, sizeof nb));
     ex->mesh = p->mesh;
+    hp__redist_instr_init(ex);
     hp_attrs at = {0};
     HP_CHECK(hp_layout_local_shape(want, p->mesh, &x->shape, p->index, &at.shape));
     hp_tid r = hp_graph_add_node(p->g, HP_OP_REDISTRIBUTE, &src, 1, &at);
     HP_CHECK(hp_graph_status(p->g));
+    hp_graph_node(p->g, hp_graph_n_nodes(p->g) - 1)->flags |= HP_NODE_FLAG_INSTR;
     int ni = hp_graph_n_nodes(p->g) - 1;
     hp_graph_node(p->g, ni)->extra = ex;
     if (p->n_coll == p->cap_coll) {
