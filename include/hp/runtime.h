@@ -150,9 +150,12 @@ typedef struct hp_program_stats {
     int n_views;                    /* RESHAPE outputs sharing their input's storage (not run) */
     size_t ext_bytes[HP_TIER_COUNT]; /* bytes of tensors stored by opts.ext, per tier */
     size_t device_bytes;            /* persistent + arena + workspace: the program's fast-tier footprint */
-    double comm_busy_s;             /* the communication stream's time running collectives (all runs) */
+    double comm_busy_s;             /* the communication queues' time running transfers (all runs,
+                                       summed over the queues) */
     double comm_wait_s;             /* the compute thread's time blocked waiting for them: the exposed
                                        part; 1 - wait/busy is the fraction hidden behind compute */
+    int n_queues;                   /* communication queues: one per collective group, one for
+                                       point-to-point (0: nothing asynchronous) */
 } hp_program_stats;
 
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s);

@@ -331,6 +331,7 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
         st = hp__queues_new(p->exec, async, p->n_exec, p->queue_of, &p->q);
         free(async);
         if (st != HP_STATUS_OK) goto fail;
+        p->stats.n_queues = hp__queues_count(p->q);
     }
     p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
     if (p->opts.ext && p->opts.ext->device_budget > 0 && p->stats.device_bytes > p->opts.ext->device_budget) {
@@ -421,6 +422,8 @@ static hp_status wait_inputs(hp_program *p, int e) {
     if (!p->n_flight) return HP_STATUS_OK;
     const hp_node_args *a = &p->exec[e];
     int nq = hp__queues_count(p->q);
+    /* An asynchronous node reading what its own queue makes needs no wait: the queue is ordered. */
+    int own = p->exec_kind[e] == EXEC_ASYNC ? p->queue_of[e] : -1;
     uint64_t need[64] = {0};
     bool any = false;
     for (int k = 0; k < a->node->n_in; k++) {
@@ -429,7 +432,7 @@ static hp_status wait_inputs(hp_program *p, int e) {
         size_t xb = p->bytes[a->node->in[k]];
         for (int f = 0; f < p->n_flight; f++) {
             int qk = p->flight_queue[f];
-            if (x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
+            if (qk != own && x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
                 if (qk >= 64) return wait_all(p); /* more queues than tracked: wait for all */
                 if (p->flight_seq[f] > need[qk]) need[qk] = p->flight_seq[f];
                 any = true;
