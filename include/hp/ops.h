@@ -142,6 +142,9 @@ typedef struct hp_op_cost {
     double bytes_written;
 } hp_op_cost;
 
+/* Scratch bytes node n's kernel needs from the operator's workspace rule (0 without one). */
+size_t hp_op_workspace(const hp_graph *g, const hp_node *n);
+
 /* Cost of node `i` from the operator's cost rule (zero for operators without one). */
 hp_op_cost hp_node_cost(const hp_graph *g, int i);
 

@@ -254,10 +254,8 @@ static hp_status bind_nodes(hp_program *p) {
             return hp_error(HP_STATUS_UNSUPPORTED, "program: backend %s cannot run node %d (%s in '%s')",
                             hp_backend_name(p->be), i, hp_op_name(n->op), n->scope ? n->scope : "");
         const hp_op_def *d = hp__op_def(n->op);
-        if (d->workspace) {
-            size_t w = d->workspace(g, n);
-            if (w > ws) ws = w;
-        }
+        size_t w = hp_backend_workspace_bytes(p->be, g, n);
+        if (w > ws) ws = w;
         hp_node_args *a = &p->exec[p->n_exec];
         a->g = g;
         a->node = n;
