@@ -59,6 +59,35 @@ typedef struct hp_program_ext {
     hp_status (*sync)(void *user, hp_tid t);
 } hp_program_ext;
 
+/*
+ * How the communication queues make progress (measured in docs/benchmarks.md, 2 ranks x 1 thread on
+ * 2 cores):
+ *   HP_PROGRESS_BLOCK    queue threads block in the library's calls (Open MPI polls: a busy core
+ *                        per queue while a collective is pending);
+ *   HP_PROGRESS_YIELD    queue threads test non-blocking calls and sched_yield() in between;
+ *   HP_PROGRESS_SLEEP    queue threads test and sleep in between (2 us growing to 256 us);
+ *   HP_PROGRESS_INORDER  no queues: transfers run in program order on the compute thread (as
+ *                        sync_comm);
+ *   HP_PROGRESS_AUTO     BLOCK when the cores leave one free for communication (local ranks x
+ *                        (OpenMP threads + 1) <= online CPUs; local ranks from the launcher's
+ *                        OMPI_COMM_WORLD_LOCAL_SIZE, else 1), else HP_PROGRESS_AUTO_OVERSUBSCRIBED;
+ *                        the environment variable HP_PROGRESS (block, yield, sleep, inorder)
+ *                        overrides it.
+ */
+typedef enum hp_progress {
+    HP_PROGRESS_AUTO = 0,
+    HP_PROGRESS_BLOCK,
+    HP_PROGRESS_YIELD,
+    HP_PROGRESS_SLEEP,
+    HP_PROGRESS_INORDER,
+    HP_PROGRESS_COUNT
+} hp_progress;
+
+/* "auto", "block", "yield", "sleep", "inorder"; "?" otherwise. */
+const char *hp_progress_name(hp_progress p);
+/* The strategy AUTO chooses on this machine for this process. */
+hp_progress hp_progress_auto(void);
+
 typedef struct hp_program_opts {
     const hp_tid *keep; /* activations whose values must be readable after hp_program_run */
     int n_keep;
@@ -75,8 +104,10 @@ typedef struct hp_program_opts {
                            program as one batch (hp_backend_run_nodes: on the CPU one thread team
                            for the step instead of a parallel region per kernel). Batching is used
                            only when no node is asynchronous. */
+    hp_progress progress; /* how asynchronous transfers make progress (HP_PROGRESS_AUTO: chosen from the
+                             cores; see hp_progress) */
 } hp_program_opts;
-#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL, false, false})
+#define HP_PROGRAM_OPTS_DEFAULT ((hp_program_opts){NULL, 0, true, false, true, NULL, NULL, false, false, HP_PROGRESS_AUTO})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after

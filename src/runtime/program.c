@@ -293,6 +293,8 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
     p->dry = dry;
     p->g = g;
     p->opts = opts ? *opts : HP_PROGRAM_OPTS_DEFAULT;
+    if (p->opts.progress == HP_PROGRESS_AUTO) p->opts.progress = hp_progress_auto();
+    if (p->opts.progress == HP_PROGRESS_INORDER) p->opts.sync_comm = true;
     hp_status st = HP_STATUS_OK;
     if (p->opts.backend) {
         p->be = p->opts.backend;
@@ -330,6 +332,9 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
         free(async);
         if (st != HP_STATUS_OK) goto fail;
         p->stats.n_queues = hp__queues_count(p->q);
+        hp__queues_set_wait(p->q, p->opts.progress == HP_PROGRESS_YIELD   ? HP_COMM_WAIT_YIELD
+                                  : p->opts.progress == HP_PROGRESS_SLEEP ? HP_COMM_WAIT_SLEEP
+                                                                          : HP_COMM_WAIT_BLOCK);
     }
     p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
     if (p->opts.ext && p->opts.ext->device_budget > 0 && p->stats.device_bytes > p->opts.ext->device_budget) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 struct hp__queues {
+    hp_comm_wait_mode wait; /* how the workers' threads wait in communicator calls */
     int n;
     hp_worker **w;
     bool *p2p;
@@ -105,6 +106,19 @@ fail:
     free(root_queue);
     hp__queues_free(q);
     return st;
+}
+
+/* Sets the worker thread's wait mode (a thread-local of the communicator layer). */
+static hp_status set_wait_task(void *user, bool failed) {
+    (void)failed;
+    hp_comm_set_thread_wait(((const hp__queues *)user)->wait);
+    return HP_STATUS_OK;
+}
+
+void hp__queues_set_wait(hp__queues *q, hp_comm_wait_mode mode) {
+    if (!q || q->wait == mode) return;
+    q->wait = mode;
+    for (int k = 0; k < q->n; k++) (void)hp_worker_submit(q->w[k], set_wait_task, q, NULL);
 }
 
 void hp__queues_free(hp__queues *q) {

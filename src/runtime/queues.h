@@ -8,12 +8,15 @@
  *   - one queue for point-to-point instructions (SEND, RECV), matched by (peer, tag) in issue
  *     order; a send never waits behind a collective of another queue.
  * The compute thread waits for an instruction only where its output is first read. Errors are
- * sticky per queue (the worker's) and reported by the next wait on that queue.
+ * sticky per queue (the worker's) and reported by the next wait on that queue. How a queue's thread
+ * waits inside a transfer (blocking in the library, or testing and yielding or sleeping) is the
+ * program's progress strategy (hp_progress).
  */
 #ifndef HP_RUNTIME_QUEUES_H
 #define HP_RUNTIME_QUEUES_H
 
 #include "hp/backend.h"
+#include "hp/comm.h"
 
 typedef struct hp__queues hp__queues;
 
@@ -24,6 +27,8 @@ typedef struct hp__queues hp__queues;
  * asynchronous node without such an instruction (naming it), out of memory, thread start failures.
  */
 hp_status hp__queues_new(const hp_node_args *a, const bool *async, int n, int *queue_of, hp__queues **out);
+/* How the queues' threads wait in blocking communicator calls (hp_comm_set_thread_wait). */
+void hp__queues_set_wait(hp__queues *q, hp_comm_wait_mode mode);
 /* Waits for outstanding work, then joins the threads. NULL is allowed. */
 void hp__queues_free(hp__queues *q);
 /* Number of queues (collective groups + the point-to-point queue when used). */

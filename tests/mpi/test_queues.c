@@ -58,8 +58,7 @@ static hp_tid add_allreduce(hp_graph *g, hp_tid x, allreduce_instr *ins, hp_comm
     return y;
 }
 
-static void test_queues_different_orders(void **state) {
-    (void)state;
+static void queues_different_orders(hp_progress progress) {
     alarm(120); /* a deadlock fails the test instead of hanging it */
     int r = hp_comm_rank(g_world), w = hp_comm_size(g_world);
     hp_comm *ga, *gb; /* A: every rank; B: pairs {0,1}, {2,3} */
@@ -105,6 +104,7 @@ static void test_queues_different_orders(void **state) {
     assert_ok(hp_graph_status(g));
 
     hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.progress = progress;
     hp_tid keep[] = {out, ya1, yb1, yr};
     o.keep = keep;
     o.n_keep = 4;
@@ -158,13 +158,29 @@ static void test_queues_different_orders(void **state) {
     alarm(0);
 }
 
+/* Each way the queues' threads can wait (hp_progress); in order there are no queues to test. */
+static void test_queues_block(void **state) {
+    (void)state;
+    queues_different_orders(HP_PROGRESS_BLOCK);
+}
+static void test_queues_yield(void **state) {
+    (void)state;
+    queues_different_orders(HP_PROGRESS_YIELD);
+}
+static void test_queues_sleep(void **state) {
+    (void)state;
+    queues_different_orders(HP_PROGRESS_SLEEP);
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK || hp_comm_mpi_world(&g_world) != HP_STATUS_OK) {
         fprintf(stderr, "MPI init failed: %s\n", hp_error_message());
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_queues_different_orders),
+        cmocka_unit_test(test_queues_block),
+        cmocka_unit_test(test_queues_yield),
+        cmocka_unit_test(test_queues_sleep),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     hp_comm_free(g_world);
