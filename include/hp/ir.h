@@ -136,10 +136,10 @@ enum {
     HP_NODE_FLAG_BACKWARD = 1u << 0,  /* made by autodiff */
     HP_NODE_FLAG_OPTIMIZER = 1u << 1, /* gradient clipping and the optimizer update */
     HP_NODE_FLAG_INPLACE = 1u << 2,   /* writes some of its inputs in place (ADAMW) */
-    HP_NODE_FLAG_ASYNC = 1u << 3,     /* runs on the communication stream (a REDISTRIBUTE that moves
+    HP_NODE_FLAG_ASYNC = 1u << 3,     /* runs on a communication queue (a REDISTRIBUTE that moves
                                          bytes): the runtime waits for it only where its output is
                                          first used, and its inputs stay live until then */
-    HP_NODE_FLAG_INSTR = 1u << 4,     /* node->extra is a runtime instruction (hp_instr, hp/backend.h) or
+    HP_NODE_FLAG_INSTR = 1u << 4,     /* node->extra is a runtime instruction (hp_instr, hp/instr.h) or
                                          a pass's struct that begins with one */
 };
 

@@ -70,7 +70,7 @@ typedef struct hp_program_ext {
  *                        sync_comm);
  *   HP_PROGRESS_AUTO     BLOCK when the cores leave one free for communication (local ranks x
  *                        (OpenMP threads + 1) <= online CPUs; local ranks from the launcher's
- *                        OMPI_COMM_WORLD_LOCAL_SIZE, else 1), else HP_PROGRESS_AUTO_OVERSUBSCRIBED;
+ *                        OMPI_COMM_WORLD_LOCAL_SIZE, else 1), else HP_PROGRESS_YIELD;
  *                        the environment variable HP_PROGRESS (block, yield, sleep, inorder)
  *                        overrides it.
  */
@@ -99,7 +99,7 @@ typedef struct hp_program_opts {
                              A caller's backend is borrowed and must outlive the program. */
     const hp_program_ext *ext; /* tensors stored by a pass (HyperOffload); NULL: none */
     bool sync_comm;     /* run HP_NODE_FLAG_ASYNC nodes (collectives) in program order on the
-                           compute thread instead of the communication stream (no overlap) */
+                           compute thread instead of the communication queues (no overlap) */
     bool node_by_node;  /* dispatch nodes one at a time even where the backend can run the whole
                            program as one batch (hp_backend_run_nodes: on the CPU one thread team
                            for the step instead of a parallel region per kernel). Batching is used

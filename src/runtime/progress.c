@@ -14,7 +14,7 @@ static const char *const g_names[HP_PROGRESS_COUNT] = {"auto", "block", "yield",
 const char *hp_progress_name(hp_progress p) { return p >= 0 && p < HP_PROGRESS_COUNT ? g_names[p] : "?"; }
 
 /* What AUTO picks with more busy threads than cores (docs/benchmarks.md: the measured options). */
-#define OVERSUBSCRIBED HP_PROGRESS_SLEEP
+#define OVERSUBSCRIBED HP_PROGRESS_YIELD
 
 hp_progress hp_progress_auto(void) {
     const char *env = getenv("HP_PROGRESS");
