@@ -94,12 +94,10 @@ static hp_status add_redistribute(hp_partition *p, hp_tid lt, const hp_layout *f
     hp_status st = hp_redistribute_plan_make(p->mesh, from, want, &x->shape, x->dtype, &ex->plan);
     if (st != HP_STATUS_OK) return hp_error_prefix(st, "redistributing '%s': ", lname(p->lg, lt, nb, sizeof nb));
     ex->mesh = p->mesh;
-    hp__redist_instr_init(ex);
     hp_attrs at = {0};
     HP_CHECK(hp_layout_local_shape(want, p->mesh, &x->shape, p->index, &at.shape));
     hp_tid r = hp_graph_add_node(p->g, HP_OP_REDISTRIBUTE, &src, 1, &at);
     HP_CHECK(hp_graph_status(p->g));
-    hp_graph_node(p->g, hp_graph_n_nodes(p->g) - 1)->flags |= HP_NODE_FLAG_INSTR;
     int ni = hp_graph_n_nodes(p->g) - 1;
     hp_graph_node(p->g, ni)->extra = ex;
     if (p->n_coll == p->cap_coll) {
@@ -316,7 +314,11 @@ static hp_status schedule_comm(hp_partition *p) {
     for (int i = 0; i < nn; i++) {
         hp_node *n = hp_graph_node(g, i);
         key[i] = (sched_key){i, 0, i};
-        const hp__redist_extra *x = n->extra;
+        hp__redist_extra *x = n->extra;
+        if (n->op == HP_OP_REDISTRIBUTE && x) { /* every REDISTRIBUTE (buckets too) gets its instruction */
+            hp__redist_instr_init(x);
+            n->flags |= HP_NODE_FLAG_INSTR;
+        }
         if (n->op == HP_OP_REDISTRIBUTE && x && plan_communicates(&x->plan)) {
             hp_tid in = n->in[0];
             bool leaf = hp_graph_tensor(g, in)->producer < 0;
