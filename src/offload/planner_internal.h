@@ -1,8 +1,8 @@
-/* Internal: the offload planner's data shared by planner.c, planner_apply.c and the CPU kernels. */
+/* Internal: the offload planner's data shared by planner.c, planner_apply.c, deferred.c and exec.c. */
 #ifndef HP_OFFLOAD_PLANNER_INTERNAL_H
 #define HP_OFFLOAD_PLANNER_INTERNAL_H
 
-#include "hp/backend.h"
+#include "hp/instr.h"
 #include "hp/offload_plan.h"
 #include "hp/tier.h"
 
