@@ -137,6 +137,12 @@ hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep,
             hp_tensor_liveness *l = &out->t[n->in[k]];
             if (l->live && l->end < wait) l->end = wait;
         }
+        /* An output nobody reads (a collective kept for the other ranks) is still written until the
+         * end-of-step wait: its bytes are not free before then. */
+        for (int j = 0; j < n->n_out; j++) {
+            hp_tensor_liveness *o = &out->t[n->out[j]];
+            if (o->live && o->first_use < 0 && o->end < nn - 1) o->end = nn - 1;
+        }
     }
     return HP_STATUS_OK;
 }

@@ -52,7 +52,7 @@ struct hp_program {
     bool dry;            /* hp_program_plan: plan and count, allocate no data */
 };
 
-enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2 };
+enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2, EXEC_VIEW = 3 };
 
 static size_t tensor_bytes(const hp_tensor *t) {
     return (size_t)hp_shape_numel(&t->shape) * hp_dtype_size(t->dtype);
@@ -245,11 +245,17 @@ static hp_status bind_nodes(hp_program *p) {
         !p->flight_ptr || !p->flight_bytes || !p->flight_seq || !p->flight_queue || !p->queue_of || !p->complete)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
+    bool async = false;
+    for (int i = 0; i < nn && !p->opts.sync_comm; i++)
+        async |= p->lv.node_live[i] && (hp_graph_node(g, i)->flags & HP_NODE_FLAG_ASYNC);
     for (int i = 0; i < nn; i++) {
         if (!p->lv.node_live[i]) continue;
         const hp_node *n = hp_graph_node(g, i);
-        /* A RESHAPE whose output shares its input's storage has nothing to do. */
-        if (n->op == HP_OP_RESHAPE && p->data[n->in[0]] == p->data[n->out[0]] && p->bytes[n->out[0]] > 0) continue;
+        /* A RESHAPE whose output shares its input's storage has nothing to do, except where
+         * transfers may be in flight: liveness ends a transfer's input where the transfer's output
+         * is first used, so a view of that output is where the runtime waits (EXEC_VIEW). */
+        bool view = n->op == HP_OP_RESHAPE && p->data[n->in[0]] == p->data[n->out[0]] && p->bytes[n->out[0]] > 0;
+        if (view && !async) continue;
         if (!hp_backend_supports_op(p->be, g, n))
             return hp_error(HP_STATUS_UNSUPPORTED, "program: backend %s cannot run node %d (%s in '%s')",
                             hp_backend_name(p->be), i, hp_op_name(n->op), n->scope ? n->scope : "");
@@ -263,7 +269,8 @@ static hp_status bind_nodes(hp_program *p) {
         for (int j = 0; j < n->n_out; j++) a->out[j] = p->data[n->out[j]];
         p->exec_node[p->n_exec] = i;
         p->exec_flops[p->n_exec] = hp_node_cost(g, i).flops;
-        p->exec_kind[p->n_exec] = ((n->flags & HP_NODE_FLAG_ASYNC) && !p->opts.sync_comm) ? EXEC_ASYNC
+        p->exec_kind[p->n_exec] = view                                                   ? EXEC_VIEW
+                                  : ((n->flags & HP_NODE_FLAG_ASYNC) && !p->opts.sync_comm) ? EXEC_ASYNC
                                   : ((n->flags & HP_NODE_FLAG_INPLACE) || d->inplace_inputs) ? EXEC_INPLACE
                                                                                             : EXEC_COMPUTE;
         const hp_instr *x = hp_node_instr(n);
@@ -463,6 +470,7 @@ static hp_status wait_inputs(hp_program *p, int e) {
 static hp_status run_exec(hp_program *p, int e) {
     HP_CHECK(wait_inputs(p, e));
     const hp_node_args *a = &p->exec[e];
+    if (p->exec_kind[e] == EXEC_VIEW) return HP_STATUS_OK; /* storage shared: only the wait */
     if (p->exec_kind[e] != EXEC_ASYNC) {
         hp_instr *x = hp_node_instr(a->node);
         if (x && x->queue != HP_QUEUE_COMPUTE && x->execute) return x->execute(x, a, NULL);
