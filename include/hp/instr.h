@@ -88,6 +88,7 @@ typedef struct hp_exec_ctx {
  * others in program order; a backend kernel for such an operator only calls execute.
  */
 typedef struct hp_instr hp_instr;
+struct hp_comm_request;
 struct hp_instr {
     hp_queue_kind queue;
     const void *group;   /* COLLECTIVE: the communicator family (e.g. the mesh) */
@@ -105,6 +106,11 @@ struct hp_instr {
      * compute thread, where the runtime waits for the node (its output's first use, an in-place
      * writer, the end of the run). */
     hp_status (*complete)(hp_instr *self);
+    /* Optional: starts the transfer non-blocking on the calling thread (one collective) and stores
+     * in *req the request the runtime completes with hp_comm_test / hp_comm_wait (NULL: already
+     * complete); set only by instructions that are one non-blocking call. Used by the
+     * compute-driven progress strategy (HP_PROGRESS_COMPUTE, hp/runtime.h). */
+    hp_status (*start)(hp_instr *self, const hp_node_args *a, struct hp_comm_request **req);
 };
 
 /* The instruction of node n, or NULL when it has none. */

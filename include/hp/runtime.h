@@ -68,11 +68,16 @@ typedef struct hp_program_ext {
  *   HP_PROGRESS_SLEEP    queue threads test and sleep in between (2 us growing to 256 us);
  *   HP_PROGRESS_INORDER  no queues: transfers run in program order on the compute thread (as
  *                        sync_comm);
+ *   HP_PROGRESS_COMPUTE  no queues: the compute thread starts each asynchronous transfer
+ *                        non-blocking (hp_instr.start) in program order, tests the transfers in
+ *                        flight after every node and waits where a result is read; a program with
+ *                        an asynchronous transfer that cannot start so (a multi-step
+ *                        redistribution) uses HP_PROGRESS_YIELD instead;
  *   HP_PROGRESS_AUTO     BLOCK when the cores leave one free for communication (local ranks x
  *                        (OpenMP threads + 1) <= online CPUs; local ranks from the launcher's
  *                        OMPI_COMM_WORLD_LOCAL_SIZE, else 1), else HP_PROGRESS_YIELD;
- *                        the environment variable HP_PROGRESS (block, yield, sleep, inorder)
- *                        overrides it.
+ *                        the environment variable HP_PROGRESS (block, yield, sleep, inorder,
+ *                        compute) overrides it.
  */
 typedef enum hp_progress {
     HP_PROGRESS_AUTO = 0,
@@ -80,10 +85,11 @@ typedef enum hp_progress {
     HP_PROGRESS_YIELD,
     HP_PROGRESS_SLEEP,
     HP_PROGRESS_INORDER,
+    HP_PROGRESS_COMPUTE,
     HP_PROGRESS_COUNT
 } hp_progress;
 
-/* "auto", "block", "yield", "sleep", "inorder"; "?" otherwise. */
+/* "auto", "block", "yield", "sleep", "inorder", "compute"; "?" otherwise. */
 const char *hp_progress_name(hp_progress p);
 /* The strategy AUTO chooses on this machine for this process. */
 hp_progress hp_progress_auto(void);

@@ -44,7 +44,9 @@ struct hp_program {
     const char **flight_ptr;
     size_t *flight_bytes;
     uint64_t *flight_seq;
-    int *flight_queue;
+    int *flight_queue;   /* the producing queue, or -1 for a request started here (flight_req) */
+    hp_comm_request **flight_req;
+    bool compute_progress; /* HP_PROGRESS_COMPUTE in effect: asynchronous nodes start here */
     int n_complete;      /* exec entries whose instruction has a complete hook (non-blocking sends) */
     int *complete;
     bool prepared;       /* the instructions' prepare hooks have run */
@@ -64,6 +66,7 @@ void hp_program_free(hp_program *p) {
     hp__queues_free(p->q);
     free(p->queue_of);
     free(p->flight_queue);
+    free(p->flight_req);
     free(p->complete);
     free(p->exec_kind);
     free(p->flight_ptr);
@@ -239,10 +242,11 @@ static hp_status bind_nodes(hp_program *p) {
     p->flight_bytes = calloc((size_t)nn + 1, sizeof *p->flight_bytes);
     p->flight_seq = calloc((size_t)nn + 1, sizeof *p->flight_seq);
     p->flight_queue = calloc((size_t)nn + 1, sizeof *p->flight_queue);
+    p->flight_req = calloc((size_t)nn + 1, sizeof *p->flight_req);
     p->queue_of = calloc((size_t)nn + 1, sizeof *p->queue_of);
     p->complete = calloc((size_t)nn + 1, sizeof *p->complete);
     if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_seconds || !p->exec_kind ||
-        !p->flight_ptr || !p->flight_bytes || !p->flight_seq || !p->flight_queue || !p->queue_of || !p->complete)
+        !p->flight_ptr || !p->flight_bytes || !p->flight_seq || !p->flight_queue || !p->flight_req || !p->queue_of || !p->complete)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
     bool async = false;
@@ -328,7 +332,15 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
     }
     HP_CHECK_GOTO(bind_storage(p), st, fail);
     HP_CHECK_GOTO(bind_nodes(p), st, fail);
-    if (!dry) {
+    if (p->opts.progress == HP_PROGRESS_COMPUTE) { /* every asynchronous node must start non-blocking */
+        p->compute_progress = true;
+        for (int e = 0; e < p->n_exec; e++) {
+            const hp_instr *x = hp_node_instr(p->exec[e].node);
+            if (p->exec_kind[e] == EXEC_ASYNC && !(x && x->start)) p->compute_progress = false;
+        }
+        if (!p->compute_progress) p->opts.progress = HP_PROGRESS_YIELD;
+    }
+    if (!dry && !p->compute_progress) {
         bool *async = calloc((size_t)p->n_exec + 1, sizeof *async);
         if (!async) {
             st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", p->n_exec);
@@ -403,8 +415,6 @@ hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes
     return hp_backend_synchronize(p->be);
 }
 
-/* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
- * writer, which may overwrite what a collective in flight still reads). */
 /* Completes what instructions left in flight (non-blocking sends), after their queues ran them. */
 static hp_status complete_all(hp_program *p) {
     hp_first_error fe = {HP_STATUS_OK, ""};
@@ -418,10 +428,48 @@ static hp_status complete_all(hp_program *p) {
 /* Waits for every queue, then completes what is in flight: nothing asynchronous is left. */
 static hp_status wait_all(hp_program *p) {
     hp_first_error fe = {HP_STATUS_OK, ""};
+    for (int f = 0; f < p->n_flight; f++) {
+        hp_first_error_add(&fe, hp_comm_wait(p->flight_req[f]));
+        p->flight_req[f] = NULL;
+    }
     p->n_flight = 0;
     if (p->q) hp_first_error_add(&fe, hp__queues_wait_all(p->q));
     hp_first_error_add(&fe, complete_all(p));
     return hp_first_error_status(&fe);
+}
+
+/* Drops the flights that are done: requests completed (NULL) and queue submissions up to need[]. */
+static void compact_flights(hp_program *p, const uint64_t *need) {
+    int w = 0;
+    for (int f = 0; f < p->n_flight; f++) {
+        int qk = p->flight_queue[f];
+        if (qk < 0 && !p->flight_req[f]) continue;
+        if (qk >= 0 && qk < 64 && need[qk] && p->flight_seq[f] <= need[qk]) continue;
+        p->flight_ptr[w] = p->flight_ptr[f];
+        p->flight_bytes[w] = p->flight_bytes[f];
+        p->flight_seq[w] = p->flight_seq[f];
+        p->flight_req[w] = p->flight_req[f];
+        p->flight_queue[w++] = qk;
+    }
+    p->n_flight = w;
+}
+
+/* Compute-driven progress: tests every request in flight once (between nodes). */
+static hp_status test_flights(hp_program *p) {
+    bool any = false;
+    for (int f = 0; f < p->n_flight; f++) {
+        if (!p->flight_req[f]) continue;
+        bool done;
+        hp_status st = hp_comm_test(p->flight_req[f], &done);
+        if (done) p->flight_req[f] = NULL; /* released by the test, also on an error */
+        HP_CHECK(st);
+        any |= done;
+    }
+    if (any) {
+        uint64_t none[64] = {0};
+        compact_flights(p, none);
+    }
+    return HP_STATUS_OK;
 }
 
 /* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
@@ -433,7 +481,7 @@ static hp_status wait_inputs(hp_program *p, int e) {
     const hp_node_args *a = &p->exec[e];
     int nq = hp__queues_count(p->q);
     /* An asynchronous node reading what its own queue makes needs no wait: the queue is ordered. */
-    int own = p->exec_kind[e] == EXEC_ASYNC ? p->queue_of[e] : -1;
+    int own = p->exec_kind[e] == EXEC_ASYNC && !p->compute_progress ? p->queue_of[e] : -2;
     uint64_t need[64] = {0};
     bool any = false;
     for (int k = 0; k < a->node->n_in; k++) {
@@ -443,25 +491,21 @@ static hp_status wait_inputs(hp_program *p, int e) {
         for (int f = 0; f < p->n_flight; f++) {
             int qk = p->flight_queue[f];
             if (qk != own && x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
+                if (qk < 0) { /* a request started here: complete it now */
+                    hp_comm_request *r = p->flight_req[f];
+                    p->flight_req[f] = NULL;
+                    HP_CHECK(hp_comm_wait(r));
+                    continue;
+                }
                 if (qk >= 64) return wait_all(p); /* more queues than tracked: wait for all */
                 if (p->flight_seq[f] > need[qk]) need[qk] = p->flight_seq[f];
                 any = true;
             }
         }
     }
-    if (!any) return HP_STATUS_OK;
     for (int qk = 0; qk < nq && qk < 64; qk++)
         if (need[qk]) HP_CHECK(hp__queues_wait(p->q, qk, need[qk]));
-    int w = 0;
-    for (int f = 0; f < p->n_flight; f++) {
-        int qk = p->flight_queue[f];
-        if (qk < 64 && need[qk] && p->flight_seq[f] <= need[qk]) continue;
-        p->flight_ptr[w] = p->flight_ptr[f];
-        p->flight_bytes[w] = p->flight_bytes[f];
-        p->flight_seq[w] = p->flight_seq[f];
-        p->flight_queue[w++] = qk;
-    }
-    p->n_flight = w;
+    if (any || p->compute_progress) compact_flights(p, need);
     return HP_STATUS_OK;
 }
 
@@ -477,12 +521,21 @@ static hp_status run_exec(hp_program *p, int e) {
         return hp_backend_run_node(p->be, a);
     }
     int qk = p->queue_of[e];
-    uint64_t seq;
-    HP_CHECK(hp__queues_submit(p->q, qk, a, &seq));
+    uint64_t seq = 0;
+    hp_comm_request *req = NULL;
+    if (p->compute_progress) {
+        hp_instr *x = hp_node_instr(a->node);
+        HP_CHECK(x->start(x, a, &req));
+        if (!req) return HP_STATUS_OK; /* already complete */
+        qk = -1;
+    } else {
+        HP_CHECK(hp__queues_submit(p->q, qk, a, &seq));
+    }
     for (int j = 0; j < a->node->n_out; j++) {
         p->flight_ptr[p->n_flight] = a->out[j];
         p->flight_bytes[p->n_flight] = p->bytes[a->node->out[j]];
         p->flight_seq[p->n_flight] = seq;
+        p->flight_req[p->n_flight] = j == 0 ? req : NULL;
         p->flight_queue[p->n_flight++] = qk;
     }
     return HP_STATUS_OK;
@@ -529,7 +582,7 @@ hp_status hp_program_run(hp_program *p) {
     const hp_program_ext *ext = p->opts.ext;
     HP_CHECK(prepare_instrs(p));
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
-    if (!p->q && !p->opts.node_by_node) {
+    if (!p->q && !p->compute_progress && !p->opts.node_by_node) {
         /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
          * one batch (hp_backend_run_nodes; on the CPU one thread team for the whole step). */
         int failed = -1;
@@ -540,6 +593,7 @@ hp_status hp_program_run(hp_program *p) {
         for (int e = 0; e < p->n_exec; e++) {
             double t0 = prof ? hp_now_seconds() : 0;
             hp_status st = run_exec(p, e);
+            if (st == HP_STATUS_OK && p->compute_progress && p->n_flight) st = test_flights(p);
             if (st == HP_STATUS_OK && prof) st = hp_backend_synchronize(p->be);
             if (st != HP_STATUS_OK) return node_failed(p, e, st);
             if (prof) profile_node(p, e, hp_now_seconds() - t0);

@@ -9,7 +9,7 @@
 #include <omp.h>
 #endif
 
-static const char *const g_names[HP_PROGRESS_COUNT] = {"auto", "block", "yield", "sleep", "inorder"};
+static const char *const g_names[HP_PROGRESS_COUNT] = {"auto", "block", "yield", "sleep", "inorder", "compute"};
 
 const char *hp_progress_name(hp_progress p) { return p >= 0 && p < HP_PROGRESS_COUNT ? g_names[p] : "?"; }
 

@@ -25,6 +25,18 @@ static hp_status redist_prepare(hp_instr *self) {
     return HP_STATUS_OK;
 }
 
+/* A plan of one ALL_REDUCE step: the all-reduce of the local block, started non-blocking. */
+static hp_status redist_start(hp_instr *self, const hp_node_args *a, hp_comm_request **req) {
+    hp__redist_extra *x = (hp__redist_extra *)(void *)self;
+    const hp_redist_step *s = &x->plan.steps[0];
+    hp_comm *c;
+    hp_shape ls;
+    HP_CHECK(hp_mesh_axes_comm(x->mesh, 1, &s->axis, &c));
+    HP_CHECK(hp_layout_local_shape(&s->before, x->mesh, &x->plan.shape, hp_mesh_my_index(x->mesh), &ls));
+    return hp_comm_iall_reduce(c, a->in[0], a->out[0], (size_t)hp_shape_numel(&ls), x->plan.dtype, s->before.partial_op,
+                               req);
+}
+
 void hp__redist_instr_init(hp__redist_extra *x) {
     uint32_t axes = 0;
     bool all = false;
@@ -41,5 +53,6 @@ void hp__redist_instr_init(hp__redist_extra *x) {
         .bytes = (double)x->plan.bytes,
         .execute = redist_execute,
         .prepare = redist_prepare,
+        .start = x->plan.nsteps == 1 && x->plan.steps[0].kind == HP_REDIST_ALL_REDUCE ? redist_start : NULL,
     };
 }

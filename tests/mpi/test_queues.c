@@ -171,6 +171,11 @@ static void test_queues_sleep(void **state) {
     (void)state;
     queues_different_orders(HP_PROGRESS_SLEEP);
 }
+/* The test's instructions cannot start non-blocking: compute-driven progress falls back to yield. */
+static void test_queues_compute_falls_back(void **state) {
+    (void)state;
+    queues_different_orders(HP_PROGRESS_COMPUTE);
+}
 
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK || hp_comm_mpi_world(&g_world) != HP_STATUS_OK) {
@@ -181,6 +186,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_queues_block),
         cmocka_unit_test(test_queues_yield),
         cmocka_unit_test(test_queues_sleep),
+        cmocka_unit_test(test_queues_compute_falls_back),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     hp_comm_free(g_world);
