@@ -108,8 +108,8 @@ struct hp_instr {
     hp_status (*complete)(hp_instr *self);
     /* Optional: starts the transfer non-blocking on the calling thread (one collective) and stores
      * in *req the request the runtime completes with hp_comm_test / hp_comm_wait (NULL: already
-     * complete); set only by instructions that are one non-blocking call. Used by the
-     * compute-driven progress strategy (HP_PROGRESS_COMPUTE, hp/runtime.h). */
+     * complete); set only by instructions of one-output nodes that are one non-blocking call.
+     * Used by the compute-driven progress strategy (HP_PROGRESS_COMPUTE, hp/runtime.h). */
     hp_status (*start)(hp_instr *self, const hp_node_args *a, struct hp_comm_request **req);
 };
 
