@@ -3,9 +3,10 @@
  * bytes each rank receives per training step as planned by the partitioner against the textbook
  * analytic minimum for that strategy, the step time against the single-rank step of the same
  * global batch (measured on rank 0 alone in the same run), and the time spent in communication
- * (the communication stream's busy time) with the fraction hidden behind compute (1 - the time
+ * (the communication queues' busy time) with the fraction hidden behind compute (1 - the time
  * the compute thread waited / busy time), and the step time with overlap switched off
- * (hp_program_opts.sync_comm). One JSON line per strategy.
+ * (hp_program_opts.sync_comm), the number of communication queues and the progress strategy
+ * (HP_PROGRESS, else chosen from the cores). One JSON line per strategy.
  *
  *   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
  *     mpirun --oversubscribe -n 4 ./build/bench/bench_shard [--steps N]
@@ -200,7 +201,7 @@ int main(int argc, char **argv) {
         strategy_yaml(text, sizeof text, fams[f], n);
         double step[2], busy = 0, wait = 0;
         int64_t planned = 0;
-        int ncoll = 0;
+        int ncoll = 0, nqueues = 0;
         for (int mode = 0; mode < 2; mode++) { /* 0: communication stream (overlap), 1: in order */
             hp_strategy *s;
             built b;
@@ -222,6 +223,7 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "async nodes %d, busy %g wait %g runs %d\n", na, st.comm_busy_s, st.comm_wait_s, st.n_runs);
                 }
                 ncoll = hp_partition_n_collectives(b.part);
+                nqueues = st.n_queues;
             }
             destroy(&b);
             hp_strategy_free(s);
@@ -231,9 +233,11 @@ int main(int argc, char **argv) {
             printf("{\"bench\": \"shard\", \"strategy\": \"%s\", \"ranks\": %d, \"bytes_per_rank_per_step\": %lld, "
                    "\"analytic_min_bytes\": %.0f, \"ratio_to_min\": %.3f, \"collectives\": %d, \"step_s\": %.4f, "
                    "\"step_s_no_overlap\": %.4f, \"single_rank_step_s\": %.4f, \"speedup_vs_single\": %.2f, "
-                   "\"comm_s\": %.4f, \"comm_exposed_s\": %.4f, \"comm_hidden_fraction\": %.2f}\n",
+                   "\"comm_s\": %.4f, \"comm_exposed_s\": %.4f, \"comm_hidden_fraction\": %.2f, \"queues\": %d, "
+                   "\"progress\": \"%s\"}\n",
                    fams[f], n, (long long)planned, min, (double)planned / min, ncoll, step[0], step[1], single,
-                   single / step[0], busy, wait, busy > 0 ? 1.0 - wait / busy : 0.0);
+                   single / step[0], busy, wait, busy > 0 ? 1.0 - wait / busy : 0.0, nqueues,
+                   hp_progress_name(hp_progress_auto()));
         fflush(stdout);
     }
     hp_comm_free(world);

@@ -21,6 +21,7 @@
 #ifndef HP_BACKEND_H
 #define HP_BACKEND_H
 
+#include "hp/instr.h"
 #include "hp/ir.h"
 
 #ifdef __cplusplus
@@ -29,19 +30,20 @@ extern "C" {
 
 typedef struct hp_backend *hp_backend_t;
 
-/*
- * Storage of one node, bound by the runtime: backend pointers to the data of each input (NULL for
- * an absent optional input) and output, and the node's scratch (sized by the operator's workspace
- * rule, 64-byte aligned). Nodes flagged HP_NODE_FLAG_INPLACE write through their input pointers.
- */
-typedef struct hp_node_args {
-    const hp_graph *g;
-    const hp_node *node;
-    void *in[HP_MAX_NODE_INPUTS];
-    void *out[HP_MAX_NODE_OUTPUTS];
-    void *workspace;
-    size_t workspace_bytes;
-} hp_node_args;
+/* Streams and events of a backend (opaque; CUDA: cudaStream_t and cudaEvent_t). A NULL stream is the
+ * compute stream: work queued on it runs in program order with the nodes (on the CPU: at once, on
+ * the calling thread). */
+typedef struct hp_backend_stream *hp_backend_stream_t;
+typedef struct hp_backend_event *hp_backend_event_t;
+
+/* Direction of an asynchronous copy (cudaMemcpyKind without the default). */
+typedef enum hp_copy_dir {
+    HP_COPY_HOST_TO_DEVICE = 0,
+    HP_COPY_DEVICE_TO_HOST,
+    HP_COPY_DEVICE_TO_DEVICE,
+    HP_COPY_HOST_TO_HOST,
+    HP_COPY_DIR_COUNT
+} hp_copy_dir;
 
 /*
  * The interface. Methods marked optional may be NULL; the public wrappers below supply the default.
@@ -71,6 +73,32 @@ typedef struct hp_backend_i {
      * is the index of the failing node and the later nodes have not run. Optional (default: a
      * loop over run_node). */
     hp_status (*run_nodes)(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed);
+
+    /* Streams, events, asynchronous copies: one to one onto cudaStreamCreate/Destroy,
+     * cudaEventCreate/Destroy, cudaEventRecord, cudaStreamWaitEvent, cudaEventSynchronize and
+     * cudaMemcpyAsync. All optional, as a group: without them the wrappers run everything at once
+     * on the caller (streams are placeholders, events complete when recorded). Contracts:
+     *   stream_new         an ordered queue of work, independent of the compute stream.
+     *   event_record       marks the current end of `s` (NULL: the compute stream); re-recording
+     *                      moves the mark; an event never recorded is complete.
+     *   stream_wait_event  work queued on `s` after this call starts only once `e` completed
+     *                      (the caller does not block).
+     *   event_synchronize  blocks the caller until `e` completed; returns the error of any work
+     *                      before the mark on its stream (sticky, as on CUDA).
+     *   memcpy_async       queues a copy of `bytes` on `s`; the ranges must stay valid and `src`
+     *                      unchanged until an event recorded after it completes; no overlap. */
+    hp_status (*stream_new)(hp_backend_t b, hp_backend_stream_t *out);
+    void (*stream_free)(hp_backend_t b, hp_backend_stream_t s); /* waits for its work first */
+    hp_status (*event_new)(hp_backend_t b, hp_backend_event_t *out);
+    void (*event_free)(hp_backend_t b, hp_backend_event_t e);
+    hp_status (*event_record)(hp_backend_t b, hp_backend_event_t e, hp_backend_stream_t s);
+    hp_status (*stream_wait_event)(hp_backend_t b, hp_backend_stream_t s, hp_backend_event_t e);
+    hp_status (*event_synchronize)(hp_backend_t b, hp_backend_event_t e);
+    hp_status (*memcpy_async)(hp_backend_t b, void *dst, const void *src, size_t bytes, hp_copy_dir dir,
+                              hp_backend_stream_t s);
+    /* Scratch bytes run_node needs for node n (all threads together). Optional (default: the
+     * operator's workspace rule, hp_op_workspace). */
+    size_t (*workspace_bytes)(hp_backend_t b, const hp_graph *g, const hp_node *n);
 } hp_backend_i;
 
 struct hp_backend {
@@ -92,6 +120,21 @@ hp_status hp_backend_get(hp_backend_t b, void *dst_host, const void *src, size_t
 bool hp_backend_supports_op(hp_backend_t b, const hp_graph *g, const hp_node *n);
 hp_status hp_backend_run_node(hp_backend_t b, const hp_node_args *a);
 hp_status hp_backend_synchronize(hp_backend_t b);
+/* Streams and events (see hp_backend_i for the contracts). *out is NULL on an error; free
+ * functions accept NULL. Errors: HP_STATUS_OUT_OF_MEMORY, HP_STATUS_INTERNAL (a thread or device
+ * stream that cannot start), HP_STATUS_INVALID_ARGUMENT (NULL pointers with bytes > 0, a bad
+ * direction), and the sticky error of failed queued work from event_synchronize. */
+hp_status hp_backend_stream_new(hp_backend_t b, hp_backend_stream_t *out);
+void hp_backend_stream_free(hp_backend_t b, hp_backend_stream_t s);
+hp_status hp_backend_event_new(hp_backend_t b, hp_backend_event_t *out);
+void hp_backend_event_free(hp_backend_t b, hp_backend_event_t e);
+hp_status hp_backend_event_record(hp_backend_t b, hp_backend_event_t e, hp_backend_stream_t s);
+hp_status hp_backend_stream_wait_event(hp_backend_t b, hp_backend_stream_t s, hp_backend_event_t e);
+hp_status hp_backend_event_synchronize(hp_backend_t b, hp_backend_event_t e);
+hp_status hp_backend_memcpy_async(hp_backend_t b, void *dst, const void *src, size_t bytes, hp_copy_dir dir,
+                                  hp_backend_stream_t s);
+/* Scratch bytes for node n: the workspace_bytes method or the operator's rule. */
+size_t hp_backend_workspace_bytes(hp_backend_t b, const hp_graph *g, const hp_node *n);
 /* Runs nodes a[0..n) one by one through run_node, with run_nodes' arguments and errors: the default
  * of run_nodes, and a backend's fallback from its own. */
 hp_status hp_backend_run_each(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed);

@@ -139,6 +139,27 @@ hp_status hp_comm_wait_all(int n, hp_comm_request **reqs);
 /* *done = true (and the request freed) when it has completed; otherwise false and still pending. */
 hp_status hp_comm_test(hp_comm_request *req, bool *done);
 
+/* ---------------------------------------------------------------- how a thread waits */
+
+/*
+ * How blocking calls (and hp_comm_wait) made by the calling thread wait for completion:
+ *   HP_COMM_WAIT_BLOCK  the implementation's own blocking call (the default; Open MPI polls the
+ *                       network in a loop, keeping a core busy);
+ *   HP_COMM_WAIT_YIELD  start the non-blocking variant, then test it, sched_yield() between tests;
+ *   HP_COMM_WAIT_SLEEP  the same with a sleep between tests, growing from 2 us to 256 us.
+ * YIELD and SLEEP give the core to compute threads where a communication thread would otherwise
+ * take one (more threads than cores); progress then happens only in the tests. A per-thread
+ * setting: the runtime's communication queues set it on their own threads (hp_program_opts.progress).
+ */
+typedef enum hp_comm_wait_mode {
+    HP_COMM_WAIT_BLOCK = 0,
+    HP_COMM_WAIT_YIELD,
+    HP_COMM_WAIT_SLEEP,
+} hp_comm_wait_mode;
+
+void hp_comm_set_thread_wait(hp_comm_wait_mode m);
+hp_comm_wait_mode hp_comm_thread_wait(void);
+
 /* ---------------------------------------------------------------- simulated communicator */
 
 /*

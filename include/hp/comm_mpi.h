@@ -25,8 +25,11 @@
 extern "C" {
 #endif
 
-/* Initialises MPI (MPI_Init_thread with MPI_THREAD_FUNNELED) unless already initialised, and sets
- * MPI_ERRORS_RETURN on MPI_COMM_WORLD. Safe to call more than once. HP_STATUS_COMM on failure. */
+/* Initialises MPI (MPI_Init_thread with MPI_THREAD_MULTIPLE: the runtime's communication queues,
+ * one thread per communicator group plus one for point-to-point, call MPI concurrently on
+ * different communicators) unless already initialised, and sets MPI_ERRORS_RETURN on
+ * MPI_COMM_WORLD. Safe to call more than once. HP_STATUS_COMM on failure, or when the MPI library
+ * provides a lower thread level. */
 hp_status hp_comm_mpi_init(int *argc, char ***argv);
 
 /* A new communicator over a duplicate of MPI_COMM_WORLD (caller owns it; free with hp_comm_free

@@ -43,6 +43,8 @@
 #include "hp/strategy.h"
 #include "hp/compile.h"
 #include "hp/store.h"
+#include "hp/instr.h"
+#include "hp/worker.h"
 #include "hp/tier.h"
 #include "hp/copy_engine.h"
 #include "hp/disk.h"

@@ -79,7 +79,9 @@ typedef int32_t hp_tid;
     X(OFFLOAD, offload)             /* y = copy of a in slower tier i[0] (async, copy stream) */    \
     X(PREFETCH, prefetch)           /* y = copy of a (slower tier i[0]) in the fast tier (async) */ \
     X(OFFLOAD_WAIT, offload_wait)   /* waits for the transfer that made or reads in[0] (no output) */\
-    X(ADAMW_STREAM, adamw_stream)   /* ADAMW where param/grad/m/v may live on slower tiers: chunked */
+    X(ADAMW_STREAM, adamw_stream)   /* ADAMW where param/grad/m/v may live on slower tiers: chunked */\
+    X(SEND, send)                   /* point-to-point: in[0] to rank i[0] with tag i[1] (no output) */ \
+    X(RECV, recv)                   /* point-to-point: y (attr.shape, dtype i[2]) from rank i[0], tag i[1] */
 
 typedef enum hp_op {
 #define HP_OP_ENUM_(name, lower) HP_OP_##name,
@@ -134,9 +136,11 @@ enum {
     HP_NODE_FLAG_BACKWARD = 1u << 0,  /* made by autodiff */
     HP_NODE_FLAG_OPTIMIZER = 1u << 1, /* gradient clipping and the optimizer update */
     HP_NODE_FLAG_INPLACE = 1u << 2,   /* writes some of its inputs in place (ADAMW) */
-    HP_NODE_FLAG_ASYNC = 1u << 3,     /* runs on the communication stream (a REDISTRIBUTE that moves
+    HP_NODE_FLAG_ASYNC = 1u << 3,     /* runs on a communication queue (a REDISTRIBUTE that moves
                                          bytes): the runtime waits for it only where its output is
                                          first used, and its inputs stay live until then */
+    HP_NODE_FLAG_INSTR = 1u << 4,     /* node->extra is a runtime instruction (hp_instr, hp/instr.h) or
+                                         a pass's struct that begins with one */
 };
 
 typedef struct hp_node {

@@ -120,6 +120,20 @@ typedef struct hp_adamw_params {
 hp_status hp_adamw(hp_graph *g, hp_tid param, hp_tid grad, hp_tid m, hp_tid v, hp_tid lr,
                    hp_tid step, hp_tid scale, const hp_adamw_params *p);
 
+/* ---------------------------------------------------------------- point-to-point (p2p.c) */
+
+/*
+ * SEND of tensor x to rank `peer` with `tag` (>= 0), and RECV of a `dtype` tensor of `shape` from
+ * rank `peer` with `tag`: the hand-off between pipeline stages. The runtime runs them on its
+ * point-to-point queue through hp_comm_isend / hp_comm_irecv (hp/runtime.h: hp_p2p_instr); a SEND
+ * and the RECV it meets are matched by (peer, tag) in issue order. No gradient rule: a schedule
+ * places the reverse transfer of the gradient itself. Sharding rule: none (replicated).
+ * hp_send returns the node's index, hp_recv the received tensor; errors are sticky on the graph
+ * (HP_STATUS_INVALID_ARGUMENT for a negative peer or tag: hp_send returns -1, hp_recv HP_TID_NONE).
+ */
+int hp_send(hp_graph *g, hp_tid x, int peer, int tag);
+hp_tid hp_recv(hp_graph *g, hp_dtype dtype, hp_shape shape, int peer, int tag);
+
 /* ---------------------------------------------------------------- cost model */
 
 /* Work of one node: floating-point operations and bytes of tensor data read and written. */
@@ -128,6 +142,9 @@ typedef struct hp_op_cost {
     double bytes_read;
     double bytes_written;
 } hp_op_cost;
+
+/* Scratch bytes node n's kernel needs from the operator's workspace rule (0 without one). */
+size_t hp_op_workspace(const hp_graph *g, const hp_node *n);
 
 /* Cost of node `i` from the operator's cost rule (zero for operators without one). */
 hp_op_cost hp_node_cost(const hp_graph *g, int i);

@@ -23,6 +23,7 @@
 #define HP_RUNTIME_H
 
 #include "hp/backend.h"
+#include "hp/comm.h"
 #include "hp/ir.h"
 #include "hp/liveness.h"
 
@@ -59,6 +60,41 @@ typedef struct hp_program_ext {
     hp_status (*sync)(void *user, hp_tid t);
 } hp_program_ext;
 
+/*
+ * How the communication queues make progress (measured in docs/benchmarks.md, 2 ranks x 1 thread on
+ * 2 cores):
+ *   HP_PROGRESS_BLOCK    queue threads block in the library's calls (Open MPI polls: a busy core
+ *                        per queue while a collective is pending);
+ *   HP_PROGRESS_YIELD    queue threads test non-blocking calls and sched_yield() in between;
+ *   HP_PROGRESS_SLEEP    queue threads test and sleep in between (2 us growing to 256 us);
+ *   HP_PROGRESS_INORDER  no queues: transfers run in program order on the compute thread (as
+ *                        sync_comm);
+ *   HP_PROGRESS_COMPUTE  no queues: the compute thread starts each asynchronous transfer
+ *                        non-blocking (hp_instr.start) in program order, tests the transfers in
+ *                        flight after every node and waits where a result is read; a program with
+ *                        an asynchronous transfer that cannot start so (a multi-step
+ *                        redistribution) uses HP_PROGRESS_YIELD instead;
+ *   HP_PROGRESS_AUTO     BLOCK when the cores leave one free for communication (local ranks x
+ *                        (OpenMP threads + 1) <= online CPUs; local ranks from the launcher's
+ *                        OMPI_COMM_WORLD_LOCAL_SIZE, else 1), else HP_PROGRESS_YIELD;
+ *                        the environment variable HP_PROGRESS (block, yield, sleep, inorder,
+ *                        compute) overrides it.
+ */
+typedef enum hp_progress {
+    HP_PROGRESS_AUTO = 0,
+    HP_PROGRESS_BLOCK,
+    HP_PROGRESS_YIELD,
+    HP_PROGRESS_SLEEP,
+    HP_PROGRESS_INORDER,
+    HP_PROGRESS_COMPUTE,
+    HP_PROGRESS_COUNT
+} hp_progress;
+
+/* "auto", "block", "yield", "sleep", "inorder", "compute"; "?" otherwise. */
+const char *hp_progress_name(hp_progress p);
+/* The strategy AUTO chooses on this machine for this process. */
+hp_progress hp_progress_auto(void);
+
 typedef struct hp_program_opts {
     const hp_tid *keep; /* activations whose values must be readable after hp_program_run */
     int n_keep;
@@ -70,7 +106,7 @@ typedef struct hp_program_opts {
                              A caller's backend is borrowed and must outlive the program. */
     const hp_program_ext *ext; /* tensors stored by a pass (HyperOffload); NULL: none */
     bool sync_comm;     /* run HP_NODE_FLAG_ASYNC nodes (collectives) in program order on the
-                           compute thread instead of the communication stream (no overlap) */
+                           compute thread instead of the communication queues (no overlap) */
     bool node_by_node;  /* dispatch nodes one at a time even where the backend can run the whole
                            program as one batch (hp_backend_run_nodes: on the CPU one thread team
                            for the step instead of a parallel region per kernel). Batching is used
@@ -78,11 +114,13 @@ typedef struct hp_program_opts {
     hp_store *store;    /* the state store (hp/store.h) the program's named PARAM and OPT_STATE tensors
                            bind to instead of buffers of their own; NULL: none. Borrowed; it must
                            outlive the program. */
+    hp_progress progress; /* how asynchronous transfers make progress (HP_PROGRESS_AUTO: chosen from the
+                             cores; see hp_progress) */
 } hp_program_opts;
 #define HP_PROGRAM_OPTS_DEFAULT                                                                    \
     ((hp_program_opts){.keep = NULL, .n_keep = 0, .plan_memory = true, .profile = false,            \
                        .view_reshape = true, .backend = NULL, .ext = NULL, .sync_comm = false,      \
-                       .node_by_node = false, .store = NULL})
+                       .node_by_node = false, .store = NULL, .progress = HP_PROGRESS_AUTO})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after
@@ -172,9 +210,12 @@ typedef struct hp_program_stats {
     size_t ext_bytes[HP_TIER_COUNT]; /* bytes of tensors stored by opts.ext, per tier */
     size_t device_bytes;            /* persistent + arena + workspace: the program's fast-tier footprint
                                        (the offload budget is checked against this + store_bytes) */
-    double comm_busy_s;             /* the communication stream's time running collectives (all runs) */
+    double comm_busy_s;             /* the communication queues' time running transfers (all runs,
+                                       summed over the queues) */
     double comm_wait_s;             /* the compute thread's time blocked waiting for them: the exposed
                                        part; 1 - wait/busy is the fraction hidden behind compute */
+    int n_queues;                   /* communication queues: one per collective group, one for
+                                       point-to-point (0: nothing asynchronous) */
 } hp_program_stats;
 
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s);
@@ -204,6 +245,32 @@ hp_status hp_program_profile_report(const hp_program *p, FILE *f);
  * are ignored (the caller owns `f`).
  */
 void hp_program_report_memory(const hp_program *p, FILE *f);
+
+/* ---------------------------------------------------------------- point-to-point instructions */
+
+/*
+ * The runtime instruction of a SEND or RECV node (hp/ops.h: hp_send, hp_recv) over communicator
+ * `comm`, whose rank numbers the node's peer. Asynchronous nodes run on the program's
+ * point-to-point queue, in program order, so a SEND and the RECV it meets are matched by (peer,
+ * tag) in issue order; collectives on other queues never delay them. A SEND starts a non-blocking
+ * send (hp_comm_isend) and the runtime completes it at the end of the run (or before an in-place
+ * writer), keeping its input alive until then; a RECV receives before the queue goes on (the
+ * compute thread waits for it only where its output is first read). Without HP_NODE_FLAG_ASYNC (or
+ * with opts.sync_comm) they run in program order on the compute thread.
+ */
+typedef struct hp_p2p_instr {
+    hp_instr instr;
+    hp_comm *comm;        /* borrowed */
+    hp_comm_request *req; /* a send in flight, or NULL */
+} hp_p2p_instr;
+
+/*
+ * Attaches `x` (caller-owned storage that must outlive every program of g) to SEND or RECV node
+ * `node` of g and flags it HP_NODE_FLAG_INSTR, plus HP_NODE_FLAG_ASYNC when `async`. Errors:
+ * HP_STATUS_INVALID_ARGUMENT for a node out of range or not a SEND/RECV (naming it), a NULL comm,
+ * or a peer not in comm.
+ */
+hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p_instr *x);
 
 #ifdef __cplusplus
 }

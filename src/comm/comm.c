@@ -1,8 +1,10 @@
 /* Public communicator wrappers: argument checks, AVG, in-place rules, requests. */
 #include "hp/comm.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct hp_comm {
     const hp_comm_i *iface;
@@ -300,33 +302,56 @@ static hp_status barrier(hp_comm *c, hp_comm_request **req) {
 
 /* ---------------------------------------------------------------- public entry points */
 
+static _Thread_local hp_comm_wait_mode tl_wait = HP_COMM_WAIT_BLOCK;
+static hp_status poll_wait(hp_comm_request *r);
+
+/* A blocking call made by a thread that does not block in the library (hp_comm_set_thread_wait):
+ * started non-blocking, then completed by polling. */
+static hp_status start_wait(hp_status started, hp_comm_request **r) {
+    HP_CHECK(started);
+    return *r ? poll_wait(*r) : HP_STATUS_OK; /* *r read after the call that set it */
+}
+
 hp_status hp_comm_all_reduce(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt, hp_reduce_op op) {
-    return all_reduce(c, sb, rb, n, dt, op, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(all_reduce(c, sb, rb, n, dt, op, &r), &r) : all_reduce(c, sb, rb, n, dt, op, NULL);
 }
 hp_status hp_comm_all_gather(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt) {
-    return all_gather(c, sb, rb, n, dt, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(all_gather(c, sb, rb, n, dt, &r), &r) : all_gather(c, sb, rb, n, dt, NULL);
 }
 hp_status hp_comm_reduce_scatter(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt,
                                  hp_reduce_op op) {
-    return reduce_scatter(c, sb, rb, n, dt, op, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(reduce_scatter(c, sb, rb, n, dt, op, &r), &r) : reduce_scatter(c, sb, rb, n, dt, op, NULL);
 }
 hp_status hp_comm_all_to_all(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt) {
-    return all_to_all(c, sb, rb, n, dt, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(all_to_all(c, sb, rb, n, dt, &r), &r) : all_to_all(c, sb, rb, n, dt, NULL);
 }
 hp_status hp_comm_all_to_allv(hp_comm *c, const void *sb, const size_t *sc, const size_t *sd, void *rb,
                               const size_t *rc, const size_t *rd, hp_dtype dt) {
-    return all_to_allv(c, sb, sc, sd, rb, rc, rd, dt, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(all_to_allv(c, sb, sc, sd, rb, rc, rd, dt, &r), &r)
+                   : all_to_allv(c, sb, sc, sd, rb, rc, rd, dt, NULL);
 }
 hp_status hp_comm_broadcast(hp_comm *c, void *buf, size_t n, hp_dtype dt, int root) {
-    return broadcast(c, buf, n, dt, root, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(broadcast(c, buf, n, dt, root, &r), &r) : broadcast(c, buf, n, dt, root, NULL);
 }
 hp_status hp_comm_send(hp_comm *c, const void *buf, size_t n, hp_dtype dt, int peer, int tag) {
-    return p2p(c, true, (void *)buf, n, dt, peer, tag, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(p2p(c, true, (void *)buf, n, dt, peer, tag, &r), &r)
+                   : p2p(c, true, (void *)buf, n, dt, peer, tag, NULL);
 }
 hp_status hp_comm_recv(hp_comm *c, void *buf, size_t n, hp_dtype dt, int peer, int tag) {
-    return p2p(c, false, buf, n, dt, peer, tag, NULL);
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(p2p(c, false, buf, n, dt, peer, tag, &r), &r) : p2p(c, false, buf, n, dt, peer, tag, NULL);
 }
-hp_status hp_comm_barrier(hp_comm *c) { return barrier(c, NULL); }
+hp_status hp_comm_barrier(hp_comm *c) {
+    hp_comm_request *r = NULL;
+    return tl_wait ? start_wait(barrier(c, &r), &r) : barrier(c, NULL);
+}
 
 hp_status hp_comm_iall_reduce(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt,
                               hp_reduce_op op, hp_comm_request **req) {
@@ -362,8 +387,31 @@ hp_status hp_comm_irecv(hp_comm *c, void *buf, size_t n, hp_dtype dt, int peer, 
 }
 hp_status hp_comm_ibarrier(hp_comm *c, hp_comm_request **req) { return barrier(c, req); }
 
+/* ---------------------------------------------------------------- how a thread waits */
+
+void hp_comm_set_thread_wait(hp_comm_wait_mode m) { tl_wait = m; }
+hp_comm_wait_mode hp_comm_thread_wait(void) { return tl_wait; }
+
+/* Completes r by testing it, giving the CPU away between tests (YIELD: sched_yield; SLEEP: a
+ * sleep growing from 2 us to 256 us). */
+static hp_status poll_wait(hp_comm_request *r) {
+    long ns = 2000;
+    for (;;) {
+        bool done;
+        HP_CHECK(hp_comm_test(r, &done));
+        if (done) return HP_STATUS_OK;
+        if (tl_wait == HP_COMM_WAIT_YIELD) {
+            sched_yield();
+        } else {
+            nanosleep(&(struct timespec){0, ns}, NULL);
+            if (ns < 256000) ns *= 2;
+        }
+    }
+}
+
 hp_status hp_comm_wait(hp_comm_request *r) {
     if (!r) return HP_STATUS_OK;
+    if (tl_wait != HP_COMM_WAIT_BLOCK && r->impl) return poll_wait(r);
     hp_status st = HP_STATUS_OK;
     if (r->impl) st = r->comm->iface->wait(r->comm->ctx, r->impl);
     if (st == HP_STATUS_OK) req_complete(r);

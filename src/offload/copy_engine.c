@@ -1,5 +1,6 @@
-/* The copy stream: one worker thread, a FIFO of copy tasks, events, stats, chunked streaming. */
+/* The copy stream: copy tasks on a worker (hp/worker.h), events, stats, chunked streaming. */
 #include "hp/copy_engine.h"
+#include "hp/worker.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -10,26 +11,17 @@
 #define WINDOW 16               /* disk requests in flight per copy */
 
 typedef struct task {
-    struct task *next;
-    uint64_t seq;
-    bool is_fn;
-    bool is_work; /* with is_fn: skipped after a failure, timed as busy */
+    hp_copy_engine *ce;
     hp_loc dst, src;
     size_t bytes;
     void (*fn)(void *);
     void *user;
 } task;
 
+/* The copy stream is a worker (hp/worker.h) plus the copy statistics. */
 struct hp_copy_engine {
-    pthread_t worker;
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv, done_cv;
-    task *head, *tail;
-    uint64_t submitted, completed;
-    bool stop;
-    hp_status err;     /* sticky */
-    uint64_t err_seq;  /* task that failed first */
-    char err_msg[1024];
+    hp_worker *w;
+    pthread_mutex_t mu; /* guards stats */
     hp_copy_stats stats;
 };
 
@@ -87,56 +79,54 @@ static hp_status run_copy(const task *t) {
     return st;
 }
 
-static void *worker_main(void *arg) {
-    hp_copy_engine *ce = arg;
+/* A copy task on the worker: skipped (counted as failed) after an earlier failure. */
+static hp_status copy_task(void *user, bool failed) {
+    task *t = user;
+    hp_copy_engine *ce = t->ce;
+    hp_status st = HP_STATUS_OK;
+    double t0 = hp_now_seconds();
+    if (!failed) st = run_copy(t);
+    double dt = hp_now_seconds() - t0;
+    int s = t->src.tier, d = t->dst.tier;
     pthread_mutex_lock(&ce->mu);
-    for (;;) {
-        while (!ce->head && !ce->stop) pthread_cond_wait(&ce->work_cv, &ce->mu);
-        if (!ce->head && ce->stop) break;
-        task *t = ce->head;
-        ce->head = t->next;
-        if (!ce->head) ce->tail = NULL;
-        bool skip = (!t->is_fn || t->is_work) && ce->err != HP_STATUS_OK;
-        pthread_mutex_unlock(&ce->mu);
-
-        hp_status st = HP_STATUS_OK;
-        double dt = 0;
-        if (t->is_fn && t->is_work) {
-            double t0 = hp_now_seconds();
-            if (!skip) t->fn(t->user);
-            dt = hp_now_seconds() - t0;
-        } else if (t->is_fn) {
-            t->fn(t->user);
-        } else if (!skip) {
-            double t0 = hp_now_seconds();
-            st = run_copy(t);
-            dt = hp_now_seconds() - t0;
-        }
-
-        pthread_mutex_lock(&ce->mu);
-        if (t->is_work) ce->stats.busy_total_s += dt;
-        if (!t->is_fn) {
-            int s = t->src.tier, d = t->dst.tier;
-            ce->stats.copies[s][d]++;
-            ce->stats.busy_s[s][d] += dt;
-            ce->stats.busy_total_s += dt;
-            if (skip || st != HP_STATUS_OK) ce->stats.failed++;
-            else ce->stats.bytes[s][d] += t->bytes;
-            if (st != HP_STATUS_OK && ce->err == HP_STATUS_OK) {
-                ce->err = st;
-                ce->err_seq = t->seq;
-                snprintf(ce->err_msg, sizeof ce->err_msg, "copy %s -> %s of %zu bytes: %s",
-                         hp_tier_name(t->src.tier), hp_tier_name(t->dst.tier), t->bytes,
-                         hp_error_message());
-            }
-        }
-        ce->stats.tasks_done++;
-        ce->completed = t->seq;
-        free(t);
-        pthread_cond_broadcast(&ce->done_cv);
-    }
+    ce->stats.copies[s][d]++;
+    ce->stats.busy_s[s][d] += dt;
+    ce->stats.busy_total_s += dt;
+    if (failed || st != HP_STATUS_OK) ce->stats.failed++;
+    else ce->stats.bytes[s][d] += t->bytes;
+    ce->stats.tasks_done++;
     pthread_mutex_unlock(&ce->mu);
-    return NULL;
+    if (st != HP_STATUS_OK)
+        st = hp_error_prefix(st, "copy %s -> %s of %zu bytes: ", hp_tier_name(t->src.tier), hp_tier_name(t->dst.tier),
+                             t->bytes);
+    free(t);
+    return st;
+}
+
+/* A host function: runs even after a failure (it releases buffers). */
+static hp_status host_fn_task(void *user, bool failed) {
+    (void)failed;
+    task *t = user;
+    t->fn(t->user);
+    pthread_mutex_lock(&t->ce->mu);
+    t->ce->stats.tasks_done++;
+    pthread_mutex_unlock(&t->ce->mu);
+    free(t);
+    return HP_STATUS_OK;
+}
+
+/* Work for the worker: skipped after a failure, timed as busy. */
+static hp_status host_work_task(void *user, bool failed) {
+    task *t = user;
+    double t0 = hp_now_seconds();
+    if (!failed) t->fn(t->user);
+    double dt = hp_now_seconds() - t0;
+    pthread_mutex_lock(&t->ce->mu);
+    t->ce->stats.busy_total_s += dt;
+    t->ce->stats.tasks_done++;
+    pthread_mutex_unlock(&t->ce->mu);
+    free(t);
+    return HP_STATUS_OK;
 }
 
 /* ---------------------------------------------------------------- engine */
@@ -145,44 +135,28 @@ hp_status hp_copy_engine_new(hp_copy_engine **out) {
     *out = NULL;
     hp_copy_engine *ce = calloc(1, sizeof *ce);
     if (!ce) return hp_error(HP_STATUS_OUT_OF_MEMORY, "copy engine: cannot allocate");
-    pthread_mutex_init(&ce->mu, NULL);
-    pthread_cond_init(&ce->work_cv, NULL);
-    pthread_cond_init(&ce->done_cv, NULL);
-    int rc = pthread_create(&ce->worker, NULL, worker_main, ce);
-    if (rc != 0) {
-        pthread_cond_destroy(&ce->work_cv);
-        pthread_cond_destroy(&ce->done_cv);
-        pthread_mutex_destroy(&ce->mu);
+    hp_status st = hp_worker_new(&ce->w);
+    if (st != HP_STATUS_OK) {
         free(ce);
-        return hp_error(HP_STATUS_INTERNAL, "copy engine: cannot start the worker thread: %s",
-                        strerror(rc));
+        return hp_error_prefix(st, "copy engine: ");
     }
+    pthread_mutex_init(&ce->mu, NULL);
     *out = ce;
     return HP_STATUS_OK;
 }
 
 void hp_copy_engine_free(hp_copy_engine *ce) {
     if (!ce) return;
-    pthread_mutex_lock(&ce->mu);
-    ce->stop = true;
-    pthread_cond_signal(&ce->work_cv);
-    pthread_mutex_unlock(&ce->mu);
-    pthread_join(ce->worker, NULL);
-    pthread_cond_destroy(&ce->work_cv);
-    pthread_cond_destroy(&ce->done_cv);
+    hp_worker_free(ce->w); /* runs what is queued first */
     pthread_mutex_destroy(&ce->mu);
     free(ce);
 }
 
-static hp_status enqueue(hp_copy_engine *ce, task *t) {
-    pthread_mutex_lock(&ce->mu);
-    t->seq = ++ce->submitted;
-    if (ce->tail) ce->tail->next = t;
-    else ce->head = t;
-    ce->tail = t;
-    pthread_cond_signal(&ce->work_cv);
-    pthread_mutex_unlock(&ce->mu);
-    return HP_STATUS_OK;
+static hp_status enqueue(hp_copy_engine *ce, task *t, hp_worker_fn fn) {
+    t->ce = ce;
+    hp_status st = hp_worker_submit(ce->w, fn, t, NULL);
+    if (st != HP_STATUS_OK) free(t);
+    return st;
 }
 
 static hp_status check_loc(const hp_loc *l, const char *which) {
@@ -212,54 +186,30 @@ hp_status hp_copy_async(hp_copy_engine *ce, hp_loc dst, hp_loc src, size_t bytes
     t->dst = dst;
     t->src = src;
     t->bytes = bytes;
-    return enqueue(ce, t);
+    return enqueue(ce, t, copy_task);
 }
 
 hp_status hp_copy_host_fn(hp_copy_engine *ce, void (*fn)(void *user), void *user) {
     if (!fn) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_copy_host_fn: fn is NULL");
     task *t = calloc(1, sizeof *t);
     if (!t) return hp_error(HP_STATUS_OUT_OF_MEMORY, "hp_copy_host_fn: cannot allocate a task");
-    t->is_fn = true;
     t->fn = fn;
     t->user = user;
-    return enqueue(ce, t);
+    return enqueue(ce, t, host_fn_task);
 }
 
 hp_status hp_copy_host_task(hp_copy_engine *ce, void (*fn)(void *user), void *user) {
     if (!fn) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_copy_host_task: fn is NULL");
     task *t = calloc(1, sizeof *t);
     if (!t) return hp_error(HP_STATUS_OUT_OF_MEMORY, "hp_copy_host_task: cannot allocate a task");
-    t->is_fn = t->is_work = true;
     t->fn = fn;
     t->user = user;
-    return enqueue(ce, t);
+    return enqueue(ce, t, host_work_task);
 }
 
-/* Waits (caller holds the lock) until task `seq` has run; returns the sticky error if it applies. */
-static hp_status wait_seq_locked(hp_copy_engine *ce, uint64_t seq) {
-    if (ce->completed < seq) {
-        double t0 = hp_now_seconds();
-        while (ce->completed < seq) pthread_cond_wait(&ce->done_cv, &ce->mu);
-        ce->stats.wait_s += hp_now_seconds() - t0;
-    }
-    if (ce->err != HP_STATUS_OK && ce->err_seq <= seq) return hp_error(ce->err, "%s", ce->err_msg);
-    return HP_STATUS_OK;
-}
+hp_status hp_copy_engine_synchronize(hp_copy_engine *ce) { return hp_worker_synchronize(ce->w); }
 
-hp_status hp_copy_engine_synchronize(hp_copy_engine *ce) {
-    pthread_mutex_lock(&ce->mu);
-    hp_status st = wait_seq_locked(ce, ce->submitted);
-    pthread_mutex_unlock(&ce->mu);
-    return st;
-}
-
-void hp_copy_engine_clear_error(hp_copy_engine *ce) {
-    pthread_mutex_lock(&ce->mu);
-    ce->err = HP_STATUS_OK;
-    ce->err_seq = 0;
-    ce->err_msg[0] = '\0';
-    pthread_mutex_unlock(&ce->mu);
-}
+void hp_copy_engine_clear_error(hp_copy_engine *ce) { hp_worker_clear_error(ce->w); }
 
 /* ---------------------------------------------------------------- events */
 
@@ -273,32 +223,20 @@ void hp_event_free(hp_event *ev) { free(ev); }
 
 hp_status hp_event_record(hp_event *ev, hp_copy_engine *ce) {
     if (!ev || !ce) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_event_record: NULL event or engine");
-    pthread_mutex_lock(&ce->mu);
     ev->ce = ce;
-    ev->seq = ce->submitted;
-    pthread_mutex_unlock(&ce->mu);
+    ev->seq = hp_worker_submitted(ce->w);
     return HP_STATUS_OK;
 }
 
 hp_status hp_event_wait(hp_event *ev) {
     if (!ev || !ev->ce) return HP_STATUS_OK;
-    hp_copy_engine *ce = ev->ce;
-    pthread_mutex_lock(&ce->mu);
-    hp_status st = wait_seq_locked(ce, ev->seq);
-    pthread_mutex_unlock(&ce->mu);
-    return st;
+    return hp_worker_wait(ev->ce->w, ev->seq);
 }
 
 hp_status hp_event_query(hp_event *ev, bool *done) {
     *done = true;
     if (!ev || !ev->ce) return HP_STATUS_OK;
-    hp_copy_engine *ce = ev->ce;
-    pthread_mutex_lock(&ce->mu);
-    hp_status st = HP_STATUS_OK;
-    *done = ce->completed >= ev->seq;
-    if (*done && ce->err != HP_STATUS_OK && ce->err_seq <= ev->seq) st = hp_error(ce->err, "%s", ce->err_msg);
-    pthread_mutex_unlock(&ce->mu);
-    return st;
+    return hp_worker_query(ev->ce->w, ev->seq, done);
 }
 
 /* ---------------------------------------------------------------- statistics */
@@ -307,12 +245,14 @@ void hp_copy_engine_get_stats(hp_copy_engine *ce, hp_copy_stats *out) {
     pthread_mutex_lock(&ce->mu);
     *out = ce->stats;
     pthread_mutex_unlock(&ce->mu);
+    hp_worker_times(ce->w, NULL, &out->wait_s);
 }
 
 void hp_copy_engine_reset_stats(hp_copy_engine *ce) {
     pthread_mutex_lock(&ce->mu);
     memset(&ce->stats, 0, sizeof ce->stats);
     pthread_mutex_unlock(&ce->mu);
+    hp_worker_reset_times(ce->w);
 }
 
 double hp_copy_stats_hidden_fraction(const hp_copy_stats *s) {

@@ -602,7 +602,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
                 st = hp_graph_status(g);
                 goto done;
             }
-            *x = (hp__ofl_xfer){s, y[ci], c->bytes, x->ev, eng};
+            *x = hp__ofl_xfer_make(s, y[ci], c->bytes, x->ev, eng);
             hp_graph_node(g, of_node[ci])->extra = x;
             hp_graph_node(g, ow_node[ci])->extra = x;
             if (tn) {
@@ -616,7 +616,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             size_t k = base[ci] + (size_t)j;
             hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
             HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
-            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev, eng};
+            *x = hp__ofl_xfer_make(s, src, c->bytes, x->ev, eng);
             copy[k] = hp_graph_add_node(g, HP_OP_PREFETCH, &src, 1, &at);
             pf_node[k] = hp_graph_n_nodes(g) - 1;
             hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &copy[k], 1, NULL);
@@ -637,7 +637,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
         if (c->spre >= 0) { /* early read for AdamW; written operands are written back by the update */
             hp__ofl_xfer *x = &s->xfers[s->n_xfers++];
             HP_CHECK_GOTO(hp_event_new(&x->ev), st, done);
-            *x = (hp__ofl_xfer){s, src, c->bytes, x->ev, eng};
+            *x = hp__ofl_xfer_make(s, src, c->bytes, x->ev, eng);
             ecopy[ci] = hp_graph_add_node(g, HP_OP_PREFETCH, &src, 1, &at);
             ep_node[ci] = hp_graph_n_nodes(g) - 1;
             hp_graph_add_node(g, HP_OP_OFFLOAD_WAIT, &ecopy[ci], 1, NULL);
@@ -646,7 +646,7 @@ static hp_status rewrite(hp_offload_state *s, hp_graph *g) {
             if (c->written) {
                 hp__ofl_xfer *w = &s->xfers[s->n_xfers++];
                 HP_CHECK_GOTO(hp_event_new(&w->ev), st, done);
-                *w = (hp__ofl_xfer){s, c->t, c->bytes, w->ev, eng};
+                *w = hp__ofl_xfer_make(s, c->t, c->bytes, w->ev, eng);
                 wb_rec[ci] = w;
             }
             if (wb_wait) {
@@ -865,6 +865,7 @@ hp_status hp_offload_apply_config(const hp_offload_plan_config *cfg, hp_graph *g
         HP_CHECK_GOTO(hp_copy_engine_new(&s->ce_disk), st, fail);
     }
     HP_CHECK_GOTO(rewrite(s, g), st, fail);
+    hp__ofl_mark_instrs(s, g);
     HP_CHECK_GOTO(hp_graph_verify(g), st, fail);
     s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, cfg->device_budget, ext_write, ext_read,
                               ext_before_run, ext_after_run, ext_report, s, ext_sync};

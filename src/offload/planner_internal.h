@@ -1,7 +1,8 @@
-/* Internal: the offload planner's data shared by planner.c, planner_apply.c and the CPU kernels. */
+/* Internal: the offload planner's data shared by planner.c, planner_apply.c, deferred.c and exec.c. */
 #ifndef HP_OFFLOAD_PLANNER_INTERNAL_H
 #define HP_OFFLOAD_PLANNER_INTERNAL_H
 
+#include "hp/instr.h"
 #include "hp/offload_plan.h"
 #include "hp/tier.h"
 
@@ -93,6 +94,7 @@ hp_status hp__ofl_pack(const hp_offload_plan *p, const hp_graph *g, size_t *devi
 
 /* A transfer node's record (node->extra of PREFETCH, OFFLOAD and their OFFLOAD_WAIT). */
 typedef struct hp__ofl_xfer {
+    hp_instr instr;     /* the runtime instruction (hp__ofl_execute); first, so node->extra is both */
     hp_offload_state *st;
     hp_tid slow;   /* the tensor whose home is on the slow tier */
     size_t bytes;
@@ -105,6 +107,7 @@ typedef struct hp__ofl_xfer {
  * for by an OFFLOAD_WAIT whose extra is the same record. */
 
 struct hp_offload_state {
+    hp_instr instr; /* ADAMW_STREAM nodes' instruction (not deferred); first, so node->extra is both */
     hp_offload_plan *plan;
     hp_copy_engine *ce;
     hp_disk *disk;
@@ -163,7 +166,9 @@ struct hp__ofl_async {
     bool pending;        /* the kernel filled the record; hp__ofl_async_flush has not queued it */
     int32_t deadline;    /* the node of the next step that waits for it (original numbering) */
     int32_t later_min;   /* the earliest deadline of the deferred updates after this one in the step */
-    void (*chunk_fn)(void *chunk); /* the backend's update of one hp__ofl_chunk (job only) */
+    void (*update)(const void *coef, void *const *bufs, size_t count); /* the backend's update of
+                                      one chunk (hp_exec_ctx.update), on the disk stream (job only) */
+    void (*chunk_fn)(void *chunk); /* runs `update` on one hp__ofl_chunk (exec.c) */
     hp_loc wb_dst[4], wb_src[4];   /* write-backs of early-read copies (wb_bytes 0: none) */
     size_t wb_bytes[4];
     size_t numel, n_chunks;
@@ -177,6 +182,18 @@ struct hp__ofl_async {
  * early and stays in deadline order); the run's end flushes everything a failed step left pending.
  * Errors: hp_copy_async's. */
 hp_status hp__ofl_async_flush(hp_offload_state *s, int32_t limit);
+
+/* A transfer record with its runtime instruction. */
+hp__ofl_xfer hp__ofl_xfer_make(hp_offload_state *st, hp_tid slow, size_t bytes, hp_event *ev, hp_copy_engine *ce);
+
+/* The instruction of every offload node (exec.c): PREFETCH and OFFLOAD queue a copy on the record's
+ * stream and record its event, OFFLOAD_WAIT waits for it, ADAMW_STREAM streams the update through
+ * the backend's chunk update (ctx) or defers it to the disk stream. */
+hp_status hp__ofl_execute(hp_instr *self, const hp_node_args *a, const hp_exec_ctx *ctx);
+
+/* Sets the instructions of the state, its records and the hold, and flags every node that carries
+ * one (HP_NODE_FLAG_INSTR); after the rewrite and the deferred updates' staging. */
+void hp__ofl_mark_instrs(hp_offload_state *s, hp_graph *g);
 
 /* Where tensor t's home is; `fast` is its address when the home is the fast tier. */
 hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast);

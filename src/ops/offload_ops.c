@@ -3,9 +3,9 @@
  * OFFLOAD_WAIT (completion of one transfer) and ADAMW_STREAM (AdamW over states on slower tiers).
  *
  * The offload planner (src/offload/planner*.c) inserts them; model code never does. A transfer node's
- * `extra` is the planner's transfer record (where the slow side lives, the event); the kernels of
- * src/backend/cpu/k_offload.c run the copies on the copy stream. They are asynchronous, so their cost
- * on the compute stream is zero: the planner accounts for their time on the copy stream itself.
+ * `extra` is the planner's transfer record, which begins with its runtime instruction (hp/instr.h;
+ * src/offload/exec.c runs the copies on the copy stream). They are asynchronous, so their cost on
+ * the compute stream is zero: the planner accounts for their time on the copy stream itself.
  */
 #include "ops/op.h"
 

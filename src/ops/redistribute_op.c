@@ -1,11 +1,11 @@
 /*
  * REDISTRIBUTE and ASSIGN: the two operators only per-rank graphs contain. The partitioner
- * inserts REDISTRIBUTE where a consumer needs another layout than its producer made (the plan and
- * mesh ride in node->extra), and ASSIGN to write an in-place update made on a redistributed copy
- * back into the original tensor.
+ * inserts REDISTRIBUTE where a consumer needs another layout than its producer made (its runtime
+ * instruction, hp/instr.h, with the plan and mesh rides in node->extra), and ASSIGN to write an
+ * in-place update made on a redistributed copy back into the original tensor.
  */
 #include "ops/op.h"
-#include "shard/partition_internal.h"
+#include "hp/instr.h"
 
 static hp_status redistribute_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
     dt[0] = hp_graph_tensor(g, n->in[0])->dtype;
@@ -15,8 +15,8 @@ static hp_status redistribute_infer(const hp_graph *g, const hp_node *n, hp_dtyp
 
 static void redistribute_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     hp__cost_default(g, n, 0.0, c);
-    const hp__redist_extra *x = n->extra;
-    if (x) c->bytes_read += (double)x->plan.bytes; /* bytes received over the network */
+    const hp_instr *x = hp_node_instr(n);
+    if (x) c->bytes_read += x->bytes; /* bytes received over the network */
 }
 
 static hp_status assign_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {

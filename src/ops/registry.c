@@ -86,3 +86,8 @@ hp_op_cost hp_node_cost(const hp_graph *g, int i) {
         hp__cost_default(g, n, 0.0, &c);
     return c;
 }
+
+size_t hp_op_workspace(const hp_graph *g, const hp_node *n) {
+    const hp_op_def *d = hp__op_def(n->op);
+    return d->workspace ? d->workspace(g, n) : 0;
+}

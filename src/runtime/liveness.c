@@ -4,6 +4,8 @@
  */
 #include "hp/liveness.h"
 
+#include "hp/instr.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,7 +123,10 @@ hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep,
      * live until then, so the arena does not hand their bytes to another tensor too early. */
     for (int i = 0; i < nn; i++) {
         const hp_node *n = hp_graph_node(g, i);
-        if (!out->node_live[i] || !(n->flags & HP_NODE_FLAG_ASYNC)) continue;
+        /* A transfer left in flight by its node (a non-blocking send, hp_instr.complete) is
+         * completed at the end of the run: its inputs live to the end like an asynchronous node's. */
+        const hp_instr *x = hp_node_instr(n);
+        if (!out->node_live[i] || !((n->flags & HP_NODE_FLAG_ASYNC) || (x && x->complete))) continue;
         int wait = nn - 1;
         for (int j = 0; j < n->n_out; j++) {
             const hp_tensor_liveness *o = &out->t[n->out[j]];
@@ -131,6 +136,12 @@ hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep,
             if (n->in[k] == HP_TID_NONE) continue;
             hp_tensor_liveness *l = &out->t[n->in[k]];
             if (l->live && l->end < wait) l->end = wait;
+        }
+        /* An output nobody reads (a collective kept for the other ranks) is still written until the
+         * end-of-step wait: its bytes are not free before then. */
+        for (int j = 0; j < n->n_out; j++) {
+            hp_tensor_liveness *o = &out->t[n->out[j]];
+            if (o->live && o->first_use < 0 && o->end < nn - 1) o->end = nn - 1;
         }
     }
     return HP_STATUS_OK;

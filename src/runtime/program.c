@@ -10,7 +10,7 @@
 
 #include "hp/ops.h"
 #include "ops/op.h"
-#include "runtime/comm_stream.h"
+#include "runtime/queues.h"
 #include "runtime/store_internal.h"
 
 #include <stdlib.h>
@@ -39,11 +39,18 @@ struct hp_program {
     double *exec_best;   /* with opts.profile: their fastest time over the runs (s), 0 before a run */
     double *exec_seconds; /* with opts.profile: their times in the last batched run (s) */
     uint8_t *exec_kind;  /* EXEC_* below */
-    hp__comm_stream *cs; /* when some node runs asynchronously */
+    hp__queues *q;       /* when some node runs asynchronously: the communication queues */
+    int *queue_of;       /* per exec entry: its queue, or -1 */
     int n_flight;        /* asynchronous outputs not yet waited for: */
     const char **flight_ptr;
     size_t *flight_bytes;
     uint64_t *flight_seq;
+    int *flight_queue;   /* the producing queue, or -1 for a request started here (flight_req) */
+    hp_comm_request **flight_req;
+    bool compute_progress; /* HP_PROGRESS_COMPUTE in effect: asynchronous nodes start here */
+    int n_complete;      /* exec entries whose instruction has a complete hook (non-blocking sends) */
+    int *complete;
+    bool prepared;       /* the instructions' prepare hooks have run */
     hp_program_stats stats;
     bool dry;            /* hp_program_plan: plan and count, allocate no data */
     bool built;          /* program_build succeeded */
@@ -53,7 +60,7 @@ struct hp_program {
     bool *written;       /* while building with a store: per tensor, written in place by a live node */
 };
 
-enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2 };
+enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2, EXEC_VIEW = 3 };
 
 static size_t tensor_bytes(const hp_tensor *t) {
     return (size_t)hp_shape_numel(&t->shape) * hp_dtype_size(t->dtype);
@@ -66,7 +73,11 @@ void hp_program_free(hp_program *p) {
     free(p->binds);
     free(p->bind_of);
     free(p->written);
-    hp__comm_stream_free(p->cs);
+    hp__queues_free(p->q);
+    free(p->queue_of);
+    free(p->flight_queue);
+    free(p->flight_req);
+    free(p->complete);
     free(p->exec_kind);
     free(p->flight_ptr);
     free(p->flight_bytes);
@@ -314,23 +325,31 @@ static hp_status bind_nodes(hp_program *p) {
     p->flight_ptr = calloc((size_t)nn + 1, sizeof *p->flight_ptr);
     p->flight_bytes = calloc((size_t)nn + 1, sizeof *p->flight_bytes);
     p->flight_seq = calloc((size_t)nn + 1, sizeof *p->flight_seq);
+    p->flight_queue = calloc((size_t)nn + 1, sizeof *p->flight_queue);
+    p->flight_req = calloc((size_t)nn + 1, sizeof *p->flight_req);
+    p->queue_of = calloc((size_t)nn + 1, sizeof *p->queue_of);
+    p->complete = calloc((size_t)nn + 1, sizeof *p->complete);
     if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_seconds || !p->exec_kind ||
-        !p->flight_ptr || !p->flight_bytes || !p->flight_seq)
+        !p->flight_ptr || !p->flight_bytes || !p->flight_seq || !p->flight_queue || !p->flight_req || !p->queue_of || !p->complete)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
+    bool async = false;
+    for (int i = 0; i < nn && !p->opts.sync_comm; i++)
+        async |= p->lv.node_live[i] && (hp_graph_node(g, i)->flags & HP_NODE_FLAG_ASYNC);
     for (int i = 0; i < nn; i++) {
         if (!p->lv.node_live[i]) continue;
         const hp_node *n = hp_graph_node(g, i);
-        /* A RESHAPE whose output shares its input's storage has nothing to do. */
-        if (n->op == HP_OP_RESHAPE && p->data[n->in[0]] == p->data[n->out[0]] && p->bytes[n->out[0]] > 0) continue;
+        /* A RESHAPE whose output shares its input's storage has nothing to do, except where
+         * transfers may be in flight: liveness ends a transfer's input where the transfer's output
+         * is first used, so a view of that output is where the runtime waits (EXEC_VIEW). */
+        bool view = n->op == HP_OP_RESHAPE && p->data[n->in[0]] == p->data[n->out[0]] && p->bytes[n->out[0]] > 0;
+        if (view && !async) continue;
         if (!hp_backend_supports_op(p->be, g, n))
             return hp_error(HP_STATUS_UNSUPPORTED, "program: backend %s cannot run node %d (%s in '%s')",
                             hp_backend_name(p->be), i, hp_op_name(n->op), n->scope ? n->scope : "");
         const hp_op_def *d = hp__op_def(n->op);
-        if (d->workspace) {
-            size_t w = d->workspace(g, n);
-            if (w > ws) ws = w;
-        }
+        size_t w = hp_backend_workspace_bytes(p->be, g, n);
+        if (w > ws) ws = w;
         hp_node_args *a = &p->exec[p->n_exec];
         a->g = g;
         a->node = n;
@@ -338,9 +357,12 @@ static hp_status bind_nodes(hp_program *p) {
         for (int j = 0; j < n->n_out; j++) a->out[j] = p->data[n->out[j]];
         p->exec_node[p->n_exec] = i;
         p->exec_flops[p->n_exec] = hp_node_cost(g, i).flops;
-        p->exec_kind[p->n_exec] = ((n->flags & HP_NODE_FLAG_ASYNC) && !p->opts.sync_comm) ? EXEC_ASYNC
+        p->exec_kind[p->n_exec] = view                                                   ? EXEC_VIEW
+                                  : ((n->flags & HP_NODE_FLAG_ASYNC) && !p->opts.sync_comm) ? EXEC_ASYNC
                                   : ((n->flags & HP_NODE_FLAG_INPLACE) || d->inplace_inputs) ? EXEC_INPLACE
                                                                                             : EXEC_COMPUTE;
+        const hp_instr *x = hp_node_instr(n);
+        if (x && x->complete) p->complete[p->n_complete++] = p->n_exec;
         p->n_exec++;
     }
     p->stats.n_nodes = p->n_exec;
@@ -366,6 +388,8 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
     p->dry = dry;
     p->g = g;
     p->opts = opts ? *opts : HP_PROGRAM_OPTS_DEFAULT;
+    if (p->opts.progress == HP_PROGRESS_AUTO) p->opts.progress = hp_progress_auto();
+    if (p->opts.progress == HP_PROGRESS_INORDER) p->opts.sync_comm = true;
     hp_status st = HP_STATUS_OK;
     if (p->opts.backend) {
         p->be = p->opts.backend;
@@ -394,8 +418,29 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
     HP_CHECK_GOTO(bind_storage(p), st, fail);
     store_finish(p);
     HP_CHECK_GOTO(bind_nodes(p), st, fail);
-    for (int e = 0; e < p->n_exec && !p->cs && !dry; e++)
-        if (p->exec_kind[e] == EXEC_ASYNC) HP_CHECK_GOTO(hp__comm_stream_new(p->be, &p->cs), st, fail);
+    if (p->opts.progress == HP_PROGRESS_COMPUTE) { /* every asynchronous node must start non-blocking */
+        p->compute_progress = true;
+        for (int e = 0; e < p->n_exec; e++) {
+            const hp_instr *x = hp_node_instr(p->exec[e].node);
+            if (p->exec_kind[e] == EXEC_ASYNC && !(x && x->start)) p->compute_progress = false;
+        }
+        if (!p->compute_progress) p->opts.progress = HP_PROGRESS_YIELD;
+    }
+    if (!dry && !p->compute_progress) {
+        bool *async = calloc((size_t)p->n_exec + 1, sizeof *async);
+        if (!async) {
+            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", p->n_exec);
+            goto fail;
+        }
+        for (int e = 0; e < p->n_exec; e++) async[e] = p->exec_kind[e] == EXEC_ASYNC;
+        st = hp__queues_new(p->exec, async, p->n_exec, p->queue_of, &p->q);
+        free(async);
+        if (st != HP_STATUS_OK) goto fail;
+        p->stats.n_queues = hp__queues_count(p->q);
+        hp__queues_set_wait(p->q, p->opts.progress == HP_PROGRESS_YIELD   ? HP_COMM_WAIT_YIELD
+                                  : p->opts.progress == HP_PROGRESS_SLEEP ? HP_COMM_WAIT_SLEEP
+                                                                          : HP_COMM_WAIT_BLOCK);
+    }
     p->stats.device_bytes = p->stats.persistent_bytes + p->stats.arena_bytes + p->stats.workspace_bytes;
     size_t fast = p->stats.device_bytes + p->stats.store_bytes;
     if (p->opts.ext && p->opts.ext->device_budget > 0 && fast > p->opts.ext->device_budget) {
@@ -466,48 +511,141 @@ hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes
     return hp_backend_synchronize(p->be);
 }
 
-/* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
- * writer, which may overwrite what a collective in flight still reads). */
-static hp_status wait_inputs(hp_program *p, int e) {
-    if (!p->n_flight) return HP_STATUS_OK;
-    if (p->exec_kind[e] == EXEC_INPLACE) {
-        p->n_flight = 0;
-        return hp__comm_stream_wait_all(p->cs);
+/* Completes what instructions left in flight (non-blocking sends), after their queues ran them. */
+static hp_status complete_all(hp_program *p) {
+    hp_first_error fe = {HP_STATUS_OK, ""};
+    for (int c = 0; c < p->n_complete; c++) {
+        hp_instr *x = hp_node_instr(p->exec[p->complete[c]].node);
+        hp_first_error_add(&fe, x->complete(x));
     }
+    return hp_first_error_status(&fe);
+}
+
+/* Waits for every queue, then completes what is in flight: nothing asynchronous is left. */
+static hp_status wait_all(hp_program *p) {
+    hp_first_error fe = {HP_STATUS_OK, ""};
+    for (int f = 0; f < p->n_flight; f++) {
+        hp_first_error_add(&fe, hp_comm_wait(p->flight_req[f]));
+        p->flight_req[f] = NULL;
+    }
+    p->n_flight = 0;
+    if (p->q) hp_first_error_add(&fe, hp__queues_wait_all(p->q));
+    hp_first_error_add(&fe, complete_all(p));
+    return hp_first_error_status(&fe);
+}
+
+/* Drops the flights that are done: requests completed (NULL) and queue submissions up to need[]. */
+static void compact_flights(hp_program *p, const uint64_t *need) {
+    int w = 0;
+    for (int f = 0; f < p->n_flight; f++) {
+        int qk = p->flight_queue[f];
+        if (qk < 0 && !p->flight_req[f]) continue;
+        if (qk >= 0 && qk < 64 && need[qk] && p->flight_seq[f] <= need[qk]) continue;
+        p->flight_ptr[w] = p->flight_ptr[f];
+        p->flight_bytes[w] = p->flight_bytes[f];
+        p->flight_seq[w] = p->flight_seq[f];
+        p->flight_req[w] = p->flight_req[f];
+        p->flight_queue[w++] = qk;
+    }
+    p->n_flight = w;
+}
+
+/* Compute-driven progress: tests every request in flight once (between nodes). */
+static hp_status test_flights(hp_program *p) {
+    bool any = false;
+    for (int f = 0; f < p->n_flight; f++) {
+        if (!p->flight_req[f]) continue;
+        bool done;
+        hp_status st = hp_comm_test(p->flight_req[f], &done);
+        if (done) p->flight_req[f] = NULL; /* released by the test, also on an error */
+        HP_CHECK(st);
+        any |= done;
+    }
+    if (any) {
+        uint64_t none[64] = {0};
+        compact_flights(p, none);
+    }
+    return HP_STATUS_OK;
+}
+
+/* Waits for the asynchronous outputs that node `e` reads (all of them before an in-place
+ * writer, which may overwrite what a transfer in flight still reads). Each queue is waited for up
+ * to the latest submission whose output the node reads. */
+static hp_status wait_inputs(hp_program *p, int e) {
+    if (p->exec_kind[e] == EXEC_INPLACE && (p->n_flight || p->n_complete)) return wait_all(p);
+    if (!p->n_flight) return HP_STATUS_OK;
     const hp_node_args *a = &p->exec[e];
-    uint64_t need = 0;
+    int nq = hp__queues_count(p->q);
+    /* An asynchronous node reading what its own queue makes needs no wait: the queue is ordered. */
+    int own = p->exec_kind[e] == EXEC_ASYNC && !p->compute_progress ? p->queue_of[e] : -2;
+    uint64_t need[64] = {0};
+    bool any = false;
     for (int k = 0; k < a->node->n_in; k++) {
         const char *x = a->in[k];
         if (!x) continue;
         size_t xb = p->bytes[a->node->in[k]];
-        for (int f = 0; f < p->n_flight; f++)
-            if (x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb && p->flight_seq[f] > need)
-                need = p->flight_seq[f];
-    }
-    if (!need) return HP_STATUS_OK;
-    HP_CHECK(hp__comm_stream_wait(p->cs, need));
-    int w = 0;
-    for (int f = 0; f < p->n_flight; f++)
-        if (p->flight_seq[f] > need) {
-            p->flight_ptr[w] = p->flight_ptr[f];
-            p->flight_bytes[w] = p->flight_bytes[f];
-            p->flight_seq[w++] = p->flight_seq[f];
+        for (int f = 0; f < p->n_flight; f++) {
+            int qk = p->flight_queue[f];
+            if (qk != own && x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
+                if (qk < 0) { /* a request started here: complete it now */
+                    hp_comm_request *r = p->flight_req[f];
+                    p->flight_req[f] = NULL;
+                    HP_CHECK(hp_comm_wait(r));
+                    continue;
+                }
+                if (qk >= 64) return wait_all(p); /* more queues than tracked: wait for all */
+                if (p->flight_seq[f] > need[qk]) need[qk] = p->flight_seq[f];
+                any = true;
+            }
         }
-    p->n_flight = w;
+    }
+    for (int qk = 0; qk < nq && qk < 64; qk++)
+        if (need[qk]) HP_CHECK(hp__queues_wait(p->q, qk, need[qk]));
+    if (any || p->compute_progress) compact_flights(p, need);
     return HP_STATUS_OK;
 }
 
-/* Runs node e: on the communication stream when it is asynchronous, else here. */
+/* Runs node e: an asynchronous instruction on its queue; a transfer instruction (collective,
+ * point-to-point, copy) here through its own execute; anything else through the backend. */
 static hp_status run_exec(hp_program *p, int e) {
     HP_CHECK(wait_inputs(p, e));
     const hp_node_args *a = &p->exec[e];
-    if (p->exec_kind[e] != EXEC_ASYNC) return hp_backend_run_node(p->be, a);
-    uint64_t seq = hp__comm_stream_submit(p->cs, a);
+    if (p->exec_kind[e] == EXEC_VIEW) return HP_STATUS_OK; /* storage shared: only the wait */
+    if (p->exec_kind[e] != EXEC_ASYNC) {
+        hp_instr *x = hp_node_instr(a->node);
+        if (x && x->queue != HP_QUEUE_COMPUTE && x->execute) return x->execute(x, a, NULL);
+        return hp_backend_run_node(p->be, a);
+    }
+    int qk = p->queue_of[e];
+    uint64_t seq = 0;
+    hp_comm_request *req = NULL;
+    if (p->compute_progress) {
+        hp_instr *x = hp_node_instr(a->node);
+        HP_CHECK(x->start(x, a, &req));
+        if (!req) return HP_STATUS_OK; /* already complete */
+        qk = -1;
+    } else {
+        HP_CHECK(hp__queues_submit(p->q, qk, a, &seq));
+    }
     for (int j = 0; j < a->node->n_out; j++) {
         p->flight_ptr[p->n_flight] = a->out[j];
         p->flight_bytes[p->n_flight] = p->bytes[a->node->out[j]];
-        p->flight_seq[p->n_flight++] = seq;
+        p->flight_seq[p->n_flight] = seq;
+        p->flight_req[p->n_flight] = j == 0 ? req : NULL;
+        p->flight_queue[p->n_flight++] = qk;
     }
+    return HP_STATUS_OK;
+}
+
+/* Runs the instructions' prepare hooks once, in program order, on this thread (creating
+ * communicators is collective: every rank does it in the same order, before queues run). */
+static hp_status prepare_instrs(hp_program *p) {
+    if (p->prepared) return HP_STATUS_OK;
+    for (int e = 0; e < p->n_exec; e++) {
+        hp_instr *x = hp_node_instr(p->exec[e].node);
+        if (x && x->prepare) HP_CHECK(x->prepare(x));
+    }
+    p->prepared = true;
     return HP_STATUS_OK;
 }
 
@@ -527,10 +665,7 @@ static hp_status node_failed(hp_program *p, int e, hp_status st) {
     const hp_program_ext *ext = p->opts.ext;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", hp_error_message());
-    if (p->cs) {
-        p->n_flight = 0;
-        (void)hp__comm_stream_wait_all(p->cs);
-    }
+    (void)wait_all(p);
     if (ext && ext->after_run) (void)ext->after_run(ext->user); /* drains the copy stream */
     hp_error(st, "%s", msg);
     if (e < 0) return st;
@@ -542,8 +677,9 @@ hp_status hp_program_run(hp_program *p) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
     if (p->n_binds) HP_CHECK(hp__store_before_run(p->opts.store, p->binds, p->n_binds, p->be));
+    HP_CHECK(prepare_instrs(p));
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
-    if (!p->cs && !p->opts.node_by_node) {
+    if (!p->q && !p->compute_progress && !p->opts.node_by_node) {
         /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
          * one batch (hp_backend_run_nodes; on the CPU one thread team for the whole step). */
         int failed = -1;
@@ -554,16 +690,15 @@ hp_status hp_program_run(hp_program *p) {
         for (int e = 0; e < p->n_exec; e++) {
             double t0 = prof ? hp_now_seconds() : 0;
             hp_status st = run_exec(p, e);
+            if (st == HP_STATUS_OK && p->compute_progress && p->n_flight) st = test_flights(p);
             if (st == HP_STATUS_OK && prof) st = hp_backend_synchronize(p->be);
             if (st != HP_STATUS_OK) return node_failed(p, e, st);
             if (prof) profile_node(p, e, hp_now_seconds() - t0);
         }
     }
-    if (p->cs) {
-        p->n_flight = 0;
-        HP_CHECK(hp__comm_stream_wait_all(p->cs));
-        hp__comm_stream_times(p->cs, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
-    }
+    hp_status wst = wait_all(p);
+    if (wst != HP_STATUS_OK) return node_failed(p, -1, wst);
+    if (p->q) hp__queues_times(p->q, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
     HP_CHECK(hp_backend_synchronize(p->be));
     if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
     p->stats.n_runs++;

@@ -319,7 +319,11 @@ static hp_status schedule_comm(hp_partition *p) {
     for (int i = 0; i < nn; i++) {
         hp_node *n = hp_graph_node(g, i);
         key[i] = (sched_key){i, 0, i};
-        const hp__redist_extra *x = n->extra;
+        hp__redist_extra *x = n->extra;
+        if (n->op == HP_OP_REDISTRIBUTE && x) { /* every REDISTRIBUTE (buckets too) gets its instruction */
+            hp__redist_instr_init(x);
+            n->flags |= HP_NODE_FLAG_INSTR;
+        }
         if (n->op == HP_OP_REDISTRIBUTE && x && plan_communicates(&x->plan)) {
             hp_tid in = n->in[0];
             bool leaf = hp_graph_tensor(g, in)->producer < 0;

@@ -2,12 +2,15 @@
 #ifndef HP_SHARD_PARTITION_INTERNAL_H
 #define HP_SHARD_PARTITION_INTERNAL_H
 
+#include "hp/instr.h"
 #include "hp/mesh.h"
 #include "hp/redistribute.h"
 #include "hp/shard.h"
 
-/* node->extra of a REDISTRIBUTE node (in the per-rank graph's arena). */
+/* node->extra of a REDISTRIBUTE node (in the per-rank graph's arena): its runtime instruction
+ * first (a collective on the queue of the mesh axes the plan uses), then the plan and mesh. */
 typedef struct hp__redist_extra {
+    hp_instr instr;
     hp_redistribute_plan plan;
     hp_mesh *mesh;
 } hp__redist_extra;
@@ -22,5 +25,8 @@ typedef struct hp__redist_extra {
  */
 hp_status hp__bucket_gradients(hp_graph *g, hp_mesh *mesh, int64_t bucket_size, hp_collective_info *coll, int *n_coll,
                                int64_t *bytes, hp_bucket_info **buckets, int *n_buckets);
+
+/* Fills x->instr from x->plan and x->mesh (redist_instr.c). */
+void hp__redist_instr_init(hp__redist_extra *x);
 
 #endif

@@ -3,6 +3,7 @@
 #include "hp/backend.h"
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/streams.h"
 #include "backend/cpu/team.h"
 
 #include <stdlib.h>
@@ -70,6 +71,15 @@ static const hp_backend_i cpu_iface = {
     /* .run_node     = */ cpu_run_node,
     /* .synchronize  = */ NULL,
     /* .run_nodes    = */ hp__cpu_run_nodes,
+    /* .stream_new        = */ hp__cpu_stream_new,
+    /* .stream_free       = */ hp__cpu_stream_free,
+    /* .event_new         = */ hp__cpu_event_new,
+    /* .event_free        = */ hp__cpu_event_free,
+    /* .event_record      = */ hp__cpu_event_record,
+    /* .stream_wait_event = */ hp__cpu_stream_wait_event,
+    /* .event_synchronize = */ hp__cpu_event_synchronize,
+    /* .memcpy_async      = */ hp__cpu_memcpy_async,
+    /* .workspace_bytes   = */ hp__cpu_workspace_bytes,
 };
 
 hp_status hp_backend_cpu_new(hp_backend_t *out) {

@@ -39,6 +39,11 @@ typedef struct hp__adamw_coef {
 } hp__adamw_coef;
 void hp__adamw_update(const hp__adamw_coef *c, float *p, const float *g, float *m, float *v, int64_t n);
 
+/* Runs the node's runtime instruction (hp_instr of hp/backend.h) with the backend's services ctx
+ * (may be NULL); HP_STATUS_INVALID_ARGUMENT when the node has none. */
+struct hp_exec_ctx;
+hp_status hp__cpu_run_instr(const hp_kernel_args *a, const struct hp_exec_ctx *ctx);
+
 /* Shape of the node's input i / output j. */
 static inline const hp_shape *hp__in_shape(const hp_kernel_args *a, int i) {
     return &hp_graph_tensor(a->g, a->node->in[i])->shape;

@@ -1,16 +1,29 @@
-/* CPU kernels of the per-rank operators: REDISTRIBUTE (collectives through the mesh's
- * communicator) and ASSIGN. */
+/* CPU kernels of the transfer operators and ASSIGN. A transfer node (REDISTRIBUTE, SEND, RECV,
+ * PREFETCH, OFFLOAD, OFFLOAD_WAIT) carries the runtime instruction its pass attached (hp_instr,
+ * hp/backend.h): the kernel only runs it, so the backend needs nothing of the passes. */
 #include "backend/cpu/cpu.h"
-#include "hp/redistribute.h"
-#include "shard/partition_internal.h"
+#include "hp/backend.h"
 
 #include <string.h>
 
-hp_status hp__cpu_redistribute(const hp_kernel_args *a) {
-    const hp__redist_extra *x = a->node->extra;
-    if (!x) return hp_error(HP_STATUS_INTERNAL, "redistribute node without a plan");
-    return hp_redistribute_execute(&x->plan, x->mesh, a->in[0], a->out[0]);
+/* Runs the node's instruction on the kernel's bound storage. */
+hp_status hp__cpu_run_instr(const hp_kernel_args *a, const hp_exec_ctx *ctx) {
+    hp_instr *x = hp_node_instr(a->node);
+    if (!x || !x->execute)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s node without a runtime instruction (not from a pass)",
+                        hp_op_name(a->node->op));
+    hp_node_args na = {.g = a->g, .node = a->node, .workspace = a->workspace, .workspace_bytes = a->workspace_bytes};
+    memcpy(na.in, a->in, sizeof na.in);
+    memcpy(na.out, a->out, sizeof na.out);
+    return x->execute(x, &na, ctx);
 }
+
+hp_status hp__cpu_redistribute(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
+hp_status hp__cpu_send(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
+hp_status hp__cpu_recv(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
+hp_status hp__cpu_prefetch(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
+hp_status hp__cpu_offload(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
+hp_status hp__cpu_offload_wait(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
 
 hp_status hp__cpu_assign(const hp_kernel_args *a) {
     const hp_tensor *t = hp_graph_tensor(a->g, a->node->in[0]);

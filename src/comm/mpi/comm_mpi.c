@@ -270,8 +270,14 @@ hp_status hp_comm_mpi_init(int *argc, char ***argv) {
     MPI_Initialized(&inited);
     if (!inited) {
         int provided;
-        MPI_TRY(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
-        g_we_initialised = true;
+        MPI_TRY(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+        g_we_initialised = true; /* hp_comm_mpi_finalize finalises it even after the error below */
+        if (provided < MPI_THREAD_MULTIPLE)
+            return hp_error(HP_STATUS_COMM,
+                            "MPI provides thread level %d, not MPI_THREAD_MULTIPLE (%d): the runtime runs each "
+                            "communicator group's collectives and the point-to-point transfers on queues of their own "
+                            "threads; use an MPI built with thread support",
+                            provided, MPI_THREAD_MULTIPLE);
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     if (!g_bf16_ops_made) {

@@ -1,0 +1,52 @@
+/* The point-to-point instructions of SEND and RECV nodes (hp/runtime.h: hp_p2p_instr). */
+#include "hp/runtime.h"
+
+static size_t count_of(const hp_tensor *t) { return (size_t)hp_shape_numel(&t->shape); }
+
+static hp_status p2p_execute(hp_instr *self, const hp_node_args *a, const hp_exec_ctx *ctx) {
+    (void)ctx;
+    hp_p2p_instr *x = (hp_p2p_instr *)(void *)self;
+    const hp_node *n = a->node;
+    int peer = (int)n->attr.i[0], tag = (int)n->attr.i[1];
+    if (n->op == HP_OP_SEND) {
+        const hp_tensor *t = hp_graph_tensor(a->g, n->in[0]);
+        if (x->req) HP_CHECK(hp_comm_wait(x->req)); /* a send of an earlier run not completed */
+        x->req = NULL;
+        return hp_comm_isend(x->comm, a->in[0], count_of(t), t->dtype, peer, tag, &x->req);
+    }
+    const hp_tensor *t = hp_graph_tensor(a->g, n->out[0]);
+    return hp_comm_recv(x->comm, a->out[0], count_of(t), t->dtype, peer, tag);
+}
+
+static hp_status p2p_complete(hp_instr *self) {
+    hp_p2p_instr *x = (hp_p2p_instr *)(void *)self;
+    hp_comm_request *r = x->req;
+    x->req = NULL;
+    return hp_comm_wait(r); /* NULL: nothing in flight */
+}
+
+hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p_instr *x) {
+    if (node < 0 || node >= hp_graph_n_nodes(g))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: node %d out of range (graph has %d)", node,
+                        hp_graph_n_nodes(g));
+    hp_node *n = hp_graph_node(g, node);
+    if (n->op != HP_OP_SEND && n->op != HP_OP_RECV)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: node %d is %s, not send or recv", node,
+                        hp_op_name(n->op));
+    if (!comm) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: NULL communicator");
+    if (n->attr.i[0] >= hp_comm_size(comm))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: peer %lld of node %d is not in a communicator of %d",
+                        (long long)n->attr.i[0], node, hp_comm_size(comm));
+    *x = (hp_p2p_instr){
+        .instr = {.queue = HP_QUEUE_P2P, .group = comm, .execute = p2p_execute,
+                  .complete = n->op == HP_OP_SEND ? p2p_complete : NULL},
+        .comm = comm,
+    };
+    if (n->op == HP_OP_RECV) {
+        const hp_tensor *t = hp_graph_tensor(g, n->out[0]);
+        x->instr.bytes = (double)count_of(t) * (double)hp_dtype_size(t->dtype);
+    }
+    n->extra = x;
+    n->flags |= HP_NODE_FLAG_INSTR | (async ? HP_NODE_FLAG_ASYNC : 0u);
+    return HP_STATUS_OK;
+}
