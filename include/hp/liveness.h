@@ -1,5 +1,6 @@
 /*
- * hp/liveness.h — def-use chains and liveness over a graph, and an interval memory planner.
+ * hp/liveness.h — the analysis layer (src/analysis/): def-use chains and liveness over a graph, an
+ * interval memory planner and the compute timeline.
  *
  * Both the runtime's static memory plan and the HyperOffload residency planner start from the same
  * facts: which node defines each tensor, which nodes use it (in program order), and hence the
@@ -113,6 +114,23 @@ static inline double hp_timeline_between(const hp_timeline *tl, int a, int b) {
     if (b <= a + 1) return 0.0;
     return tl->at[b] - tl->at[a + 1];
 }
+
+/*
+ * How early a transfer of `seconds` must start to finish before node `use` reads its result: the
+ * latest node p in [lo, use] with at[use] - at[p] >= seconds (the compute time of nodes p .. use-1
+ * hides it), or lo when even lo is too late. Binary search over the prefix sums, O(log(use - lo)).
+ * HyperOffload issues a prefetch at p. Requires 0 <= lo <= use <= n_nodes; no errors.
+ */
+int32_t hp_timeline_start_before(const hp_timeline *tl, int32_t lo, int32_t use, double seconds);
+
+/*
+ * How late a transfer of `seconds` issued after node `def` may be waited for without exposing it:
+ * the earliest node w in [def, cap] with at[w + 1] - at[def + 1] >= seconds (the compute time of
+ * nodes def+1 .. w hides it); cap when none is late enough, def when cap <= def. Binary search,
+ * O(log(cap - def)). HyperOffload waits for an offload at w. Requires -1 <= def and
+ * cap < n_nodes; no errors.
+ */
+int32_t hp_timeline_end_after(const hp_timeline *tl, int32_t def, int32_t cap, double seconds);
 
 /*
  * Gap k (0 <= k < n_uses - 1) of tensor t: the compute seconds of the nodes strictly between its

@@ -1,6 +1,7 @@
 /*
  * Def-use chains and liveness (hp/liveness.h): one backward sweep for dead-code elimination, one
- * forward sweep to count and record uses. The interval planner lives in memplan.c.
+ * forward sweep to count and record uses. The interval planner lives in memplan.c, the timeline in
+ * timeline.c.
  */
 #include "hp/liveness.h"
 
@@ -145,41 +146,4 @@ hp_status hp_liveness_compute(const hp_graph *g, const hp_tid *keep, int n_keep,
         }
     }
     return HP_STATUS_OK;
-}
-
-/* ---------------------------------------------------------------- timeline */
-
-#include "hp/ops.h"
-
-double hp_node_seconds(const hp_graph *g, int i, const hp_machine_model *m) {
-    if (!(m->flops_per_s > 0) || !(m->bytes_per_s > 0)) return 0.0;
-    hp_op_cost c = hp_node_cost(g, i);
-    double tf = c.flops / m->flops_per_s, tb = (c.bytes_read + c.bytes_written) / m->bytes_per_s;
-    return tf > tb ? tf : tb;
-}
-
-hp_status hp_timeline_compute(const hp_graph *g, const hp_liveness *lv, const hp_machine_model *m, hp_timeline *out) {
-    memset(out, 0, sizeof *out);
-    if (lv->n_nodes != hp_graph_n_nodes(g))
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "timeline: liveness has %d nodes, graph %d", lv->n_nodes,
-                        hp_graph_n_nodes(g));
-    out->at = calloc((size_t)lv->n_nodes + 1, sizeof *out->at);
-    if (!out->at) return hp_error(HP_STATUS_OUT_OF_MEMORY, "timeline: out of memory for %d nodes", lv->n_nodes);
-    out->n_nodes = lv->n_nodes;
-    for (int i = 0; i < lv->n_nodes; i++)
-        out->at[i + 1] = out->at[i] + (lv->node_live[i] ? hp_node_seconds(g, i, m) : 0.0);
-    return HP_STATUS_OK;
-}
-
-void hp_timeline_free(hp_timeline *tl) {
-    if (!tl) return;
-    free(tl->at);
-    memset(tl, 0, sizeof *tl);
-}
-
-double hp_liveness_gap_seconds(const hp_liveness *lv, const hp_timeline *tl, hp_tid t, int k) {
-    if (t < 0 || t >= lv->n_tensors) return 0.0;
-    const hp_tensor_liveness *l = &lv->t[t];
-    if (k < 0 || k + 1 >= l->n_uses) return 0.0;
-    return hp_timeline_between(tl, l->uses[k], l->uses[k + 1]);
 }
