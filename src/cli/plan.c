@@ -43,8 +43,11 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank) {
         fprintf(stderr, "hp: error: --rank %d is outside the mesh of %d devices\n", rank, hp_mesh_size(mesh));
         goto out;
     }
-    hp_gpt_config gc = {(int)cfg->model.vocab, (int)cfg->model.context, (int)cfg->model.layers,
-                        (int)cfg->model.heads, (int)cfg->model.width, cfg->model.tied_head};
+    /* The training step's graph: with the run's dropout, as the trainer builds it. */
+    hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = (int)cfg->model.context,
+                        .layers = (int)cfg->model.layers, .heads = (int)cfg->model.heads,
+                        .width = (int)cfg->model.width, .tied_head = cfg->model.tied_head,
+                        .dropout = (float)cfg->model.dropout, .seed = (uint64_t)cfg->train.seed};
     g = hp_graph_new();
     hp_gpt gpt;
     hp_train_step ts;

@@ -74,7 +74,7 @@ typedef struct reference {
     float **want[STEPS]; /* per step, per resolve entry: the single-device value */
 } reference;
 
-static const hp_gpt_config CFG = {32, 8, 2, 4, 16, false};
+static const hp_gpt_config CFG = {.vocab = 32, .context = 8, .layers = 2, .heads = 4, .width = 16, .tied_head = false};
 #define BATCH 4
 
 static void fill_inputs(int32_t *tok, int32_t *tgt, int step) {

@@ -38,7 +38,7 @@ static void test_lr_schedule(void **state) {
 static void test_gpt_param_gradients(void **state) {
     (void)state;
     hp_graph *g = hp_graph_new();
-    hp_gpt_config c = {16, 6, 1, 2, 8, false};
+    hp_gpt_config c = {.vocab = 16, .context = 6, .layers = 1, .heads = 2, .width = 8, .tied_head = false};
     hp_gpt gpt;
     assert_ok(hp_gpt_build(g, &c, 2, 6, true, &gpt));
     int n = hp_graph_params(g, NULL, 0);
