@@ -38,7 +38,7 @@
 #include <string.h>
 #include <time.h>
 
-static const hp_gpt_config GPT = {256, 128, 4, 4, 256, false};
+static const hp_gpt_config GPT = {.vocab = 256, .context = 128, .layers = 4, .heads = 4, .width = 256, .tied_head = false};
 #define BATCH 16
 
 static double now_s(void) {

@@ -56,8 +56,8 @@ typedef struct cfg {
 } cfg;
 
 static const cfg CONFIGS[] = {
-    {"A", {256, 256, 4, 4, 256, false}, 8},
-    {"B", {50257, 1024, 12, 12, 768, true}, 4},
+    {"A", {.vocab = 256, .context = 256, .layers = 4, .heads = 4, .width = 256, .tied_head = false}, 8},
+    {"B", {.vocab = 50257, .context = 1024, .layers = 12, .heads = 12, .width = 768, .tied_head = true}, 4},
 };
 
 /* Runs bench/torch_gpt.py on config c, echoes its JSON line; returns its tokens/s (0 if unavailable). */

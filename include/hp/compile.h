@@ -57,7 +57,8 @@ extern "C" {
 typedef struct hp_train_step {
     hp_tid loss;     /* scalar */
     hp_tid lr;       /* input scalar: fed hp_lr_at() each step */
-    hp_tid step;     /* input scalar: the 1-based optimizer step (AdamW bias correction) */
+    hp_tid step;     /* input scalar "opt.step": the 1-based optimizer step (AdamW bias correction,
+                      * and the dropout masks when the forward graph made it: hp_gpt.step) */
     hp_tid grad_sq;  /* scalar: squared global gradient norm (before clipping) */
     int n_params;
     hp_tid *params, *grads, *m, *v; /* per parameter, in creation order; m, v are OPT_STATE */
@@ -67,8 +68,10 @@ typedef struct hp_train_step {
  * Appends backward, clipping (when o->grad_clip > 0) and AdamW to a forward graph whose scalar
  * loss is `loss`. Optimizer states are named "exp_avg.<param>" and "exp_avg_sq.<param>". Weight
  * decay applies to parameters without the no_weight_decay flag. The driver's autodiff pass; call
- * it directly only to test the step graph alone. Errors: autodiff's errors; a parameter with no
- * gradient path is HP_STATUS_INVALID_ARGUMENT naming it.
+ * it directly only to test the step graph alone. The step input is the graph's "opt.step" when the
+ * forward graph already has one (dropout reads it), else a new input. Errors: autodiff's errors; a
+ * parameter with no gradient path, or an "opt.step" that is not an f32 scalar input, is
+ * HP_STATUS_INVALID_ARGUMENT naming it.
  */
 hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o, hp_train_step *out);
 

@@ -81,7 +81,7 @@ typedef struct hp_model_config {
     int64_t heads;   /* attention heads; >= 1, divides width */
     int64_t width;   /* C, the embedding size; >= 1 */
     bool tied_head;  /* the output head reuses the token-embedding matrix */
-    double dropout;  /* in [0, 1) */
+    double dropout;  /* in [0, 1): GPT-2's dropout in the training step only (hp_gpt_build) */
 } hp_model_config;
 
 typedef struct hp_data_config {

@@ -69,6 +69,7 @@ typedef int32_t hp_tid;
     X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward)                                              \
     X(ATTENTION, attention)         /* fused causal self-attention; outputs o, lse */              \
     X(ATTENTION_BACKWARD, attention_backward) /* outputs dq, dk, dv */                             \
+    X(DROPOUT, dropout)             /* inverted dropout; mask from (i[0] key, in[1] step, element) */\
     X(SUMSQ, sumsq)                 /* scalar sum of squares of all inputs */                      \
     X(CLIP_SCALE, clip_scale)       /* scalar min(1, f[0] / (sqrt(a) + 1e-6)) */                   \
     X(ADAMW, adamw)                 /* in place: param, m, v updated from grad */                  \

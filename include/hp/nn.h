@@ -29,6 +29,10 @@ typedef struct hp_gpt_config {
     int heads;      /* H; width must be divisible by it */
     int width;      /* C */
     bool tied_head; /* lm_head shares wte.weight */
+    /* Dropout probability in [0, 1) where GPT-2 drops (see hp_gpt_build); 0: none. Set it only for
+     * a training graph: evaluation and generation graphs are built with 0. */
+    float dropout;
+    uint64_t seed;  /* run seed keying the dropout masks (unused without dropout) */
 } hp_gpt_config;
 
 /* Checks the shape parameters; HP_STATUS_INVALID_ARGUMENT naming the bad value. */
@@ -42,12 +46,19 @@ typedef struct hp_gpt {
     hp_tid targets; /* input (batch, seq) i32, or HP_TID_NONE without loss */
     hp_tid logits;  /* (batch, seq, V) */
     hp_tid loss;    /* scalar mean cross-entropy, or HP_TID_NONE without loss */
+    hp_tid step;    /* input "opt.step" () f32, the 1-based optimizer step keying the dropout
+                     * masks (hp_train_step_build feeds the same input to AdamW); HP_TID_NONE
+                     * without dropout */
 } hp_gpt;
 
 /*
  * Builds the forward graph for (batch, seq) tokens, seq <= context, appending to `g` (normally
- * empty). With `with_loss`, adds the targets input and the loss. Errors: bad config or seq; the
- * graph's sticky error.
+ * empty). With `with_loss`, adds the targets input and the loss. With c->dropout > 0, adds the
+ * `step` input and inverted dropout (hp_dropout) where GPT-2 applies it outside attention: on the
+ * embedding sum ("drop") and on the attention and MLP output projections before their residual
+ * adds ("blocks.L.attn.dropout", "blocks.L.mlp.dropout"); each site's mask key is
+ * hp_rng_hash(site name) mixed with c->seed. Dropout on the attention probabilities is not applied:
+ * the fused attention kernel never forms them. Errors: bad config or seq; the graph's sticky error.
  */
 hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, bool with_loss, hp_gpt *out);
 

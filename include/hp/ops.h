@@ -99,6 +99,21 @@ hp_tid hp_cross_entropy(hp_graph *g, hp_tid logits, hp_tid targets);
  * the scores from them instead of keeping a (T, T) matrix per head (FlashAttention, Dao et al. 2022).
  */
 hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool causal);
+/*
+ * Inverted dropout (Srivastava et al. 2014; scaled at training time as in GPT-2/PyTorch):
+ * x (...) f32, step () f32 -> y (...), y[e] = x[e] / (1 - p) where the element is kept, 0 where it
+ * is dropped. Element e is dropped when hp_rng_uniform(hp_rng_u64(key, step), e) < p, with e the
+ * element's flat row-major index in the GLOBAL (single-device) tensor: the mask is a pure function
+ * of (key, step, element), so a sharded run drops the same elements as the single-device run and a
+ * resumed run the same as an uninterrupted one. `key` names the tensor (derive it from a name and
+ * the run seed with hp_rng_hash); `step` is a scalar input holding the (1-based) optimizer step,
+ * truncated to an integer by the kernel. p in [0, 1) (else a sticky HP_STATUS_INVALID_ARGUMENT);
+ * p = 0 appends no node and returns x. At most 5 dimensions. The gradient is the same operator
+ * applied to dy (the mask is regenerated, never stored). Attributes: i[0] = key, f[0] = p,
+ * shape = the global shape, i[1 + d] = the first global index of this rank's block along dim d
+ * (zero in a logical graph; set per rank by the sharding rule).
+ */
+hp_tid hp_dropout(hp_graph *g, hp_tid x, hp_tid step, float p, uint64_t key);
 
 /* ---------------------------------------------------------------- optimizer (optim.c) */
 

@@ -236,8 +236,12 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
     hp_compiled *c = calloc(1, sizeof *c);
     if (!c) return hp_error(HP_STATUS_OUT_OF_MEMORY, "compile: out of memory");
     c->own_graph = c->own_strategy = true;
-    hp_gpt_config gc = {(int)cfg->model.vocab, (int)cfg->model.context, (int)cfg->model.layers,
-                        (int)cfg->model.heads, (int)cfg->model.width, cfg->model.tied_head};
+    /* the training step's graph as the trainer builds it: with the run's dropout */
+    hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = (int)cfg->model.context,
+                        .layers = (int)cfg->model.layers, .heads = (int)cfg->model.heads,
+                        .width = (int)cfg->model.width, .tied_head = cfg->model.tied_head,
+                        .dropout = opts->train ? (float)cfg->model.dropout : 0.0f,
+                        .seed = (uint64_t)cfg->train.seed};
     int world = opts->comm ? hp_comm_size(opts->comm) : opts->plan_world_size;
     hp_status st = hp_gpt_config_check(&gc);
     if (st == HP_STATUS_OK) st = hp_compile_config_objects(cfg, world, &c->strategy, &c->offload_cfg);

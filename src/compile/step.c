@@ -28,7 +28,17 @@ hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o
 
     hp_graph_set_node_flags(g, HP_NODE_FLAG_OPTIMIZER);
     out->lr = hp_input(g, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    out->step = hp_input(g, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    /* The forward pass may read the step already (GPT's dropout masks are keyed by it): one input. */
+    out->step = hp_graph_find(g, "opt.step");
+    if (out->step == HP_TID_NONE) {
+        out->step = hp_input(g, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    } else {
+        const hp_tensor *st = hp_graph_tensor(g, out->step);
+        if (st->kind != HP_TENSOR_KIND_INPUT || st->dtype != HP_DTYPE_F32 || hp_shape_numel(&st->shape) != 1) {
+            hp_graph_set_node_flags(g, 0);
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "train step: 'opt.step' exists but is not an f32 scalar input");
+        }
+    }
     /* Global norm: one sum of squares per gradient (each may be split its own way under a
      * strategy, and its partial sum is then exact), then a chain of scalar adds. */
     hp_tid total = HP_TID_NONE;

@@ -14,6 +14,8 @@ hp_status hp_gpt_config_check(const hp_gpt_config *c) {
     if (c->layers < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.layers must be >= 1, got %d", c->layers);
     if (c->heads < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.heads must be >= 1, got %d", c->heads);
     if (c->width < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.width must be >= 1, got %d", c->width);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.dropout must be in [0, 1), got %g", (double)c->dropout);
     if (c->width % c->heads)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.width %d is not divisible by model.heads %d", c->width,
                         c->heads);
@@ -27,6 +29,15 @@ static hp_tid linear_layer(hp_graph *g, const char *name, hp_tid x, int64_t in, 
     if (b != HP_TID_NONE) hp_graph_tensor(g, b)->no_weight_decay = true;
     hp_graph_pop_scope(g);
     return hp_linear(g, x, w, b);
+}
+
+/* Dropout at the site named by the current scope joined with `site` (a no-op without dropout). */
+static hp_tid dropout_layer(hp_graph *g, const hp_gpt *m, const char *scope, const char *site, hp_tid x) {
+    if (m->step == HP_TID_NONE) return x;
+    char name[128];
+    snprintf(name, sizeof name, "%s%s%s", scope, *scope ? "." : "", site);
+    uint64_t key = hp_rng_hash(name) ^ (m->cfg.seed * 0x9e3779b97f4a7c15ull);
+    return hp_dropout(g, x, m->step, m->cfg.dropout, key);
 }
 
 static hp_tid layernorm_layer(hp_graph *g, const char *name, hp_tid x, int64_t c) {
@@ -54,21 +65,25 @@ hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, 
     hp_tid wte = hp_param(g, "wte.weight", HP_SHAPE(V, C));
     hp_tid wpe = hp_param(g, "wpe.weight", HP_SHAPE(c->context, C));
     hp_tid pos = seq == c->context ? wpe : hp_slice(g, wpe, 0, 0, seq);
+    out->step = c->dropout > 0.0f ? hp_input(g, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR) : HP_TID_NONE;
     hp_tid x = hp_add(g, hp_embedding(g, wte, out->tokens), pos); /* (B, T, C) + (T, C) */
+    x = dropout_layer(g, out, "", "drop", x);
     for (int l = 0; l < c->layers; l++) {
-        hp_graph_push_scopef(g, "blocks.%d", l);
+        char blk[32];
+        snprintf(blk, sizeof blk, "blocks.%d", l);
+        hp_graph_push_scope(g, blk);
         hp_tid h = layernorm_layer(g, "ln1", x, C);
         hp_graph_push_scope(g, "attn");
         hp_tid q = linear_layer(g, "q", h, C, C);
         hp_tid k = linear_layer(g, "k", h, C, C);
         hp_tid v = linear_layer(g, "v", h, C, C);
         hp_tid a = hp_attention(g, q, k, v, c->heads, true);
-        x = hp_add(g, x, linear_layer(g, "proj", a, C, C));
+        x = hp_add(g, x, dropout_layer(g, out, blk, "attn.dropout", linear_layer(g, "proj", a, C, C)));
         hp_graph_pop_scope(g);
         h = layernorm_layer(g, "ln2", x, C);
         hp_graph_push_scope(g, "mlp");
         h = hp_gelu(g, linear_layer(g, "fc", h, C, 4 * C));
-        x = hp_add(g, x, linear_layer(g, "proj", h, 4 * C, C));
+        x = hp_add(g, x, dropout_layer(g, out, blk, "mlp.dropout", linear_layer(g, "proj", h, 4 * C, C)));
         hp_graph_pop_scope(g);
         hp_graph_pop_scope(g);
     }

@@ -13,7 +13,9 @@
 #include <string.h>
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m) {
-    hp_gpt_config c = {(int)m->vocab, (int)m->context, (int)m->layers, (int)m->heads, (int)m->width, m->tied_head};
+    /* no dropout: the training program's builder adds it (evaluation and generation run without) */
+    hp_gpt_config c = {.vocab = (int)m->vocab, .context = (int)m->context, .layers = (int)m->layers,
+                       .heads = (int)m->heads, .width = (int)m->width, .tied_head = m->tied_head};
     return c;
 }
 
@@ -30,7 +32,9 @@ void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, i
 static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     pr->lg = hp_graph_new();
     if (!pr->lg) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
-    HP_CHECK(hp_gpt_build(pr->lg, &t->gcfg, (int)t->cfg.train.batch, (int)t->cfg.model.context, true, &pr->gpt));
+    hp_gpt_config gc = t->gcfg; /* dropout only in the training graph */
+    if (training) gc.dropout = (float)t->cfg.model.dropout, gc.seed = (uint64_t)t->cfg.train.seed;
+    HP_CHECK(hp_gpt_build(pr->lg, &gc, (int)t->cfg.train.batch, (int)t->cfg.model.context, true, &pr->gpt));
     /* HyperOffload plans the per-rank training step (parameters, gradients, optimizer state and
      * activations under the `offload:` budgets); evaluation runs without it. */
     hp_offload_plan_config oc;

@@ -5,7 +5,8 @@
  * (relative), and its 50-step loss trajectory within 1e-4 — also with HyperOffload planning the
  * per-rank step of a ZeRO run under a fast-tier budget, and with gradient buckets of 4 KiB (several
  * per step) or none. At 4 ranks also: a checkpoint saved
- * under dp2xtp2 resumes under tp4 and under one rank with the same losses afterwards.
+ * under dp2xtp2 resumes under tp4 and under one rank with the same losses afterwards. At 2 ranks
+ * also: with model.dropout on, dp, tp and fsdp runs equal the single-rank run with dropout.
  * (Per-element gradient equality for every strategy is tests/unit/test_shard_equiv.c.)
  */
 #include "hp/comm_mpi.h"
@@ -54,16 +55,18 @@ static const char *TP_PARAMS =
     "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n";
 
 /* The run config for a strategy family at n ranks ("" family: no strategy section). */
+static double g_dropout; /* model.dropout of the configs load() makes */
+
 static void make_config(char *buf, size_t cap, const char *family, int n, const char *ckdir) {
     char corpus[1024];
     const char *root = getenv("HP_SOURCE_DIR");
     snprintf(corpus, sizeof corpus, "%s/data/kjv.txt", root ? root : ".");
     int off = snprintf(buf, cap,
-                       "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32}\n"
+                       "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, dropout: %g}\n"
                        "data: {corpus: \"%s\", val_fraction: 0.05}\n"
                        "train: {steps: %d, batch: 8, seed: 3, eval_batches: 2, checkpoint_dir: \"%s\"}\n"
                        "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5, weight_decay: 0.1, grad_clip: 1.0}\n",
-                       corpus, STEPS, ckdir);
+                       g_dropout, corpus, STEPS, ckdir);
     int h = n / 2;
     if (!strcmp(family, "dp"))
         off += snprintf(buf + off, cap - off,
@@ -207,6 +210,37 @@ static void check_reshard(hp_comm *world) {
     hp_run_config_free(&c3);
 }
 
+/* Dropout masks keyed by the global element: each family equals the single-rank run with dropout
+ * (DROPOUT_STEPS steps), which differs from the run without it. */
+#define DROPOUT_STEPS 8
+static void check_dropout(hp_comm *world, const double *plain_loss) {
+    g_dropout = 0.1;
+    hp_run_config cfg;
+    double ref[DROPOUT_STEPS], loss[DROPOUT_STEPS];
+    hp_trainer *t = NULL;
+    OK(load("", 1, "/tmp/unused", &cfg));
+    OK(hp_trainer_new_dist(&cfg, NULL, &t));
+    run(t, DROPOUT_STEPS, ref, NULL);
+    hp_trainer_free(t);
+    hp_run_config_free(&cfg);
+    CHECK(ref[0] != plain_loss[0], "dropout: step 1 loss %.9g equals the loss without dropout", ref[0]);
+    const char *families[] = {"dp", "tp", "fsdp"};
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        OK(load(families[f], hp_comm_size(world), "/tmp/unused", &cfg));
+        OK(hp_trainer_new_dist(&cfg, world, &t));
+        run(t, DROPOUT_STEPS, loss, NULL);
+        hp_trainer_free(t);
+        hp_run_config_free(&cfg);
+        for (int i = 0; i < DROPOUT_STEPS; i++)
+            CHECK(close_rel(loss[i], ref[i], 1e-5), "dropout %s: step %d loss %.9g vs single-rank %.9g", families[f],
+                  i + 1, loss[i], ref[i]);
+        if (g_rank == 0)
+            printf("dropout %-4s: loss %.6f -> %.6f (single rank %.6f -> %.6f)\n", families[f], loss[0],
+                   loss[DROPOUT_STEPS - 1], ref[0], ref[DROPOUT_STEPS - 1]);
+    }
+    g_dropout = 0.0;
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
@@ -228,6 +262,7 @@ int main(int argc, char **argv) {
                               "dp/bkt", "fsdp/bkt", "zero2/nobkt"};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(world, families[i], ref_loss, ref_gn);
     if (n == 4) check_reshard(world);
+    if (n == 2) check_dropout(world, ref_loss);
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
     if (g_rank == 0) printf("%s\n", any ? "FAILED" : "all strategies match the single-rank run");

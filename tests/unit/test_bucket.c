@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const hp_gpt_config CFG = {32, 8, 2, 4, 16, false};
+static const hp_gpt_config CFG = {.vocab = 32, .context = 8, .layers = 2, .heads = 4, .width = 16, .tied_head = false};
 #define BATCH 6
 
 typedef struct setup {

@@ -1,13 +1,15 @@
 /*
- * nn operators: EMBEDDING, GELU, LAYERNORM, SOFTMAX, CROSS_ENTROPY. Finite-difference gradient
+ * nn operators: EMBEDDING, GELU, LAYERNORM, SOFTMAX, CROSS_ENTROPY, DROPOUT. Finite-difference gradient
  * checks on a few shapes (odd sizes, 1-sized dims, 3-D inputs), forward values against naive double
  * references, and shape/kernel errors.
  */
 #include "gradcheck.h"
+#include "hp/rng.h"
 #include "hp/runtime.h"
 #include "testutil.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- helpers ---- */
@@ -326,6 +328,183 @@ static void test_cross_entropy_values_and_errors(void **state) {
     hp_graph_free(g);
 }
 
+/* ---- DROPOUT ---- */
+
+#define DROP_KEY 0x5eedULL
+
+/* y = dropout(p[0]) at step 3; the harness's loss sums y * r, so the mask is fixed across the
+ * finite-difference runs (same key and step) and the check sees the masked, scaled identity. */
+static hp_tid b_dropout(hp_graph *g, const hp_tid *p, void *user) {
+    hp_tid *step = user;
+    *step = hp_input(g, "step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    return hp_dropout(g, p[0], *step, 0.3f, DROP_KEY);
+}
+
+static void init_step(hp_graph *g, hp_program *p, void *user) {
+    (void)g;
+    *(float *)hp_program_data(p, *(hp_tid *)user) = 3.0f;
+}
+
+static void test_dropout_grad(void **state) {
+    (void)state;
+    hp_shape shapes[3] = {HP_SHAPE(4, 7), HP_SHAPE(1, 1, 3), HP_SHAPE(2, 3, 5)};
+    for (int i = 0; i < 3; i++) {
+        hp_tid step = HP_TID_NONE;
+        hp_gc_spec s = {.n = 1, .shapes = {shapes[i]}, .lo = -2, .hi = 2, .build = b_dropout, .init = init_step,
+                        .user = &step};
+        hp_gradcheck(&s);
+    }
+}
+
+/* A compiled y = dropout(x, step) on a (rows, cols) f32 input. */
+typedef struct drop_prog {
+    hp_graph *g;
+    hp_program *p;
+    hp_tid x, step, y;
+} drop_prog;
+
+static drop_prog drop_build(int64_t rows, int64_t cols, float prob, uint64_t key) {
+    drop_prog d;
+    d.g = hp_graph_new();
+    d.x = hp_input(d.g, "x", HP_DTYPE_F32, HP_SHAPE(rows, cols));
+    d.step = hp_input(d.g, "step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    d.y = hp_dropout(d.g, d.x, d.step, prob, key);
+    d.p = hp_test_compile(d.g, &d.y, 1);
+    return d;
+}
+
+static void drop_free(drop_prog *d) {
+    hp_program_free(d->p);
+    hp_graph_free(d->g);
+}
+
+/* Fraction of positions where the zero patterns of a and b (n elements) differ. */
+static double mask_diff(const float *a, const float *b, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += (a[i] == 0.0f) != (b[i] == 0.0f);
+    return (double)k / (double)n;
+}
+
+static void test_dropout_mask(void **state) {
+    (void)state;
+    const int64_t rows = 512, cols = 1024, n = rows * cols;
+    const float prob = 0.25f, scale = 1.0f / (1.0f - prob);
+    drop_prog d = drop_build(rows, cols, prob, DROP_KEY);
+    float *x = hp_program_data(d.p, d.x);
+    hp_test_fill_uniform(x, (size_t)n, 3, 0.5f, 2.0f); /* never zero */
+    float *y0 = malloc((size_t)n * sizeof *y0);
+    *(float *)hp_program_data(d.p, d.step) = 5.0f;
+    assert_ok(hp_program_run(d.p));
+    const float *y = hp_program_data(d.p, d.y);
+    memcpy(y0, y, (size_t)n * sizeof *y0);
+    /* every element is the documented draw: dropped where uniform(u64(key, step), e) < p, else
+     * x / (1 - p) exactly; the kept fraction is 1 - p within 5 standard deviations */
+    uint64_t k5 = hp_rng_u64(DROP_KEY, 5);
+    int64_t kept = 0;
+    for (int64_t e = 0; e < n; e++) {
+        bool drop = hp_rng_uniform(k5, (uint64_t)e) < prob;
+        float want = drop ? 0.0f : x[e] * scale;
+        if (y0[e] != want) fail_msg("element %lld: %.9g, want %.9g", (long long)e, (double)y0[e], (double)want);
+        kept += !drop;
+    }
+    double sd = sqrt(prob * (1.0 - prob) / (double)n);
+    assert_close((double)kept / (double)n, 1.0 - prob, 0, 5 * sd);
+    /* masks differ across elements: row 0 against row 1, column 0 against column 1 */
+    assert_true(mask_diff(y0, y0 + cols, cols) > 0.3);
+    float c0[512], c1[512];
+    for (int64_t r = 0; r < rows; r++) c0[r] = y0[r * cols], c1[r] = y0[r * cols + 1];
+    assert_true(mask_diff(c0, c1, rows) > 0.3);
+    /* the same step gives the same mask; the next step another (2 p (1 - p) = 0.375 differ) */
+    assert_ok(hp_program_run(d.p));
+    assert_memory_equal(hp_program_data(d.p, d.y), y0, (size_t)n * sizeof *y0);
+    *(float *)hp_program_data(d.p, d.step) = 6.0f;
+    assert_ok(hp_program_run(d.p));
+    assert_close(mask_diff(hp_program_data(d.p, d.y), y0, n), 2 * prob * (1 - prob), 0, 0.01);
+    /* a negative step is a kernel error naming it */
+    *(float *)hp_program_data(d.p, d.step) = -1.0f;
+    assert_int_equal(hp_program_run(d.p), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("step -1");
+    drop_free(&d);
+
+    /* another key (tensor) at the same step: another mask */
+    drop_prog o = drop_build(rows, cols, prob, DROP_KEY + 1);
+    hp_test_fill_uniform(hp_program_data(o.p, o.x), (size_t)n, 3, 0.5f, 2.0f);
+    *(float *)hp_program_data(o.p, o.step) = 5.0f;
+    assert_ok(hp_program_run(o.p));
+    assert_close(mask_diff(hp_program_data(o.p, o.y), y0, n), 2 * prob * (1 - prob), 0, 0.01);
+    drop_free(&o);
+    free(y0);
+}
+
+/* A block of the global tensor, with its global offsets in the attributes (what the sharding rule
+ * gives each rank), drops exactly the elements the whole tensor drops there. */
+static void test_dropout_block_offsets(void **state) {
+    (void)state;
+    const int64_t R = 6, C = 10, r0 = 2, c0 = 3, br = 3, bc = 5;
+    drop_prog whole = drop_build(R, C, 0.5f, DROP_KEY);
+    float *x = hp_program_data(whole.p, whole.x);
+    hp_test_fill_uniform(x, (size_t)(R * C), 9, 1.0f, 2.0f);
+    *(float *)hp_program_data(whole.p, whole.step) = 2.0f;
+    assert_ok(hp_program_run(whole.p));
+    const float *yw = hp_program_data(whole.p, whole.y);
+
+    hp_graph *g = hp_graph_new();
+    hp_tid in[2] = {hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(br, bc)), hp_input(g, "step", HP_DTYPE_F32, HP_SHAPE_SCALAR)};
+    hp_attrs at = {.i = {(int64_t)DROP_KEY, r0, c0}, .f = {0.5f}, .shape = HP_SHAPE(R, C)};
+    hp_tid y = hp_graph_add_node(g, HP_OP_DROPOUT, in, 2, &at);
+    hp_program *p = hp_test_compile(g, &y, 1);
+    float *xb = hp_program_data(p, in[0]);
+    for (int64_t r = 0; r < br; r++)
+        for (int64_t c = 0; c < bc; c++) xb[r * bc + c] = x[(r0 + r) * C + c0 + c];
+    *(float *)hp_program_data(p, in[1]) = 2.0f;
+    assert_ok(hp_program_run(p));
+    const float *yb = hp_program_data(p, y);
+    int dropped = 0;
+    for (int64_t r = 0; r < br; r++)
+        for (int64_t c = 0; c < bc; c++) {
+            assert_true(yb[r * bc + c] == yw[(r0 + r) * C + c0 + c]);
+            dropped += yb[r * bc + c] == 0.0f;
+        }
+    assert_true(dropped > 0 && dropped < br * bc); /* the comparison saw both kinds */
+    hp_program_free(p);
+    hp_graph_free(g);
+
+    /* a block reaching outside the global shape is a shape error naming both */
+    g = hp_graph_new();
+    in[0] = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(br, bc));
+    in[1] = hp_input(g, "step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    at.i[1] = R - 1;
+    assert_int_equal(hp_graph_add_node(g, HP_OP_DROPOUT, in, 2, &at), HP_TID_NONE);
+    assert_int_equal(hp_graph_status(g), HP_STATUS_SHAPE);
+    hp_test_assert_error_contains("outside the global shape [6, 10]");
+    hp_graph_free(g);
+    drop_free(&whole);
+}
+
+static void test_dropout_builder(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(4, 3));
+    hp_tid step = hp_input(g, "step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    /* p = 0 adds nothing */
+    assert_int_equal(hp_dropout(g, x, step, 0.0f, 1), x);
+    assert_int_equal(hp_graph_n_nodes(g), 0);
+    /* a step that is not a scalar is a shape error */
+    hp_tid bad = hp_input(g, "steps", HP_DTYPE_F32, HP_SHAPE(2));
+    assert_int_equal(hp_dropout(g, x, bad, 0.1f, 1), HP_TID_NONE);
+    assert_int_equal(hp_graph_status(g), HP_STATUS_SHAPE);
+    hp_test_assert_error_contains("step must be an f32 scalar");
+    hp_graph_free(g);
+    /* p outside [0, 1) */
+    g = hp_graph_new();
+    x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(4, 3));
+    step = hp_input(g, "step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    assert_int_equal(hp_dropout(g, x, step, 1.0f, 1), HP_TID_NONE);
+    assert_int_equal(hp_graph_status(g), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("dropout: p 1 must be in [0, 1)");
+    hp_graph_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding_grad),
@@ -336,6 +515,10 @@ int main(void) {
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_cross_entropy_grad),
         cmocka_unit_test(test_cross_entropy_values_and_errors),
+        cmocka_unit_test(test_dropout_grad),
+        cmocka_unit_test(test_dropout_mask),
+        cmocka_unit_test(test_dropout_block_offsets),
+        cmocka_unit_test(test_dropout_builder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

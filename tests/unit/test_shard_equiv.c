@@ -95,7 +95,7 @@ typedef struct reference {
     float **want[STEPS]; /* per step, per resolve entry: the single-device value */
 } reference;
 
-static const hp_gpt_config CFG = {32, 8, 2, 4, 16, false};
+static const hp_gpt_config CFG = {.vocab = 32, .context = 8, .layers = 2, .heads = 4, .width = 16, .tied_head = false};
 #define BATCH 4
 
 static void fill_inputs(int32_t *tok, int32_t *tgt, int step) {
@@ -107,10 +107,14 @@ static void fill_inputs(int32_t *tok, int32_t *tgt, int step) {
 
 static size_t numel_of(const hp_graph *g, hp_tid t) { return (size_t)hp_shape_numel(&hp_graph_tensor(g, t)->shape); }
 
-static void build_reference(reference *r) {
+/* The model with dropout on (training graph): the masks must follow each element to its rank. */
+static const hp_gpt_config CFG_DROPOUT = {.vocab = 32, .context = 8, .layers = 2, .heads = 4, .width = 16,
+                                          .tied_head = false, .dropout = 0.25f, .seed = 11};
+
+static void build_reference(reference *r, const hp_gpt_config *cfg) {
     memset(r, 0, sizeof *r);
     r->g = hp_graph_new();
-    assert_ok(hp_gpt_build(r->g, &CFG, BATCH, CFG.context, true, &r->gpt));
+    assert_ok(hp_gpt_build(r->g, cfg, BATCH, CFG.context, true, &r->gpt));
     hp_optim_config o = {.lr = 1e-2, .min_lr = 1e-3, .warmup = 0, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
                          .eps = 1e-8, .grad_clip = 1.0};
     assert_ok(hp_train_step_build(r->g, r->gpt.loss, &o, &r->ts));
@@ -327,7 +331,7 @@ static void run_strategy(const reference *r, const strategy *st, int64_t bucket)
 static void test_every_strategy_matches_single_device(void **state) {
     (void)state;
     reference r;
-    build_reference(&r);
+    build_reference(&r, &CFG);
     for (size_t i = 0; i < sizeof STRATEGIES / sizeof STRATEGIES[0]; i++) run_strategy(&r, &STRATEGIES[i], 0);
     free_reference(&r);
 }
@@ -335,16 +339,51 @@ static void test_every_strategy_matches_single_device(void **state) {
 static void test_gradient_buckets_match_single_device(void **state) {
     (void)state;
     reference r;
-    build_reference(&r);
+    build_reference(&r, &CFG);
     for (size_t i = 0; i < sizeof BUCKET_CASES / sizeof BUCKET_CASES[0]; i++)
         run_strategy(&r, &BUCKET_CASES[i].st, BUCKET_CASES[i].bucket);
     free_reference(&r);
+}
+
+static int count_op(const hp_graph *g, hp_op op) {
+    int n = 0;
+    for (int i = 0; i < hp_graph_n_nodes(g); i++) n += hp_graph_node(g, i)->op == op;
+    return n;
+}
+
+/* Dropout keyed by the global element index: data parallel (batch split, uneven too), tensor
+ * parallel (the projections' outputs are pending sums when dropped), sequence parallel (dim 1
+ * split), FSDP and 2-D meshes all drop exactly the single-device elements, at every step. */
+static void test_dropout_matches_single_device(void **state) {
+    (void)state;
+    reference plain, r;
+    build_reference(&plain, &CFG);
+    build_reference(&r, &CFG_DROPOUT);
+    /* 3 sites per forward (embedding sum, 2 per block) and as many in the backward */
+    assert_int_equal(count_op(r.g, HP_OP_DROPOUT), 2 * (1 + 2 * CFG.layers));
+    assert_int_equal(count_op(plain.g, HP_OP_DROPOUT), 0);
+    /* dropout changes the loss, and differently at each step (a fresh mask) */
+    for (int s = 0; s < STEPS; s++)
+        if (fabsf(r.want[s][0][0] - plain.want[s][0][0]) < 1e-4f)
+            fail_msg("step %d: loss with dropout %.6g equals the loss without %.6g", s + 1, (double)r.want[s][0][0],
+                     (double)plain.want[s][0][0]);
+    static const char *const names[] = {"dp2", "dp3-uneven", "tp2", "dp2xtp2", "tp2sp", "fsdp4", "fsdp3-uneven"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const strategy *st = NULL;
+        for (size_t i = 0; i < sizeof STRATEGIES / sizeof STRATEGIES[0]; i++)
+            if (strcmp(STRATEGIES[i].name, names[k]) == 0) st = &STRATEGIES[i];
+        assert_non_null(st);
+        run_strategy(&r, st, 0);
+    }
+    free_reference(&r);
+    free_reference(&plain);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_strategy_matches_single_device),
         cmocka_unit_test(test_gradient_buckets_match_single_device),
+        cmocka_unit_test(test_dropout_matches_single_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,7 +68,7 @@ static gpt_step build_gpt(const hp_gpt_config *c, int batch, int seq) {
 }
 
 static gpt_step small_gpt(void) {
-    hp_gpt_config c = {64, 8, 2, 4, 16, false};
+    hp_gpt_config c = {.vocab = 64, .context = 8, .layers = 2, .heads = 4, .width = 16, .tied_head = false};
     return build_gpt(&c, 4, 8);
 }
 
@@ -160,8 +160,9 @@ static void run_example(const char *file, int world, const check *checks, int n)
     }
     assert_null(bad);
 
-    hp_gpt_config c = {(int)cfg.model.vocab, (int)cfg.model.context, (int)cfg.model.layers, (int)cfg.model.heads,
-                       (int)cfg.model.width, cfg.model.tied_head};
+    hp_gpt_config c = {.vocab = (int)cfg.model.vocab, .context = (int)cfg.model.context,
+                       .layers = (int)cfg.model.layers, .heads = (int)cfg.model.heads,
+                       .width = (int)cfg.model.width, .tied_head = cfg.model.tied_head};
     gpt_step r = build_gpt(&c, (int)cfg.train.batch, (int)cfg.model.context);
     hp_log_set_sink(capture_sink, NULL);
     g_log[0] = 0;
@@ -340,7 +341,7 @@ static void test_uneven(void **state) {
                     "    - {match: \"*\", tensor_map: [dp]}\n"
                     "  optimizer: {shard: [dp]}\n",
                     3, &s));
-    hp_gpt_config c = {64, 8, 1, 4, 16, false};
+    hp_gpt_config c = {.vocab = 64, .context = 8, .layers = 1, .heads = 4, .width = 16, .tied_head = false};
     gpt_step r = build_gpt(&c, 1, 8); /* batch 1 split over 3 */
     assert_int_equal(annotate(s, &r), 0);
     expect_layout(s, &r, "tokens", "[dp, none]");
@@ -405,7 +406,7 @@ static void test_partitions(void **state) {
         hp_run_config cfg;
         assert_ok(hp_run_config_load(hp_test_source_path(rel), &cfg));
         /* A smaller model than the file's keeps the test fast; the layouts are the same rules. */
-        hp_gpt_config c = {64, 8, 2, 4, 16, false};
+        hp_gpt_config c = {.vocab = 64, .context = 8, .layers = 2, .heads = 4, .width = 16, .tied_head = false};
         part_job j = {&cfg.strategy, &c, 4, {0}};
         hp_status st = hp_comm_sim_run(ex[i].world, partition_rank, &j);
         if (st != HP_STATUS_OK) fail_msg("%s: %s: %s", ex[i].file, hp_status_str(st), hp_error_message());

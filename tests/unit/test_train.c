@@ -38,7 +38,7 @@ static void test_lr_schedule(void **state) {
 static void test_gpt_param_gradients(void **state) {
     (void)state;
     hp_graph *g = hp_graph_new();
-    hp_gpt_config c = {16, 6, 1, 2, 8, false};
+    hp_gpt_config c = {.vocab = 16, .context = 6, .layers = 1, .heads = 2, .width = 8, .tied_head = false};
     hp_gpt gpt;
     assert_ok(hp_gpt_build(g, &c, 2, 6, true, &gpt));
     int n = hp_graph_params(g, NULL, 0);
@@ -167,6 +167,53 @@ static void test_resume_matches_uninterrupted(void **state) {
     free(dir);
 }
 
+/* Dropout on: the masks are keyed by (seed, step, tensor, element), so a resumed run repeats the
+ * uninterrupted one bitwise; evaluation runs without dropout (the same loss as a model built
+ * without it, every time). */
+static void test_dropout_resume_and_eval(void **state) {
+    (void)state;
+    char *dir = make_tmpdir();
+    hp_run_config c = tiny_config(dir), plain = c;
+    c.model.dropout = 0.2;
+    hp_trainer *t, *u;
+    /* evaluation ignores dropout: at initialisation both models give the same validation loss */
+    double v_drop, v_drop2, v_plain;
+    assert_ok(hp_trainer_new(&c, &t));
+    assert_ok(hp_trainer_new(&plain, &u));
+    assert_ok(hp_trainer_eval(t, &v_drop));
+    assert_ok(hp_trainer_eval(u, &v_plain));
+    assert_true(v_drop == v_plain);
+    /* training does not: the first step's loss differs */
+    double a[8], b[8];
+    run_steps(t, 1, a);
+    run_steps(u, 1, b);
+    if (a[0] == b[0]) fail_msg("step 1 loss %.9g with dropout equals %.9g without", a[0], b[0]);
+    /* two evaluations of the same weights are equal */
+    assert_ok(hp_trainer_eval(t, &v_drop));
+    assert_ok(hp_trainer_eval(t, &v_drop2));
+    assert_true(v_drop == v_drop2);
+    hp_trainer_free(t);
+    hp_trainer_free(u);
+
+    double full[8], part[8];
+    assert_ok(hp_trainer_new(&c, &t));
+    run_steps(t, 8, full);
+    assert_true(full[0] == a[0]);
+    hp_trainer_free(t);
+    assert_ok(hp_trainer_new(&c, &t));
+    run_steps(t, 4, part);
+    assert_ok(hp_trainer_save(t, NULL, 0));
+    hp_trainer_free(t);
+    assert_ok(hp_trainer_new(&c, &t));
+    assert_ok(hp_trainer_resume(t, dir));
+    run_steps(t, 4, part + 4);
+    for (int i = 0; i < 8; i++)
+        if (full[i] != part[i]) fail_msg("step %d: %.9g uninterrupted vs %.9g resumed", i + 1, full[i], part[i]);
+    hp_trainer_free(t);
+    rm_rf(dir);
+    free(dir);
+}
+
 static void test_bad_inputs(void **state) {
     (void)state;
     hp_trainer *t = NULL;
@@ -256,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_gpt_param_gradients),
         cmocka_unit_test(test_deterministic_for_seed),
         cmocka_unit_test(test_resume_matches_uninterrupted),
+        cmocka_unit_test(test_dropout_resume_and_eval),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_offload_disk_fault_keeps_checkpoint),
     };
