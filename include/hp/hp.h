@@ -37,6 +37,7 @@
 #include "hp/comm.h"
 #include "hp/comm_mpi.h"
 #include "hp/mesh.h"
+#include "hp/redist_plan.h"
 #include "hp/dtensor.h"
 #include "hp/redistribute.h"
 #include "hp/shard.h"

@@ -9,8 +9,19 @@
 #include "hp/ir.h"
 #include "hp/mesh.h"
 #include "hp/ops.h"
+#include "layout/layout_algebra.h"
 
-/* What a sharding rule knows besides the node: the logical graph, the mesh, this rank. */
+/*
+ * The cost of a layout change: bytes per rank to move a tensor of global `shape` and `dt` from
+ * layout a to layout b on the context's mesh; 0 when a equals b, a large number (INT64_MAX / 4)
+ * when there is no way. Operators and the layout layer never call the redistribution planner: the
+ * partitioner (src/shard/partition.c) passes one that does, with the mesh as `user`.
+ */
+typedef int64_t (*hp_layout_cost_fn)(void *user, const hp_layout *a, const hp_layout *b, const hp_shape *shape,
+                                     hp_dtype dt);
+
+/* What a sharding rule knows besides the node: the logical graph, the mesh, this rank, and how
+ * much a layout change costs. */
 typedef struct hp_shard_ctx {
     const hp_graph *g;     /* the logical (single-device) graph: shapes are global */
     const hp_mesh *mesh;
@@ -18,6 +29,9 @@ typedef struct hp_shard_ctx {
     const hp_layout *hint; /* per input: the layout its consumers prefer when a partial input must
                             * be resolved (e.g. the optimizer-state layout for a gradient), or a
                             * layout with ndim -1 when there is no preference */
+    hp_layout_cost_fn cost; /* bytes of a layout change (the partitioner gives the redistribution
+                             * planner's); NULL: every change costs 1 */
+    void *cost_user;        /* passed to cost as `user` */
 } hp_shard_ctx;
 
 typedef struct hp_op_def {
@@ -84,30 +98,15 @@ hp_status hp__broadcast_shape(const hp_shape *a, const hp_shape *b, hp_shape *ou
 int hp__axis(int axis, int ndim);
 /* Adds g1 + g2 where either may be HP_TID_NONE (gradient accumulation). */
 hp_tid hp__grad_add(hp_graph *g, hp_tid g1, hp_tid g2);
-/* ---- helpers for sharding rules (src/shard/rule_util.c) ---- */
+/* ---- helpers for sharding rules ---- */
 
-/* Mesh axes (bitmask) splitting dim d / any dim. */
-uint32_t hp__lay_dim_axes(const hp_layout *l, int d);
-uint32_t hp__lay_all_axes(const hp_layout *l);
-/* Removes every listed axis from every dim (their shards are gathered). */
-void hp__lay_drop_axes(hp_layout *l, uint32_t axes);
-/* Drops pending reductions (the partial axes become replicated: an all-reduce when resolved). */
-void hp__lay_clear_partial(hp_layout *l);
-/* Makes dim d unsplit. */
-void hp__lay_unshard_dim(hp_layout *l, int d);
-/* Copies dim sd of src onto dim dd of dst (replacing dst's axes there). */
-void hp__lay_copy_dim(hp_layout *dst, int dd, const hp_layout *src, int sd);
-/* Marks axes partial with op (they must split no dim). */
-void hp__lay_set_partial(hp_layout *l, uint32_t axes, hp_reduce_op op);
-/* The layout of a tensor shaped `in_shape` that broadcasts into `out_shape` laid out as `out`:
- * trailing dims aligned, broadcast (size-1) dims unsplit, no partial. */
-hp_layout hp__lay_broadcast_operand(const hp_layout *out, const hp_shape *out_shape, const hp_shape *in_shape);
-/* Bytes per rank to redistribute a tensor (global shape, dtype) from `a` to `b` (0 when equal;
- * a large number when the planner finds no way). */
+/* The pure layout algebra (hp__lay_dim_axes, hp__lay_drop_axes, hp__lay_broadcast_operand, ...):
+ * layout/layout_algebra.h, included above. The helpers below read the sharding context (shard_ctx.c). */
+
+/* Bytes per rank to redistribute a tensor (global shape, dtype) from `a` to `b`: 0 when equal,
+ * else c->cost's answer (a large number when the planner finds no way), 1 when c->cost is NULL. */
 int64_t hp__lay_cost(const hp_shard_ctx *c, const hp_layout *a, const hp_layout *b, const hp_shape *shape,
                      hp_dtype dt);
-/* The replicated layout of an ndim tensor. */
-hp_layout hp__lay_replicated(int ndim);
 /* A layout whose partial axes are resolved the cheap way: hint if given (and compatible), else
  * each partial axis becomes a split of the largest dim it divides evenly and that is unsplit,
  * else replicated. */

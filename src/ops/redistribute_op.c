@@ -5,7 +5,7 @@
  * back into the original tensor.
  */
 #include "ops/op.h"
-#include "shard/partition_internal.h"
+#include "ops/redistribute_op.h"
 
 static hp_status redistribute_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
     dt[0] = hp_graph_tensor(g, n->in[0])->dtype;

@@ -5,12 +5,9 @@
 #include "hp/mesh.h"
 #include "hp/redistribute.h"
 #include "hp/shard.h"
+#include "ops/redistribute_op.h"
 
-/* node->extra of a REDISTRIBUTE node (in the per-rank graph's arena). */
-typedef struct hp__redist_extra {
-    hp_redistribute_plan plan;
-    hp_mesh *mesh;
-} hp__redist_extra;
+/* hp__redist_extra, the payload of a REDISTRIBUTE node: ops/redistribute_op.h. */
 
 /*
  * Gradient bucketing (bucket.c) on per-rank graph g, after partitioning and before communication
