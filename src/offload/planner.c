@@ -6,7 +6,7 @@
 #include "offload/planner_internal.h"
 
 #include "hp/ops.h"
-#include "ops/op.h"
+#include "ir/op.h"
 
 #include <stdlib.h>
 #include <string.h>
