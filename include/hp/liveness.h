@@ -1,5 +1,6 @@
 /*
- * hp/liveness.h — def-use chains and liveness over a graph, and an interval memory planner.
+ * hp/liveness.h — def-use chains and liveness over a graph, an interval memory planner, and the
+ * compute timeline (the analysis layer, src/analysis/).
  *
  * Both the runtime's static memory plan and the HyperOffload residency planner start from the same
  * facts: which node defines each tensor, which nodes use it (in program order), and hence the
@@ -119,6 +120,24 @@ static inline double hp_timeline_between(const hp_timeline *tl, int a, int b) {
  * uses uses[k] and uses[k + 1]; 0 for k out of range.
  */
 double hp_liveness_gap_seconds(const hp_liveness *lv, const hp_timeline *tl, hp_tid t, int k);
+
+/*
+ * When a transfer of x seconds, overlapped with compute, must start or can finish (src/analysis/
+ * timeline.c; the offload planner's prefetch and offload points). Binary searches over tl->at,
+ * O(log n). Node indices must lie in [0, tl->n_nodes); x in seconds.
+ *
+ * hp_timeline_latest_start: the latest node p in [lo, use] such that the compute of nodes
+ * p .. use-1 (at[use] - at[p]) is at least x, so a prefetch issued before node p finishes before
+ * node `use` reads the tensor; lo when even lo is too late (the transfer then stalls `use`).
+ */
+int32_t hp_timeline_latest_start(const hp_timeline *tl, int32_t lo, int32_t use, double x);
+
+/*
+ * hp_timeline_earliest_end: the earliest node w in [def, cap] such that the compute of nodes
+ * def+1 .. w (at[w+1] - at[def+1]) is at least x, so an offload issued after node `def` is done by
+ * the end of node w; cap when none is late enough (and def when cap <= def).
+ */
+int32_t hp_timeline_earliest_end(const hp_timeline *tl, int32_t def, int32_t cap, double x);
 
 #ifdef __cplusplus
 }

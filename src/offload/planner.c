@@ -44,31 +44,6 @@ static bool is_stream_slot(const hp_node *n, hp_tid t) {
     return false;
 }
 
-/* Latest p in [lo, use] with compute(p .. use-1) >= x; lo when even lo is too late. */
-static int32_t prefetch_at(const hp_timeline *tl, int32_t lo, int32_t use, double x) {
-    if (tl->at[use] - tl->at[lo] < x) return lo;
-    int32_t a = lo, b = use; /* invariant: at[use] - at[a] >= x */
-    while (a < b) {
-        int32_t m = a + (b - a + 1) / 2;
-        if (tl->at[use] - tl->at[m] >= x) a = m;
-        else b = m - 1;
-    }
-    return a;
-}
-
-/* Earliest w in [def, cap] with compute(def+1 .. w) >= x; cap when none. */
-static int32_t offload_wait_at(const hp_timeline *tl, int32_t def, int32_t cap, double x) {
-    if (cap <= def) return def;
-    int32_t a = def, b = cap;
-    if (tl->at[cap + 1] - tl->at[def + 1] < x) return cap;
-    while (a < b) {
-        int32_t m = a + (b - a) / 2;
-        if (tl->at[m + 1] - tl->at[def + 1] >= x) b = m;
-        else a = m + 1;
-    }
-    return a;
-}
-
 /* The fast-tier buffers of candidate c in state (slow, off, pre, wait): closed node intervals. */
 static int cand_buffers(const hp_offload_plan *p, const hp__ofl_cand *c, bool slow, const bool *off,
                         const int32_t *pre, int32_t wait, int32_t (*iv)[2]) {
@@ -272,7 +247,7 @@ static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, mo
                 } else {
                     off[0] = true;
                     copy_s += c->x_in;
-                    pre[0] = eager ? c->fu[0] : prefetch_at(tl, 0, c->fu[0], c->x_in);
+                    pre[0] = eager ? c->fu[0] : hp_timeline_latest_start(tl, 0, c->fu[0], c->x_in);
                     double s = c->x_in - (tl->at[c->fu[0]] - tl->at[pre[0]]);
                     if (s > 0) stall += s;
                 }
@@ -281,7 +256,7 @@ static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, mo
                 if (gap >= 0 && c->fu[gap] - 1 < cap) cap = c->fu[gap] - 1;
                 if (cap < c->def) cap = c->def;
                 copy_s += c->x_out;
-                wait = eager ? c->def : offload_wait_at(tl, c->def, cap, c->x_out);
+                wait = eager ? c->def : hp_timeline_earliest_end(tl, c->def, cap, c->x_out);
                 double w = c->x_out - (tl->at[wait + 1] - tl->at[c->def + 1]);
                 if (w > 0) stall += w;
             }
@@ -299,7 +274,7 @@ static bool try_move(hp_offload_plan *p, int ci, int gap, bool eager, int at, mo
             int32_t lo = gap == 0 ? (c->persistent ? 0 : c->def + 1) : c->fu[gap - 1] + 1;
             off[gap] = true;
             copy_s += c->x_in;
-            pre[gap] = eager ? c->fu[gap] : prefetch_at(tl, lo, c->fu[gap], c->x_in);
+            pre[gap] = eager ? c->fu[gap] : hp_timeline_latest_start(tl, lo, c->fu[gap], c->x_in);
             double s = c->x_in - (tl->at[c->fu[gap]] - tl->at[pre[gap]]);
             if (s > 0) stall += s;
         }
@@ -515,11 +490,11 @@ static hp_status read_ahead(hp_offload_plan *p, const hp_graph *g) {
         if (lo > a || p->resident[a] + b > budget) continue;
         int32_t room = a, w = a;
         while (room > lo && p->resident[room - 1] + b <= budget) room--;
-        int32_t want = prefetch_at(tl, lo, a, queued + c->x_in);
+        int32_t want = hp_timeline_latest_start(tl, lo, a, queued + c->x_in);
         if (want < room) want = room;
         if (want == a && tl->at[a] - tl->at[want] < c->x_in) continue; /* nothing to hide behind: stream */
         if (c->written) {
-            int32_t wait = offload_wait_at(tl, a, p->n_nodes - 1, c->x_out);
+            int32_t wait = hp_timeline_earliest_end(tl, a, p->n_nodes - 1, c->x_out);
             while (w < wait && p->resident[w + 1] + b <= budget) w++;
         }
         /* As early as the budget allows (the copy stream carries other transfers too); if that copy

@@ -2,7 +2,7 @@
  * communicator) and ASSIGN. */
 #include "backend/cpu/cpu.h"
 #include "hp/redistribute.h"
-#include "shard/partition_internal.h"
+#include "ops/redistribute_op.h"
 
 #include <string.h>
 
