@@ -1,5 +1,5 @@
 /*
- * The sharding context's cost callback (src/ops/op.h): hp__lay_cost asks the callback (and only
+ * The sharding context's cost callback (src/ir/op.h): hp__lay_cost asks the callback (and only
  * for a real change), and an operator's sharding rule chooses by the callback's costs, so the
  * operators never need the redistribution planner (the partitioner passes it in).
  */
