@@ -38,45 +38,13 @@
 
 #include "hp/comm.h"
 #include "hp/mesh.h"
+#include "hp/redist_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum hp_redist_kind {
-    HP_REDIST_LOCAL_SLICE = 0,
-    HP_REDIST_LOCAL_PARTIAL,
-    HP_REDIST_ALL_GATHER,
-    HP_REDIST_ALL_TO_ALL,
-    HP_REDIST_REDUCE_SCATTER,
-    HP_REDIST_ALL_REDUCE,
-    HP_REDIST_ALL_TO_ALLV,
-    HP_REDIST_SEND_RECV,
-    HP_REDIST_KIND_COUNT
-} hp_redist_kind;
-
-/* "local_slice", "all_gather", ... */
-const char *hp_redist_kind_name(hp_redist_kind k);
-
-typedef struct hp_redist_step {
-    hp_redist_kind kind;
-    int axis;           /* the mesh axis of the group collective; -1 for ALL_TO_ALLV */
-    int dim_from;       /* ALL_GATHER, ALL_TO_ALL: the dim losing `axis`; else -1 */
-    int dim_to;         /* LOCAL_SLICE, ALL_TO_ALL, REDUCE_SCATTER: the dim gaining it; else -1 */
-    hp_layout before, after;
-    int64_t bytes;      /* the most bytes any rank receives in this step */
-} hp_redist_step;
-
-#define HP_REDIST_MAX_STEPS 32
-
-typedef struct hp_redistribute_plan {
-    hp_shape shape;     /* global shape */
-    hp_dtype dtype;
-    hp_layout src, dst;
-    int nsteps;
-    hp_redist_step steps[HP_REDIST_MAX_STEPS];
-    int64_t bytes;      /* sum of the steps' bytes (per rank) */
-} hp_redistribute_plan;
+/* hp_redist_kind, hp_redist_step, hp_redistribute_plan and hp_redist_kind_name: hp/redist_plan.h. */
 
 /*
  * Plans src -> dst on mesh m for a tensor of `shape` and `dt`. Pure (no communication); every rank

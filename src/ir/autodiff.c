@@ -3,11 +3,17 @@
  * "Evaluating Derivatives", ch. 3). The backward graph is appended to the same graph, so the whole
  * training step is one graph that later passes (sharding, offload, pipeline) can see.
  */
-#include "ops/op.h"
+#include "ir/op.h"
 #include "ir/graph_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+hp_tid hp__grad_add(hp_graph *g, hp_tid g1, hp_tid g2) {
+    if (g1 == HP_TID_NONE) return g2;
+    if (g2 == HP_TID_NONE) return g1;
+    return hp_add(g, g1, g2);
+}
 
 hp_status hp_autodiff(hp_graph *g, hp_tid loss, const hp_tid *wrt, int n, hp_tid *grads) {
     HP_CHECK(hp_graph_status(g));

@@ -1,5 +1,5 @@
 /* Graphs: tensor and node tables, names and scopes, sticky builder errors, verifier, dump. */
-#include "ops/op.h"
+#include "ir/op.h"
 #include "ir/graph_internal.h"
 
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  */
 #include "offload/planner_internal.h"
 
-#include "ops/op.h"
+#include "ir/op.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,119 +1,34 @@
 /*
- * Internal: the definition of an operator. Each operator has exactly one hp_op_def, defined in its
- * family's file in src/ops/ as `const hp_op_def hp__op_def_<lowercase name>` next to its builder.
- * The registry (registry.c) collects them through HP_OP_LIST; nothing else switches on op kind.
+ * Internal: what operator files (src/ops/, one per family) share. The operator table itself (hp_op_def,
+ * hp_shard_ctx, the registry) is ir-level, in ir/op.h; the pure layout algebra the sharding rules
+ * use is in layout/layout_algebra.h. Both are included here, so an operator file includes only this.
  */
 #ifndef HP_OPS_OP_H
 #define HP_OPS_OP_H
 
-#include "hp/ir.h"
-#include "hp/mesh.h"
-#include "hp/ops.h"
-
-/* What a sharding rule knows besides the node: the logical graph, the mesh, this rank. */
-typedef struct hp_shard_ctx {
-    const hp_graph *g;     /* the logical (single-device) graph: shapes are global */
-    const hp_mesh *mesh;
-    int index;             /* this rank's mesh index */
-    const hp_layout *hint; /* per input: the layout its consumers prefer when a partial input must
-                            * be resolved (e.g. the optimizer-state layout for a gradient), or a
-                            * layout with ndim -1 when there is no preference */
-} hp_shard_ctx;
-
-typedef struct hp_op_def {
-    const char *name;
-    int min_in, max_in; /* accepted input count (optional inputs may be HP_TID_NONE) */
-    int n_out;          /* output count (0 for in-place updaters such as ADAMW) */
-
-    /*
-     * Shape inference: from the node's inputs and attrs, fill dtype and shape of each output.
-     * On bad shapes return hp_error(HP_STATUS_SHAPE, ...) naming the shapes (the graph adds the
-     * operator, scope and tensor names around the message).
-     */
-    hp_status (*infer)(const hp_graph *g, const hp_node *n, hp_dtype *out_dtype, hp_shape *out_shape);
-
-    /*
-     * Gradient rule: given dout[j] (the loss gradient w.r.t. output j, or HP_TID_NONE where none
-     * flows), append nodes computing din[i] for each input i (leave HP_TID_NONE where the input is
-     * not differentiable). need[i] is false where no gradient is wanted for input i: the rule
-     * should skip building it (saves work). `node` is the node's index; re-fetch it with
-     * hp_graph_node() after adding nodes (the node table may move). NULL: not differentiable.
-     */
-    hp_status (*grad)(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din);
-
-    /* Cost: flops and bytes moved. NULL: zero flops, bytes = inputs + outputs. */
-    void (*cost)(const hp_graph *g, const hp_node *n, hp_op_cost *c);
-
-    /* Scratch bytes the kernel needs for this node (per call, all threads). NULL: none. */
-    size_t (*workspace)(const hp_graph *g, const hp_node *n);
-
-    /*
-     * Sharding rule (HyperShard). in[i] is the layout input i has now. The rule fills req[i], the
-     * layout input i must have (pre-filled with in[i]; the partitioner inserts the redistribution),
-     * and out[j], each output's layout (pre-filled replicated). `local` holds the attrs of the
-     * per-rank node (pre-filled with the logical node's; ATTENTION sets its local head count);
-     * drop[i] = true omits input i on this rank (the bias of a row-parallel LINEAR is added by one
-     * rank of the partial group only). Layout rules: a mesh axis splits at most one dim of a
-     * tensor; an axis that is partial splits no dim. NULL: every input replicated, outputs
-     * replicated (always correct, never fast). Errors: HP_STATUS_UNSUPPORTED naming the layouts.
-     */
-    hp_status (*shard)(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
-                       hp_layout *out, hp_attrs *local, bool *drop);
-
-    /* Bit i set: the kernel writes input i in place (ADAMW: param, m, v; ASSIGN: the target). */
-    uint32_t inplace_inputs;
-} hp_op_def;
-
-/* The definition of `op` (asserts op is valid). */
-const hp_op_def *hp__op_def(hp_op op);
-
-/* Declarations of every operator's definition, generated from HP_OP_LIST. */
-#define HP_OP_DECL_(name, lower) extern const hp_op_def hp__op_def_##lower;
-HP_OP_LIST(HP_OP_DECL_)
-#undef HP_OP_DECL_
+#include "ir/op.h"
+#include "layout/layout_algebra.h"
 
 /* ---- helpers shared by operator files ---- */
 
-/* Short "[2, 3]" for messages, in a rotating static buffer (8 slots; not thread-safe). */
-const char *hp__shape_s(const hp_shape *s);
 /* Shape of tensor t. */
 static inline const hp_shape *hp__shp(const hp_graph *g, hp_tid t) { return &hp_graph_tensor(g, t)->shape; }
 /* numpy broadcast of a and b into out; HP_STATUS_SHAPE naming both shapes when incompatible. */
 hp_status hp__broadcast_shape(const hp_shape *a, const hp_shape *b, hp_shape *out);
 /* Normalizes a possibly negative axis; returns -1 when out of range. */
 int hp__axis(int axis, int ndim);
-/* Adds g1 + g2 where either may be HP_TID_NONE (gradient accumulation). */
-hp_tid hp__grad_add(hp_graph *g, hp_tid g1, hp_tid g2);
-/* ---- helpers for sharding rules (src/shard/rule_util.c) ---- */
+/* ---- helpers for sharding rules ---- */
 
-/* Mesh axes (bitmask) splitting dim d / any dim. */
-uint32_t hp__lay_dim_axes(const hp_layout *l, int d);
-uint32_t hp__lay_all_axes(const hp_layout *l);
-/* Removes every listed axis from every dim (their shards are gathered). */
-void hp__lay_drop_axes(hp_layout *l, uint32_t axes);
-/* Drops pending reductions (the partial axes become replicated: an all-reduce when resolved). */
-void hp__lay_clear_partial(hp_layout *l);
-/* Makes dim d unsplit. */
-void hp__lay_unshard_dim(hp_layout *l, int d);
-/* Copies dim sd of src onto dim dd of dst (replacing dst's axes there). */
-void hp__lay_copy_dim(hp_layout *dst, int dd, const hp_layout *src, int sd);
-/* Marks axes partial with op (they must split no dim). */
-void hp__lay_set_partial(hp_layout *l, uint32_t axes, hp_reduce_op op);
-/* The layout of a tensor shaped `in_shape` that broadcasts into `out_shape` laid out as `out`:
- * trailing dims aligned, broadcast (size-1) dims unsplit, no partial. */
-hp_layout hp__lay_broadcast_operand(const hp_layout *out, const hp_shape *out_shape, const hp_shape *in_shape);
-/* Bytes per rank to redistribute a tensor (global shape, dtype) from `a` to `b` (0 when equal;
- * a large number when the planner finds no way). */
+/* The pure layout algebra (hp__lay_dim_axes, hp__lay_drop_axes, hp__lay_broadcast_operand, ...):
+ * layout/layout_algebra.h, included above. The helpers below read the sharding context (shard_ctx.c). */
+
+/* Bytes per rank to redistribute a tensor (global shape, dtype) from `a` to `b`: 0 when equal,
+ * else c->cost's answer (a large number when the planner finds no way), 1 when c->cost is NULL. */
 int64_t hp__lay_cost(const hp_shard_ctx *c, const hp_layout *a, const hp_layout *b, const hp_shape *shape,
                      hp_dtype dt);
-/* The replicated layout of an ndim tensor. */
-hp_layout hp__lay_replicated(int ndim);
 /* A layout whose partial axes are resolved the cheap way: hint if given (and compatible), else
  * each partial axis becomes a split of the largest dim it divides evenly and that is unsplit,
  * else replicated. */
 hp_layout hp__lay_resolve(const hp_shard_ctx *c, const hp_layout *in, const hp_layout *hint, const hp_shape *shape);
-
-/* Default cost: bytes of all inputs read and all outputs written, `flops_per_out` * numel(out0). */
-void hp__cost_default(const hp_graph *g, const hp_node *n, double flops_per_out, hp_op_cost *c);
 
 #endif

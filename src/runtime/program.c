@@ -9,7 +9,7 @@
 #include "hp/runtime.h"
 
 #include "hp/ops.h"
-#include "ops/op.h"
+#include "ir/op.h"
 #include "runtime/queues.h"
 #include "runtime/store_internal.h"
 

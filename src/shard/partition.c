@@ -187,6 +187,14 @@ static void compute_hints(hp_partition *p, const hp_layout *leaf) {
     }
 }
 
+/* The sharding rules' cost of a layout change: the redistribution planner's bytes per rank on the
+ * mesh `user` (the rules themselves never call the planner). */
+static int64_t planner_cost(void *user, const hp_layout *a, const hp_layout *b, const hp_shape *shape, hp_dtype dt) {
+    hp_redistribute_plan plan;
+    if (hp_redistribute_plan_make(user, a, b, shape, dt, &plan) != HP_STATUS_OK) return INT64_MAX / 4;
+    return plan.bytes;
+}
+
 static hp_status partition_node(hp_partition *p, int i) {
     const hp_graph *lg = p->lg;
     const hp_node *n = hp_graph_node(lg, i);
@@ -206,7 +214,9 @@ static hp_status partition_node(hp_partition *p, int i) {
     }
     for (int j = 0; j < n->n_out; j++) out[j] = hp__lay_replicated(hp_graph_tensor(lg, n->out[j])->shape.ndim);
     hp_attrs local = n->attr;
-    hp_shard_ctx ctx = {lg, p->mesh, p->index, hint};
+    hp_shard_ctx ctx = {
+        .g = lg, .mesh = p->mesh, .index = p->index, .hint = hint, .cost = planner_cost, .cost_user = p->mesh,
+    };
     if (d->shard) {
         hp_status st = d->shard(&ctx, n, in, req, out, &local, drop);
         if (st != HP_STATUS_OK)

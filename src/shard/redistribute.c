@@ -11,12 +11,6 @@
 
 #define MAX_NODES 4096
 
-const char *hp_redist_kind_name(hp_redist_kind k) {
-    static const char *names[] = {"local_slice", "local_partial", "all_gather", "all_to_all",
-                                  "reduce_scatter", "all_reduce", "all_to_allv", "send_recv"};
-    return (int)k >= 0 && k < HP_REDIST_KIND_COUNT ? names[k] : "?";
-}
-
 int64_t hp_redistribute_min_bytes(hp_redist_kind kind, int64_t x, int n) {
     switch (kind) {
     case HP_REDIST_LOCAL_SLICE:

@@ -1,5 +1,5 @@
-/* The operator registry, generated from HP_OP_LIST, and helpers shared by operator files. */
-#include "ops/op.h"
+/* The operator registry, generated from HP_OP_LIST, and the ir-level helpers declared in ir/op.h. */
+#include "ir/op.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -34,32 +34,6 @@ const char *hp__shape_s(const hp_shape *s) {
     static int next;
     char *b = bufs[next++ & 7];
     return hp_shape_str(s, b, sizeof bufs[0]);
-}
-
-hp_status hp__broadcast_shape(const hp_shape *a, const hp_shape *b, hp_shape *out) {
-    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-    hp_shape r = hp_shape_make(nd, (int64_t[HP_MAX_DIMS]){0});
-    for (int i = 0; i < nd; i++) {
-        int ia = a->ndim - nd + i, ib = b->ndim - nd + i;
-        int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;
-        if (da != db && da != 1 && db != 1)
-            return hp_error(HP_STATUS_SHAPE, "shapes %s and %s do not broadcast (axis %d: %lld vs %lld)",
-                            hp__shape_s(a), hp__shape_s(b), i, (long long)da, (long long)db);
-        r.dim[i] = da == 1 ? db : da;
-    }
-    *out = r;
-    return HP_STATUS_OK;
-}
-
-int hp__axis(int axis, int ndim) {
-    if (axis < 0) axis += ndim;
-    return (axis >= 0 && axis < ndim) ? axis : -1;
-}
-
-hp_tid hp__grad_add(hp_graph *g, hp_tid g1, hp_tid g2) {
-    if (g1 == HP_TID_NONE) return g2;
-    if (g2 == HP_TID_NONE) return g1;
-    return hp_add(g, g1, g2);
 }
 
 static double tensor_bytes(const hp_graph *g, hp_tid t) {

@@ -1,7 +1,5 @@
-/* Helpers shared by the operators' sharding rules (declared in src/ops/op.h). */
-#include "ops/op.h"
-
-#include "hp/redistribute.h"
+/* Layout algebra helpers for the operators' sharding rules (declared in layout/layout_algebra.h). */
+#include "layout/layout_algebra.h"
 
 #include <string.h>
 
@@ -53,37 +51,4 @@ hp_layout hp__lay_broadcast_operand(const hp_layout *out, const hp_shape *out_sh
         if (o >= 0 && in_shape->dim[i] == out_shape->dim[o] && in_shape->dim[i] != 1) hp__lay_copy_dim(&l, i, out, o);
     }
     return l;
-}
-
-int64_t hp__lay_cost(const hp_shard_ctx *c, const hp_layout *a, const hp_layout *b, const hp_shape *shape,
-                     hp_dtype dt) {
-    if (hp_layout_equal(a, b)) return 0;
-    hp_redistribute_plan p;
-    if (hp_redistribute_plan_make(c->mesh, a, b, shape, dt, &p) != HP_STATUS_OK) return INT64_MAX / 4;
-    return p.bytes;
-}
-
-hp_layout hp__lay_resolve(const hp_shard_ctx *c, const hp_layout *in, const hp_layout *hint, const hp_shape *shape) {
-    if (!in->partial) return *in;
-    if (hint && hint->ndim == in->ndim && !hint->partial) {
-        /* the hint must keep the dims' existing splits */
-        bool ok = true;
-        for (int d = 0; d < in->ndim && ok; d++)
-            for (int k = 0; k < in->nmap[d]; k++)
-                if (k >= hint->nmap[d] || hint->map[d][k] != in->map[d][k]) ok = false;
-        if (ok) return *hint;
-    }
-    hp_layout r = *in;
-    r.partial = 0;
-    for (int a = 0; a < hp_mesh_naxes(c->mesh); a++) {
-        if (!(in->partial & (1u << a))) continue;
-        int best = -1;
-        int64_t n = hp_mesh_dim(c->mesh, a);
-        for (int d = 0; d < r.ndim; d++) {
-            int64_t per = shape->dim[d] / hp_layout_shards(&r, c->mesh, d);
-            if (per % n == 0 && per >= n && (best < 0 || shape->dim[d] > shape->dim[best])) best = d;
-        }
-        if (best >= 0 && r.nmap[best] < HP_MESH_MAX_AXES) r.map[best][r.nmap[best]++] = a;
-    }
-    return r;
 }

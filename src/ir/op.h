@@ -1,0 +1,96 @@
+/*
+ * Internal: the definition of an operator (the operator table). Each operator has exactly one
+ * hp_op_def, defined in its family's file in src/ops/ as `const hp_op_def hp__op_def_<lowercase
+ * name>` next to its builder. The registry (src/ir/registry.c) collects them through HP_OP_LIST;
+ * nothing else switches on op kind. Operator files include ops/op.h, which adds their helpers.
+ */
+#ifndef HP_IR_OP_H
+#define HP_IR_OP_H
+
+#include "hp/ir.h"
+#include "hp/mesh.h"
+#include "hp/ops.h"
+
+/*
+ * The cost of a layout change: bytes per rank to move a tensor of global `shape` and `dt` from
+ * layout a to layout b on the context's mesh; 0 when a equals b, a large number (INT64_MAX / 4)
+ * when there is no way. Operators and the layout layer never call the redistribution planner: the
+ * partitioner (src/shard/partition.c) passes one that does, with the mesh as `user`.
+ */
+typedef int64_t (*hp_layout_cost_fn)(void *user, const hp_layout *a, const hp_layout *b, const hp_shape *shape,
+                                     hp_dtype dt);
+
+/* What a sharding rule knows besides the node: the logical graph, the mesh, this rank, and how
+ * much a layout change costs. */
+typedef struct hp_shard_ctx {
+    const hp_graph *g;     /* the logical (single-device) graph: shapes are global */
+    const hp_mesh *mesh;
+    int index;             /* this rank's mesh index */
+    const hp_layout *hint; /* per input: the layout its consumers prefer when a partial input must
+                            * be resolved (e.g. the optimizer-state layout for a gradient), or a
+                            * layout with ndim -1 when there is no preference */
+    hp_layout_cost_fn cost; /* bytes of a layout change (the partitioner gives the redistribution
+                             * planner's); NULL: every change costs 1 */
+    void *cost_user;        /* passed to cost as `user` */
+} hp_shard_ctx;
+
+typedef struct hp_op_def {
+    const char *name;
+    int min_in, max_in; /* accepted input count (optional inputs may be HP_TID_NONE) */
+    int n_out;          /* output count (0 for in-place updaters such as ADAMW) */
+
+    /*
+     * Shape inference: from the node's inputs and attrs, fill dtype and shape of each output.
+     * On bad shapes return hp_error(HP_STATUS_SHAPE, ...) naming the shapes (the graph adds the
+     * operator, scope and tensor names around the message).
+     */
+    hp_status (*infer)(const hp_graph *g, const hp_node *n, hp_dtype *out_dtype, hp_shape *out_shape);
+
+    /*
+     * Gradient rule: given dout[j] (the loss gradient w.r.t. output j, or HP_TID_NONE where none
+     * flows), append nodes computing din[i] for each input i (leave HP_TID_NONE where the input is
+     * not differentiable). need[i] is false where no gradient is wanted for input i: the rule
+     * should skip building it (saves work). `node` is the node's index; re-fetch it with
+     * hp_graph_node() after adding nodes (the node table may move). NULL: not differentiable.
+     */
+    hp_status (*grad)(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din);
+
+    /* Cost: flops and bytes moved. NULL: zero flops, bytes = inputs + outputs. */
+    void (*cost)(const hp_graph *g, const hp_node *n, hp_op_cost *c);
+
+    /* Scratch bytes the kernel needs for this node (per call, all threads). NULL: none. */
+    size_t (*workspace)(const hp_graph *g, const hp_node *n);
+
+    /*
+     * Sharding rule (HyperShard). in[i] is the layout input i has now. The rule fills req[i], the
+     * layout input i must have (pre-filled with in[i]; the partitioner inserts the redistribution),
+     * and out[j], each output's layout (pre-filled replicated). `local` holds the attrs of the
+     * per-rank node (pre-filled with the logical node's; ATTENTION sets its local head count);
+     * drop[i] = true omits input i on this rank (the bias of a row-parallel LINEAR is added by one
+     * rank of the partial group only). Layout rules: a mesh axis splits at most one dim of a
+     * tensor; an axis that is partial splits no dim. NULL: every input replicated, outputs
+     * replicated (always correct, never fast). Errors: HP_STATUS_UNSUPPORTED naming the layouts.
+     */
+    hp_status (*shard)(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                       hp_layout *out, hp_attrs *local, bool *drop);
+
+    /* Bit i set: the kernel writes input i in place (ADAMW: param, m, v; ASSIGN: the target). */
+    uint32_t inplace_inputs;
+} hp_op_def;
+
+/* The definition of `op` (asserts op is valid). */
+const hp_op_def *hp__op_def(hp_op op);
+
+/* Declarations of every operator's definition, generated from HP_OP_LIST. */
+#define HP_OP_DECL_(name, lower) extern const hp_op_def hp__op_def_##lower;
+HP_OP_LIST(HP_OP_DECL_)
+#undef HP_OP_DECL_
+
+/* Short "[2, 3]" for messages, in a rotating static buffer (8 slots; not thread-safe). */
+const char *hp__shape_s(const hp_shape *s);
+/* Adds g1 + g2 where either may be HP_TID_NONE (gradient accumulation; autodiff.c). */
+hp_tid hp__grad_add(hp_graph *g, hp_tid g1, hp_tid g2);
+/* Default cost: bytes of all inputs read and all outputs written, `flops_per_out` * numel(out0). */
+void hp__cost_default(const hp_graph *g, const hp_node *n, double flops_per_out, hp_op_cost *c);
+
+#endif
