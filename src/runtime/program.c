@@ -576,8 +576,9 @@ static hp_status wait_inputs(hp_program *p, int e) {
     if (!p->n_flight) return HP_STATUS_OK;
     const hp_node_args *a = &p->exec[e];
     int nq = hp__queues_count(p->q);
-    /* An asynchronous node reading what its own queue makes needs no wait: the queue is ordered. */
-    int own = p->exec_kind[e] == EXEC_ASYNC && !p->compute_progress ? p->queue_of[e] : -2;
+    /* Every reader waits, an asynchronous node on the producer's own queue too: the queue would run
+     * them in order, but liveness ends the producer's inputs at this first reader, so the compute
+     * thread must not run past it (and reuse those bytes) while the producer may still read them. */
     uint64_t need[64] = {0};
     bool any = false;
     for (int k = 0; k < a->node->n_in; k++) {
@@ -586,7 +587,7 @@ static hp_status wait_inputs(hp_program *p, int e) {
         size_t xb = p->bytes[a->node->in[k]];
         for (int f = 0; f < p->n_flight; f++) {
             int qk = p->flight_queue[f];
-            if (qk != own && x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
+            if (x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
                 if (qk < 0) { /* a request started here: complete it now */
                     hp_comm_request *r = p->flight_req[f];
                     p->flight_req[f] = NULL;
@@ -666,6 +667,7 @@ static hp_status node_failed(hp_program *p, int e, hp_status st) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", hp_error_message());
     (void)wait_all(p);
+    hp__queues_clear_errors(p->q); /* the step failed as a whole; a later run starts clean */
     if (ext && ext->after_run) (void)ext->after_run(ext->user); /* drains the copy stream */
     hp_error(st, "%s", msg);
     if (e < 0) return st;

@@ -145,6 +145,10 @@ hp_status hp__queues_wait_all(hp__queues *q) {
     return hp_first_error_status(&fe);
 }
 
+void hp__queues_clear_errors(hp__queues *q) {
+    for (int k = 0; q && k < q->n; k++) hp_worker_clear_error(q->w[k]);
+}
+
 void hp__queues_times(hp__queues *q, double *busy_s, double *wait_s) {
     *busy_s = *wait_s = 0;
     for (int k = 0; k < q->n; k++) {

@@ -41,6 +41,9 @@ hp_status hp__queues_submit(hp__queues *q, int k, const hp_node_args *a, uint64_
 hp_status hp__queues_wait(hp__queues *q, int k, uint64_t seq);
 /* Waits for everything submitted on every queue; the first error. */
 hp_status hp__queues_wait_all(hp__queues *q);
+/* After a failed run has drained every queue: later runs issue their transfers again (each queue's
+ * error is sticky until cleared, so without this one failure would skip every later collective). */
+void hp__queues_clear_errors(hp__queues *q);
 /* Seconds the queues' workers spent running (summed) and the compute thread spent waiting. */
 void hp__queues_times(hp__queues *q, double *busy_s, double *wait_s);
 
