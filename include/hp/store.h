@@ -35,7 +35,16 @@
  *     persistent bytes and in hp_store_stats.n_copies);
  *   - different local shape (another layout: the single-device sampling program of a sharded
  *     training run): the program binds to a view of that shape made by hp_store_view (read-only);
- *     without one the bind fails naming both shapes.
+ *     without one the bind fails naming both shapes. hp_program_run does NOT refresh views (a
+ *     refresh is collective and a run of one program on one rank is not): the caller calls
+ *     hp_store_view or hp_store_views_refresh on every rank before running a program bound to a
+ *     view whose entry changed (the trainer does so before evaluation and sampling).
+ * Binding is by name and local shape: a program's tensor binds to the entry of its name when the
+ * local shapes agree; the program's own layout is not compared with the entry's (two layouts with
+ * the same block on this rank share the bytes, which is right only if they also agree on which
+ * block: the caller keeps one layout per name and uses views for the others). Views are over the
+ * store's own mesh; a view for another mesh (a pipeline stage's or an actor group's) is not built
+ * yet.
  * A name not in the store is created by the first program that binds it, recorded as replicated
  * with the program's local shape as its logical shape; hp_store_declare then records the real
  * logical shape and layout (which must give the same local block). A trainer may also declare
