@@ -112,6 +112,24 @@ typedef struct hp_store_stats {
  * HP_STATUS_OUT_OF_MEMORY.
  */
 hp_status hp_store_new(hp_mesh *mesh, hp_backend_t backend, hp_store **out);
+
+/*
+ * Moves one tensor between two layouts over `mesh` (collective over the mesh): `in` holds this
+ * rank's block of a tensor of logical `shape` and `dt` under `from`, `out` receives its block under
+ * `to`; *bytes_received (may be NULL) gets the bytes this rank received. hp_redistribute_tensor
+ * (hp/redistribute.h: the redistribution planner, then its executor) has this type.
+ */
+typedef hp_status (*hp_store_redistribute_fn)(hp_mesh *mesh, const hp_layout *from, const hp_layout *to,
+                                              const hp_shape *shape, hp_dtype dt, const void *in, void *out,
+                                              int64_t *bytes_received);
+
+/*
+ * Sets how the store refreshes a view of another layout than its entry's (hp_store_view). The
+ * store lives in the runtime, below the passes, so the planner comes in from above: the trainer
+ * passes hp_redistribute_tensor. Without one, such a view fails with HP_STATUS_INVALID_ARGUMENT
+ * naming the entry. `fn` NULL unsets it.
+ */
+void hp_store_set_redistribute(hp_store *s, hp_store_redistribute_fn fn);
 /* Frees the store's memory (entries, views). Programs bound to it must be freed first. NULL is allowed. */
 void hp_store_free(hp_store *s);
 /*
