@@ -124,13 +124,15 @@ typedef struct hp_schedule {
  * (hp_schedule_from_compute's placement rule). Every result passes hp_schedule_validate with eager
  * point-to-point semantics.
  *   GPipe, 1F1B, ZB-H1: v = 1; any m >= 1.
- *   interleaved 1F1B: any v >= 1 and m >= 1. Micro-batches go in groups of p (the last group may
- *     be shorter; Megatron-LM's order): forwards chunk 0..v-1 of a group, backwards v-1..0; rank r
- *     warms up with min((v-1)*g + 2(p-1-r), v*m) forwards, g = min(p, m).
+ *   interleaved 1F1B: any v >= 1 and m >= 1. Micro-batches go in max(1, m/p) rounds whose sizes
+ *     differ by at most one (larger first), so a round holds at least p of them unless m < p
+ *     (Megatron-LM's order; PyTorch instead requires m to be a multiple of its round count): the
+ *     forwards run a round through chunks 0..v-1, the backwards through v-1..0; rank r warms up
+ *     with min((v-1)*g + 2(p-1-r), v*m) forwards, g the first round's size.
  *   ZB-V, DualPipeV: v = 2 (V placement). Any m >= 1: below 2p-1 (ZB-V) or 2p (DualPipeV)
  *     micro-batches the schedule is built for that many and the extra micro-batches' actions are
  *     removed (as PyTorch's ScheduleZBVZeroBubble does), which keeps it valid but leaves bubbles.
- * Errors (HP_STATUS_INVALID_ARGUMENT, naming the value): p, m or v < 1 (v < 0), a v the kind does
+ * Errors (HP_STATUS_INVALID_ARGUMENT, naming the value): p or m below 1, v below 0, a v the kind does
  * not allow (v != 1 for GPipe/1F1B/ZB-H1, v != 2 for ZB-V/DualPipeV), KIND_USER, p*v*m above 2^26;
  * HP_STATUS_OUT_OF_MEMORY. On success free *out with hp_schedule_free.
  */
@@ -318,11 +320,12 @@ int hp_schedule_peak_formula(hp_sched_kind kind, int p, int m, int v, int r);
  * timeline (NULL: simulated here with F = B = W = 1 s, no latency):
  *
  *     schedule 1f1b p=2 m=3 v=1
- *     rank 0: F0 F1 .  .  BW0 -  F2 BW1 -  .  BW2 -
- *     rank 1: .  F0 BW0 -  F1 BW1 -  F2 BW2 -
+ *     rank 0: F0  F1  .   .   BW0 -   F2  BW1 -   .   BW2 -
+ *     rank 1: .   F0  BW0 -   F1  BW1 -   F2  BW2 -   .   .
  *
  * A slot is the shortest compute action's time; an action takes round(time / slot) columns (at
- * least 1): its token, then "-" for each further column; "." is an idle slot. Tokens: [stage]OPmb,
+ * least 1): its token, then "-" for each further column; "." is an idle slot (here F = 1 s and a
+ * full backward 2 s). Columns are padded to the widest token. Tokens: [stage]OPmb,
  * OP one of F, B (input gradient), W, BW (full backward); the stage prefix is left out when every
  * rank holds exactly its own stage (stage = rank). An overlapped F&B pair is one token "F3&BW1"
  * (prefixes on each half). Sends and receives are not drawn (hp_schedule_parse re-inserts them).

@@ -336,7 +336,7 @@ static hp_status check_memory(const hp_schedule *s, const hp_sched_check_opts *o
                 bytes -= ab * o->w_fraction;
             }
             if (cnt > peak) peak = cnt, peak_at = i;
-            if (bytes > bpeak * (1 + 1e-12) + 1e-9) bpeak = bytes, bpeak_at = i;
+            if (bytes > bpeak) bpeak = bytes, bpeak_at = i;
         }
         if (peak_inflight) peak_inflight[r] = peak;
         if (peak_bytes) peak_bytes[r] = bpeak;
@@ -348,7 +348,7 @@ static hp_status check_memory(const hp_schedule *s, const hp_sched_check_opts *o
         double cap = o->max_bytes_rank ? o->max_bytes_rank[r] : o->max_bytes;
         if (st == HP_STATUS_OK && o->act_bytes && cap > 0 && bpeak > cap)
             st = hp_error(HP_STATUS_OUT_OF_MEMORY,
-                          "rank %d holds %.0f bytes of activations after action %d (%s), over its budget of %.0f bytes", r,
+                          "rank %d holds %.10g bytes of activations after action %d (%s), over its budget of %.10g bytes", r,
                           bpeak, bpeak_at, hp__sched_action_str(&s->actions[r][bpeak_at], buf, sizeof buf), cap);
     }
     return st;

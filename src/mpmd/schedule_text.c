@@ -50,12 +50,11 @@ typedef struct cell {
     char text[48];
 } cell;
 
-static int token_of(const hp_schedule *s, const hp_sched_action *a, bool prefix, char *buf, size_t n) {
+static int token_of(const hp_sched_action *a, bool prefix, char *buf, size_t n) {
     const char *op = a->op == HP_SCHED_OP_F   ? "F"
                      : a->op == HP_SCHED_OP_W ? "W"
                      : (a->flags & HP_SCHED_FLAG_FULL_BACKWARD) ? "BW"
                                                                  : "B";
-    (void)s;
     if (prefix) return snprintf(buf, n, "%d%s%d", (int)a->stage, op, (int)a->mb);
     return snprintf(buf, n, "%s%d", op, (int)a->mb);
 }
@@ -109,14 +108,14 @@ hp_status hp_schedule_render(const hp_schedule *s, const hp_sched_timeline *tl, 
             if (!hp__sched_is_compute(a->op)) continue;
             cell *c = &cells[k++];
             double t0 = tl->start[r][i], t1 = tl->end[r][i];
-            int len = token_of(s, a, prefix, c->text, sizeof c->text);
+            int len = token_of(a, prefix, c->text, sizeof c->text);
             if (a->flags & HP_SCHED_FLAG_OVERLAP) {
                 /* The pair's B is the next compute action: one token. */
                 int j = i + 1;
                 while (j < s->n_actions[r] && !hp__sched_is_compute(s->actions[r][j].op)) j++;
                 if (j < s->n_actions[r]) {
                     c->text[len++] = '&';
-                    token_of(s, &s->actions[r][j], prefix, c->text + len, sizeof c->text - (size_t)len);
+                    token_of(&s->actions[r][j], prefix, c->text + len, sizeof c->text - (size_t)len);
                     t1 = tl->end[r][j];
                     i = j;
                 }
