@@ -184,6 +184,18 @@ hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes
  */
 hp_status hp_program_run(hp_program *p);
 
+/*
+ * Runs the live nodes with index in [first, last) of the program's graph, in program order, and
+ * waits for them (their transfers included): one phase of a program whose nodes were ordered by
+ * phase, such as a pipeline stage's forward (F), input-gradient (B) and weight-gradient (W) nodes
+ * (hp/pipeline.h). Running the phases of a program in order, with any gaps between them, equals
+ * hp_program_run: the arena plan covers the whole node list, so what a later phase reads stays
+ * put in between (another program's runs may come between them; they own their arenas). Errors:
+ * HP_STATUS_INVALID_ARGUMENT for a range outside [0, n_nodes] or first > last, or a program with
+ * an offload pass (its hooks run per whole step); then hp_program_run's errors.
+ */
+hp_status hp_program_run_nodes(hp_program *p, int first, int last);
+
 /* The program's def-use chains and liveness (owned by the program; valid for its lifetime). */
 const hp_liveness *hp_program_liveness(const hp_program *p);
 
