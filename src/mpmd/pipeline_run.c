@@ -15,10 +15,6 @@ static int tag_of(const hp_pipeline *pp, int kind, int stage, int mb) {
     return (kind * pp->sched->n_stages + stage) * pp->m + mb;
 }
 
-static bool frees_slot(const hp_sched_action *a) {
-    return a->op == HP_SCHED_OP_W || (a->op == HP_SCHED_OP_B && (a->flags & HP_SCHED_FLAG_FULL_BACKWARD));
-}
-
 hp_status hp__pp_plan_actions(hp_pipeline *pp) {
     const hp_schedule *s = pp->sched;
     int n = s->n_actions[pp->rank];
@@ -29,12 +25,24 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp) {
      * freed it (-1) and whether it is taken */
     int cm = pp->n_chunks * pp->m, cs = pp->n_chunks * (pp->m + 1);
     int *slot_of = malloc(sizeof(int) * (size_t)(cm + 1)), *freed_at = malloc(sizeof(int) * (size_t)(cs + 1));
+    int *last = malloc(sizeof(int) * (size_t)(cm + 1)); /* per (chunk, mb): its last action, which frees the slot */
     bool *taken = calloc((size_t)cs + 1, 1);
     hp_status st = HP_STATUS_OK;
-    if (!pp->plan || !pp->posted || !slot_of || !freed_at || !taken)
+    if (!pp->plan || !pp->posted || !slot_of || !freed_at || !taken || !last)
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory planning %d actions", n);
     for (int i = 0; st == HP_STATUS_OK && i < cm; i++) slot_of[i] = -1;
     for (int i = 0; st == HP_STATUS_OK && i < cs; i++) freed_at[i] = -1;
+    for (int i = 0; st == HP_STATUS_OK && i < n; i++) {
+        const hp_sched_action *a = &act[i];
+        int c = a->stage >= 0 && a->stage < s->n_stages ? pp->chunk_of_stage[a->stage] : -1;
+        if (c < 0 || a->mb < 0 || a->mb >= pp->m) continue;
+        last[c * pp->m + a->mb] = i;
+        /* a hand-over between two stages of this rank reads the other stage's slot: F of stage k
+         * copies stage k-1's output, B of stage k stage k+1's input gradient */
+        int other = a->op == HP_SCHED_OP_F ? a->stage - 1 : a->op == HP_SCHED_OP_B ? a->stage + 1 : -1;
+        if (other >= 0 && other < s->n_stages && pp->chunk_of_stage[other] >= 0)
+            last[pp->chunk_of_stage[other] * pp->m + a->mb] = i;
+    }
     for (int i = 0; st == HP_STATUS_OK && i < n; i++) {
         const hp_sched_action *a = &act[i];
         int c = a->stage >= 0 && a->stage < s->n_stages ? pp->chunk_of_stage[a->stage] : -1;
@@ -52,7 +60,7 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp) {
             if (k + 1 > pp->chunks[c].n_slots) pp->chunks[c].n_slots = k + 1;
         }
         pp->plan[i] = (pp_action_plan){.chunk = c, .slot = *so, .post_after = freed_at[c * (pp->m + 1) + *so]};
-        if (frees_slot(a)) {
+        if (last[c * pp->m + a->mb] == i) { /* after its W (or full B) and the send of its gradient */
             taken[c * (pp->m + 1) + *so] = false;
             freed_at[c * (pp->m + 1) + *so] = i;
             *so = -1;
@@ -66,6 +74,7 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp) {
     free(slot_of);
     free(freed_at);
     free(taken);
+    free(last);
     return st;
 }
 
