@@ -109,7 +109,7 @@ int hp_cli_train(int argc, char **argv) {
     }
     st = hp_trainer_new_dist(&cfg, world, &t);
     if (st != HP_STATUS_OK) {
-        if (lead || !same_verdict) hp_cli_fail(st, config);
+        if (lead || !same_verdict) hp_cli_fail(st, same_verdict ? NULL : config); /* the message names the file */
         goto out;
     }
     same_verdict = false;

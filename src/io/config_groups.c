@@ -70,9 +70,6 @@ hp_status hp__config_read_pipeline(const hp_yaml_node *node, hp_pipeline_config 
         HP_CHECK(hp_yaml_as_int(n, "pipeline.chunks", &p->chunks));
         p->chunks_line = n->line;
         p->chunks_column = n->column;
-        if (p->chunks < 1 || p->chunks > HP_CONFIG_MAX_CHUNKS)
-            return hp__config_error(n, "pipeline.chunks %lld must be in [1, %d] (model chunks per stage)",
-                                    (long long)p->chunks, HP_CONFIG_MAX_CHUNKS);
     }
     n = hp_yaml_map_get(node, "split");
     if (n && !hp_yaml_is_null(n)) {
@@ -84,7 +81,8 @@ hp_status hp__config_read_pipeline(const hp_yaml_node *node, hp_pipeline_config 
         else if (strcmp(s, "manual") == 0) p->split_auto = false;
         else return hp__config_error(n, "pipeline.split expects manual or auto, got '%s'", s);
     }
-    return HP_STATUS_OK;
+    /* Before the groups: their modules have pipeline.chunks chunks. */
+    return hp__config_check_chunks(p, node->file ? node->file : "<string>");
 }
 
 /* ---------------------------------------------------------------- groups: */

@@ -41,7 +41,6 @@ static void where(const hp_pipeline_config *p, int line, int column, int *l, int
 static hp_status check_pipeline(const hp_run_config *cfg, const char *f) {
     const hp_pipeline_config *p = &cfg->pipeline;
     int stages = cfg->groups.n_stages, l, c;
-    const char *name = hp_pipeline_schedule_name(p->schedule);
     if ((unsigned)p->schedule >= HP_PIPELINE_SCHEDULE_COUNT)
         return err(f, p->schedule_line, p->schedule_column, "pipeline.schedule %d is not a schedule", (int)p->schedule);
     if (p->schedule == HP_PIPELINE_SCHEDULE_TABLE && !p->table[0])
@@ -52,6 +51,18 @@ static hp_status check_pipeline(const hp_run_config *cfg, const char *f) {
     if (cfg->train.batch % p->micro_batches != 0)
         return err(f, l, c, "pipeline.micro_batches %lld does not divide train.batch %lld (each micro-batch is "
                    "train.batch / micro_batches rows)", (long long)p->micro_batches, (long long)cfg->train.batch);
+    HP_CHECK(hp__config_check_chunks(p, f));
+    if (p->schedule == HP_PIPELINE_SCHEDULE_DUALPIPEV && p->micro_batches < 2 * (int64_t)stages) {
+        where(p, p->micro_batches_line, p->micro_batches_column, &l, &c);
+        return err(f, l, c, "pipeline.micro_batches %lld: schedule dualpipev needs at least 2 x stages = %d "
+                   "micro-batches", (long long)p->micro_batches, 2 * stages);
+    }
+    return HP_STATUS_OK;
+}
+
+hp_status hp__config_check_chunks(const hp_pipeline_config *p, const char *f) {
+    int l, c;
+    const char *name = hp_pipeline_schedule_name(p->schedule);
     where(p, p->chunks_line, p->chunks_column, &l, &c);
     if (!p->chunks_line) where(p, p->schedule_line, p->schedule_column, &l, &c);
     int64_t v = p->chunks;
@@ -79,11 +90,6 @@ static hp_status check_pipeline(const hp_run_config *cfg, const char *f) {
         break;
     default: break;
     }
-    if (p->schedule == HP_PIPELINE_SCHEDULE_DUALPIPEV && p->micro_batches < 2 * (int64_t)stages) {
-        where(p, p->micro_batches_line, p->micro_batches_column, &l, &c);
-        return err(f, l, c, "pipeline.micro_batches %lld: schedule dualpipev needs at least 2 x stages = %d "
-                   "micro-batches", (long long)p->micro_batches, 2 * stages);
-    }
     return HP_STATUS_OK;
 }
 
@@ -105,7 +111,7 @@ static hp_status check_group(const hp_run_config *cfg, const hp_group_config *g,
     }
     const hp_strategy_config *s = &g->strategy;
     if (!s->present && g->n_ranks > 1)
-        return err(f, g->line, g->column, "groups.%s has %d ranks but no mesh (give it mesh: {device_matrix: [%d], "
+        return err(f, g->ranks_line, g->ranks_column, "groups.%s has %d ranks but no mesh (give it mesh: {device_matrix: [%d], "
                    "alias_name: [dp]} and a strategy:, or one rank)", g->name, g->n_ranks, g->n_ranks);
     if (s->present) {
         int64_t devices = 1;
@@ -159,6 +165,13 @@ static hp_status check_ranks(const hp_groups_config *gs, const char *f) {
     return st;
 }
 
+/* "blocks.A" or "blocks.A-B" for blocks [a, b) (b > a), written into buf. */
+static const char *blocks_str(int a, int b, char *buf, size_t n) {
+    if (b == a + 1) snprintf(buf, n, "blocks.%d", a);
+    else snprintf(buf, n, "blocks.%d-%d", a, b - 1);
+    return buf;
+}
+
 /* The stage chunk at each virtual stage. */
 typedef struct vslot {
     const hp_group_config *g;
@@ -187,6 +200,7 @@ static hp_status check_modules(const hp_run_config *cfg, const char *f) {
     int p = gs->n_stages, v = (int)cfg->pipeline.chunks, nv = p * v;
     int64_t L = cfg->model.layers;
     const hp_pipeline_config *pl = &cfg->pipeline;
+    bool vshape = pl->schedule == HP_PIPELINE_SCHEDULE_ZB_V || pl->schedule == HP_PIPELINE_SCHEDULE_DUALPIPEV;
     for (int i = 0; i < gs->n_groups; i++) {
         const hp_group_config *g = &gs->groups[i];
         if (g->module_auto && !pl->split_auto)
@@ -245,21 +259,26 @@ static hp_status check_modules(const hp_run_config *cfg, const char *f) {
                      o >= 0 ? mod_name(&slots[o], v, m2, sizeof m2) : "an earlier stage");
         } else if (ch->first > next) {
             int o = find_block(slots, nv, s + 1, 1, next);
+            char b1[64], b2[64];
             if (o >= 0)
-                st = err(f, l, c, "%s runs blocks.%d-%d before %s runs blocks.%d: the stages must run the blocks in "
-                         "order", m, ch->first, ch->last - 1, mod_name(&slots[o], v, m2, sizeof m2), next);
+                st = err(f, l, c, "%s runs %s before %s runs blocks.%d: the stages must run the blocks in order%s", m,
+                         blocks_str(ch->first, ch->last, b1, sizeof b1), mod_name(&slots[o], v, m2, sizeof m2), next,
+                         v == 1 ? ""
+                         : vshape ? " (chunk 0 of stage i is virtual stage i, chunk 1 is virtual stage 2p-1-i)"
+                                  : " (chunk c of stage i is virtual stage c*p + i)");
             else
-                st = err(f, l, c, "%s starts at blocks.%d but blocks.%d-%d are run by no stage", m, ch->first, next,
-                         ch->first - 1);
+                st = err(f, l, c, "%s starts at blocks.%d but %s %s run by no stage", m, ch->first,
+                         blocks_str(next, ch->first, b2, sizeof b2), ch->first - next > 1 ? "are" : "is");
         } else {
             next = ch->last;
         }
     }
     if (st == HP_STATUS_OK && next < L) {
         const hp_module_chunk *ch = &slots[nv - 1].g->chunks[slots[nv - 1].c];
-        st = err(f, ch->line, ch->column, "groups: blocks.%d-%lld are run by no stage (model.layers is %lld; the last "
-                 "stage, %s, ends before them)", next, (long long)L - 1, (long long)L,
-                 mod_name(&slots[nv - 1], v, m, sizeof m));
+        char b1[64];
+        st = err(f, ch->line, ch->column, "%s is the last stage but %s %s run by no stage (model.layers is %lld)",
+                 mod_name(&slots[nv - 1], v, m, sizeof m), blocks_str(next, (int)L, b1, sizeof b1),
+                 L - next > 1 ? "are" : "is", (long long)L);
     }
     free(slots);
     return st;

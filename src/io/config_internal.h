@@ -45,6 +45,9 @@ hp_status hp__config_read_groups(const hp_yaml_node *node, hp_run_config *cfg);
 /* The checks across groups, stages and sections (config_groups_check.c); part of
  * hp_run_config_validate. */
 hp_status hp__config_check_groups(const hp_run_config *cfg);
+/* pipeline.chunks against the schedule (1 for gpipe, 1f1b, zb-h1; >= 2 for interleaved; 2 for zb-v
+ * and dualpipev), in [1, HP_CONFIG_MAX_CHUNKS]; `f` names the file. */
+hp_status hp__config_check_chunks(const hp_pipeline_config *p, const char *f);
 /* The virtual stage (place in the pipeline) of chunk c of stage `stage` of p: c*p + stage, or for the
  * V schedules (zb-v, dualpipev) stage for chunk 0 and 2p-1-stage for chunk 1. */
 int hp__config_virtual_stage(hp_pipeline_schedule schedule, int p, int stage, int c);
