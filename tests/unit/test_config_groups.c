@@ -489,6 +489,11 @@ static void test_cli(void **state) {
     if (!strstr(out, "pipeline runtime not built yet")) fail_msg("output: %s", out);
     snprintf(args, sizeof args, "check '%s'", g_path);
     assert_int_equal(run_hp(args, out, sizeof out), 0);
+    /* hp plan stops the same way (after checking the groups against --ranks). */
+    assert_int_equal(run_hp("plan examples/pp2.yaml", out, sizeof out), 1);
+    if (!strstr(out, "examples/pp2.yaml:") || !strstr(out, "pipeline runtime not built yet")) fail_msg("output: %s", out);
+    assert_int_equal(run_hp("plan examples/pp2.yaml --ranks 4", out, sizeof out), 1);
+    if (!strstr(out, "ranks 2-3 are in no group")) fail_msg("output: %s", out);
     /* Two stages on one process: the world-size check comes first. */
     assert_int_equal(run_hp("train examples/pp2.yaml --steps 1", out, sizeof out), 1);
     if (!strstr(out, "is out of range: the job runs on 1 rank")) fail_msg("output: %s", out);
