@@ -119,7 +119,8 @@ typedef struct hp_compile_opts {
     int n_keep;
     hp_program_opts program;         /* keep, n_keep and ext are set by the driver */
     /* The world: the communicator the mesh is attached to (attached by the driver when it is not
-     * yet; NULL: a one-rank `self` communicator owned by the compiled object). */
+     * yet; NULL: a one-rank `self` communicator owned by the compiled object, only for a mesh the
+     * driver made: a caller's unattached mesh without comm is an error). */
     hp_comm *comm;
     /* Planning without a communicator (`hp plan`): the mesh index to compile for when the mesh is
      * not attached and plan_only is set; the mesh size for hp_compile_run's strategy (0: the
@@ -157,7 +158,8 @@ typedef struct hp_compiled hp_compiled;
  * up to opts->stop_after. Collective over the mesh when the shard pass attaches a mesh or a
  * program runs collectives: every rank calls it with the same graph and options.
  * Errors: HP_STATUS_INVALID_ARGUMENT for a missing loss, train without optim, a plan_index outside
- * the mesh, a rank outside the mesh; then each pass's own errors (autodiff, strategy annotation,
+ * the mesh, a rank outside the mesh, a caller's unattached mesh (opts->mesh or opts->strategy's)
+ * without opts->comm; then each pass's own errors (autodiff, strategy annotation,
  * partition, offload plan, program). On failure *out is NULL and everything made is freed.
  */
 hp_status hp_compile(hp_graph *logical, const hp_compile_opts *opts, hp_compiled **out);

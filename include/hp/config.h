@@ -396,8 +396,9 @@ char *hp_run_config_to_json(const hp_run_config *cfg);
 
 /*
  * Parses a size: "64MiB", "1.5GiB", "4096", "8KB" (units above; a space before the unit is fine)
- * into bytes. HP_STATUS_CONFIG naming the text for a negative, non-numeric or too large value or an
- * unknown unit.
+ * into bytes. The number is decimal (an exponent such as "1e6" is fine; no sign, hex, inf or nan).
+ * HP_STATUS_CONFIG naming the text for a negative, non-numeric or too large value (over 2^62 bytes)
+ * or an unknown unit.
  */
 hp_status hp_config_parse_size(const char *text, size_t *out);
 

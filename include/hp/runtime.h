@@ -92,8 +92,10 @@ typedef enum hp_progress {
 
 /* "auto", "block", "yield", "sleep", "inorder", "compute"; "?" otherwise. */
 const char *hp_progress_name(hp_progress p);
-/* The strategy AUTO chooses on this machine for this process. */
-hp_progress hp_progress_auto(void);
+/* The strategy AUTO chooses on this machine for this process into *out: HP_PROGRESS when set, else
+ * from the cores, ranks per node and threads. HP_STATUS_INVALID_ARGUMENT naming the value when
+ * HP_PROGRESS holds none of the names above (auto included). */
+hp_status hp_progress_auto(hp_progress *out);
 
 typedef struct hp_program_opts {
     const hp_tid *keep; /* activations whose values must be readable after hp_program_run */

@@ -89,6 +89,12 @@ static hp_status world_and_mesh(hp_compiled *c) {
     }
     if (!hp_mesh_parent_comm(c->mesh) && !(c->opts.plan_only && !c->opts.comm)) {
         hp_comm *world = c->opts.comm;
+        if (!world && !c->own_mesh && !c->own_strategy)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                            "compile: the caller's mesh is not attached and no communicator was given "
+                            "(attach it with hp_mesh_attach or set hp_compile_opts.comm): a one-rank "
+                            "communicator made here would be freed with the compiled program while "
+                            "the mesh still refers to it");
         if (!world) {
             world = c->self = hp_comm_self_new();
             if (!world) return hp_error(HP_STATUS_OUT_OF_MEMORY, "compile: out of memory for a communicator");

@@ -388,9 +388,12 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
     p->dry = dry;
     p->g = g;
     p->opts = opts ? *opts : HP_PROGRAM_OPTS_DEFAULT;
-    if (p->opts.progress == HP_PROGRESS_AUTO) p->opts.progress = hp_progress_auto();
-    if (p->opts.progress == HP_PROGRESS_INORDER) p->opts.sync_comm = true;
     hp_status st = HP_STATUS_OK;
+    if (p->opts.progress == HP_PROGRESS_AUTO && (st = hp_progress_auto(&p->opts.progress)) != HP_STATUS_OK) {
+        free(p);
+        return st;
+    }
+    if (p->opts.progress == HP_PROGRESS_INORDER) p->opts.sync_comm = true;
     if (p->opts.backend) {
         p->be = p->opts.backend;
     } else {

@@ -6,6 +6,7 @@
 #include "train/trainer_internal.h"
 
 #include "hp/ops.h"
+#include "hp/redistribute.h"
 #include "hp/rng.h"
 
 #include <math.h>
@@ -174,6 +175,7 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         goto fail;
     }
     HP_CHECK_GOTO(hp_store_new(t->mesh, NULL, &t->store), st, fail);
+    hp_store_set_redistribute(t->store, hp_redistribute_tensor);
     HP_CHECK_GOTO(build_prog(t, &t->train, true), st, fail);
     HP_CHECK_GOTO(declare_entries(t), st, fail);
     HP_CHECK_GOTO(init_params(t), st, fail);
