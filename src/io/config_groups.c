@@ -171,8 +171,8 @@ static hp_status parse_module(const hp_yaml_node *n, const char *name, int v, hp
     if (v == 1) return parse_chunk(n, what, &g->chunks[0]);
     if (n->kind != HP_YAML_KIND_SEQ || n->count != (size_t)v)
         return hp__config_error(n, "%s expects a list of %d modules, one per model chunk (pipeline.chunks %d), e.g. "
-                                "[[embedding, blocks.0], blocks.4], got %s%s", what, v, v,
-                                n->kind == HP_YAML_KIND_SEQ ? "a list of a different length" : hp__config_node_text(n), "");
+                                "[[embedding, blocks.0], blocks.4], got %s", what, v, v,
+                                n->kind == HP_YAML_KIND_SEQ ? "a list of a different length" : hp__config_node_text(n));
     for (int c = 0; c < v; c++) {
         char cwhat[192];
         snprintf(cwhat, sizeof cwhat, "%s[%d]", what, c);
