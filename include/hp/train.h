@@ -49,7 +49,8 @@ typedef struct hp_trainer hp_trainer;
  * A trainer for the run config `cfg` (copied shallowly: cfg must not be freed while the trainer
  * lives, its arena holds the strategy rules the checkpoints write out): loads the corpus,
  * builds the step graph and an evaluation graph, compiles programs, initialises parameters from
- * train.seed (GPT-2 init). Errors: config, data and allocation errors with their messages.
+ * train.seed (GPT-2 init). Errors: config, data and allocation errors with their messages;
+ * HP_STATUS_UNSUPPORTED ("pipeline runtime not built yet") for a config with HyperMPMD groups.
  */
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
 

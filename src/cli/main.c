@@ -22,9 +22,9 @@ static void usage(FILE *f) {
             "                       without training; --dump-after autodiff|shard|offload|memplan\n"
             "                       prints the IR after that pass instead\n"
             "  check RUN.yaml [--ranks N]\n"
-            "                       validate the config (and its strategy for N ranks) without building\n"
-            "                       anything; prints nothing and exits 0 when it is good, else the error\n"
-            "                       with file:line and exits 1\n"
+            "                       validate the config (and its strategy or groups for N ranks) without\n"
+            "                       building anything; prints nothing and exits 0 when it is good, else\n"
+            "                       the error with file:line and exits 1\n"
             "  help                 this text\n");
 }
 

@@ -83,7 +83,7 @@ int hp_cli_train(int argc, char **argv) {
     FILE *metrics = NULL;
     hp_trainer *t = NULL;
     hp_comm *world = NULL;
-    bool mpi = false;
+    bool mpi = false, same_verdict = false; /* same_verdict: a failure every rank meets alike */
     int rc = 1;
     st = world_comm(&world, &mpi);
     if (st != HP_STATUS_OK) {
@@ -96,11 +96,23 @@ int hp_cli_train(int argc, char **argv) {
         hp_log_set_rank(hp_cli_rank);
         lead = hp_cli_rank == 0;
     }
+    if (cfg.groups.present) {
+        /* HyperMPMD groups: checked against the world size, then refused by the trainer (the pipeline
+         * runtime is not built yet). Every rank reaches the same verdict, so rank 0 alone reports it
+         * and no rank needs to abort the others. */
+        same_verdict = true;
+        st = hp_groups_config_check_world(&cfg.groups, world ? hp_comm_size(world) : 1);
+        if (st != HP_STATUS_OK) {
+            if (lead) hp_cli_fail(st, NULL);
+            goto out;
+        }
+    }
     st = hp_trainer_new_dist(&cfg, world, &t);
     if (st != HP_STATUS_OK) {
-        hp_cli_fail(st, config);
+        if (lead || !same_verdict) hp_cli_fail(st, same_verdict ? NULL : config); /* the message names the file */
         goto out;
     }
+    same_verdict = false;
     if (want_resume) {
         const char *from = resume ? resume : cfg.train.checkpoint_dir;
         st = hp_trainer_resume(t, from);
@@ -225,7 +237,7 @@ out:
 #ifdef HP_HAVE_MPI
     if (world) hp_comm_free(world);
     if (mpi) {
-        if (rc != 0) hp_comm_mpi_abort(rc); /* one failed rank must not leave the others waiting */
+        if (rc != 0 && !same_verdict) hp_comm_mpi_abort(rc); /* one failed rank must not leave the others waiting */
         hp_comm_mpi_finalize();
     }
 #endif

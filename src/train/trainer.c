@@ -148,6 +148,10 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         }
     }
     HP_CHECK_GOTO(hp_gpt_config_check(&t->gcfg), st, fail);
+    if (cfg->groups.present) { /* HyperMPMD groups: refused there until the pipeline runtime exists */
+        hp_offload_plan_config unused;
+        HP_CHECK_GOTO(hp_compile_config_objects(cfg, 0, NULL, &unused), st, fail);
+    }
     HP_CHECK_GOTO(hp_strategy_new(&cfg->strategy, hp_comm_size(t->world), &t->strategy), st, fail);
     t->mesh = hp_strategy_mesh(t->strategy);
     HP_CHECK_GOTO(hp_mesh_attach(t->mesh, t->world), st, fail);
