@@ -115,6 +115,10 @@ hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
  * between steps), "exp_avg.<name>", "exp_avg_sq.<name>". Owned by the pipeline. */
 hp_store *hp_pipeline_store(hp_pipeline *pp);
 
+/* Sets the optimizer steps taken (AdamW's bias correction counts from it): after loading a
+ * checkpoint of `step` steps into the store. */
+void hp_pipeline_set_step(hp_pipeline *pp, int64_t step);
+
 /* The virtual stages this rank holds, and stage k's layer range and parts. */
 int hp_pipeline_n_chunks(const hp_pipeline *pp);
 hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, hp_gpt_stage *info, int *n_slots);

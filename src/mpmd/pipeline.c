@@ -334,6 +334,8 @@ hp_status hp_pipeline_init_params(hp_pipeline *pp, uint64_t seed) {
 
 hp_store *hp_pipeline_store(hp_pipeline *pp) { return pp->store; }
 
+void hp_pipeline_set_step(hp_pipeline *pp, int64_t step) { pp->step = step; }
+
 int hp_pipeline_n_chunks(const hp_pipeline *pp) { return pp->n_chunks; }
 
 hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, hp_gpt_stage *info, int *n_slots) {
