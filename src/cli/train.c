@@ -97,9 +97,8 @@ int hp_cli_train(int argc, char **argv) {
         lead = hp_cli_rank == 0;
     }
     if (cfg.groups.present) {
-        /* HyperMPMD groups: checked against the world size, then refused by the trainer (the pipeline
-         * runtime is not built yet). Every rank reaches the same verdict, so rank 0 alone reports it
-         * and no rank needs to abort the others. */
+        /* HyperMPMD groups: checked against the world size first. Every rank reaches the same
+         * verdict, so rank 0 alone reports it and no rank needs to abort the others. */
         same_verdict = true;
         st = hp_groups_config_check_world(&cfg.groups, world ? hp_comm_size(world) : 1);
         if (st != HP_STATUS_OK) {
@@ -148,7 +147,12 @@ int hp_cli_train(int argc, char **argv) {
             (long long)cfg.model.layers, (long long)cfg.model.heads, (long long)cfg.model.width,
             (long long)cfg.model.context, (long long)cfg.model.vocab, (long long)cfg.train.batch,
             (long long)cfg.train.steps, cfg.data.corpus, hp_trainer_unigram_entropy(t));
-    if (lead && world && hp_comm_size(world) > 1) {
+    if (lead && cfg.groups.present) {
+        fprintf(stderr, "pipeline: %s over %d stages, %lld micro-batches of %lld rows, %lld chunk%s per stage\n",
+                hp_pipeline_schedule_name(cfg.pipeline.schedule), cfg.groups.n_stages,
+                (long long)cfg.pipeline.micro_batches, (long long)(cfg.train.batch / cfg.pipeline.micro_batches),
+                (long long)cfg.pipeline.chunks, cfg.pipeline.chunks == 1 ? "" : "s");
+    } else if (lead && world && hp_comm_size(world) > 1) {
         const hp_partition *part = hp_trainer_partition(t);
         char mb[128];
         fprintf(stderr, "strategy: %d ranks, mesh %s | %d redistributions, %.2f MiB received per rank per step\n",
