@@ -52,6 +52,7 @@
 
 #include "hp/comm.h"
 #include "hp/config.h"
+#include "hp/liveness.h"
 #include "hp/nn.h"
 #include "hp/schedule.h"
 #include "hp/store.h"
@@ -118,6 +119,34 @@ hp_store *hp_pipeline_store(hp_pipeline *pp);
 /* Sets the optimizer steps taken (AdamW's bias correction counts from it): after loading a
  * checkpoint of `step` steps into the store. */
 void hp_pipeline_set_step(hp_pipeline *pp, int64_t step);
+
+/*
+ * The schedule of a run config with `groups:` (cfg->groups.n_stages ranks) and `pipeline:`:
+ * hp_schedule_build of the named kind with micro_batches and chunks, or the table file loaded
+ * (hp_schedule_load) and checked against them (HP_STATUS_CONFIG naming the file). Free *out with
+ * hp_schedule_free.
+ */
+hp_status hp_pipeline_schedule_from_config(const hp_run_config *cfg, hp_schedule *out);
+
+/* The first block of every virtual stage of `s` (n_stages ints, malloc'ed into *out: free it), from
+ * the groups' modules; hp_pipeline_opts.first_layer takes it. HP_STATUS_OUT_OF_MEMORY. */
+hp_status hp_pipeline_first_layers(const hp_run_config *cfg, const hp_schedule *s, int **out);
+
+/* What one stage costs per micro-batch, for planning (hp plan) and the schedule simulator. */
+typedef struct hp_pipeline_stage_plan {
+    double f_seconds, b_seconds, w_seconds; /* the F, B and W phases under the machine model */
+    size_t activation_bytes;                /* one micro-batch in flight: arena + workspace (hp_program_plan) */
+    size_t persistent_bytes;                /* parameters, gradient accumulators, inputs and kept tensors */
+} hp_pipeline_stage_plan;
+
+/*
+ * Builds the stage graph the pipeline would (hp_pipeline_new) for `part` with micro-batches of
+ * `rows` rows of `seq` tokens (m of them), without allocating: the seconds of each phase by
+ * hp_node_seconds under `mm` and the bytes by hp_program_plan. Errors: the model builder's,
+ * autodiff's and the planner's.
+ */
+hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                 const hp_machine_model *mm, hp_pipeline_stage_plan *out);
 
 /* The virtual stages this rank holds, and stage k's layer range and parts. */
 int hp_pipeline_n_chunks(const hp_pipeline *pp);

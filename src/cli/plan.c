@@ -3,8 +3,7 @@
  * running it — the mesh, the layout of every parameter, input and optimizer state, each inserted
  * collective with its bytes, the bytes per rank per step, the memory per rank, a predicted step
  * time and the compile driver's pass times (hp/compile.h); or the IR after one pass. A config with
- * HyperMPMD groups is checked against the ranks and then refused: the pipeline runtime (and the
- * plan of its schedule) is not built yet.
+ * HyperMPMD groups gets the pipeline's plan instead (plan_pipeline.c).
  */
 #include "cli/cli.h"
 
@@ -156,14 +155,10 @@ int hp_cli_plan(int argc, char **argv) {
     hp_run_config cfg;
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
-    if (cfg.groups.present) {
-        /* HyperMPMD groups: checked against the ranks, then refused by the compile driver (the
-         * pipeline runtime, and the plan of its schedule, are not built yet); its message names the file. */
-        hp_offload_plan_config unused;
-        st = hp_groups_config_check_world(&cfg.groups, ranks ? (int)ranks : cfg.groups.n_ranks);
-        if (st == HP_STATUS_OK) st = hp_compile_config_objects(&cfg, (int)ranks, NULL, &unused);
+    if (cfg.groups.present) { /* HyperMPMD: the stages and the schedule */
+        int rc = hp_cli_plan_pipeline(&cfg, (int)ranks);
         hp_run_config_free(&cfg);
-        return st == HP_STATUS_OK ? 0 : hp_cli_fail(st, NULL);
+        return rc;
     }
     /* ranks 0: the strategy's own device count */
     int rc = print_plan(&cfg, (int)ranks, (int)rank, dump);

@@ -5,6 +5,7 @@
  */
 #include "mpmd/pipeline_internal.h"
 
+#include "hp/liveness.h"
 #include "hp/ops.h"
 
 #include <stdio.h>
@@ -78,20 +79,21 @@ static hp_status order_phases(pp_chunk *c) {
     return st;
 }
 
-/* The stage graph for one micro-batch: forward, surrogate backward, gradient accumulation. */
-static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
+/* The stage graph for one micro-batch of `rows` rows (of m): forward, surrogate backward, gradient
+ * accumulation, nodes in phase order. */
+static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int m_count, pp_chunk *c) {
     c->g = hp_graph_new();
     if (!c->g) return OOM("a graph");
     hp_graph *g = c->g;
-    HP_CHECK(hp_gpt_build_stage(g, &pp->model, &c->part, pp->rows, pp->seq, c->part.head, &c->gpt));
+    HP_CHECK(hp_gpt_build_stage(g, model, &c->part, rows, seq, c->part.head, &c->gpt));
     const hp_gpt *m = &c->gpt;
     c->dy = HP_TID_NONE;
-    c->act_bytes = (size_t)pp->rows * (size_t)pp->seq * (size_t)pp->model.width * sizeof(float);
+    c->act_bytes = (size_t)rows * (size_t)seq * (size_t)model->width * sizeof(float);
     hp_tid root;
     if (c->part.head) {
-        root = hp_scale(g, m->loss, 1.0f / (float)pp->m); /* the step's loss: the mean of the m means */
+        root = hp_scale(g, m->loss, 1.0f / (float)m_count); /* the step's loss: the mean of the m means */
     } else {
-        c->dy = hp_input(g, "stage.dy", HP_DTYPE_F32, HP_SHAPE(pp->rows, pp->seq, pp->model.width));
+        c->dy = hp_input(g, "stage.dy", HP_DTYPE_F32, HP_SHAPE(rows, seq, model->width));
         root = hp_sum(g, hp_mul(g, m->x_out, c->dy), -1); /* d root / d x_out = dy exactly */
     }
     HP_CHECK(hp_graph_status(g));
@@ -126,18 +128,52 @@ static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
     hp_graph_set_node_flags(g, 0);
     free(wrt), free(grads);
     HP_CHECK(st);
-    HP_CHECK(order_phases(c));
-    hp_tid keep[3];
+    return order_phases(c);
+}
+
+/* The kept tensors of a stage program: its output, its input gradient, its loss. */
+static int stage_keep(const pp_chunk *c, hp_tid *keep) {
     int nk = 0;
-    if (m->x_out != HP_TID_NONE) keep[nk++] = m->x_out;
+    if (c->gpt.x_out != HP_TID_NONE) keep[nk++] = c->gpt.x_out;
     if (c->dx != HP_TID_NONE) keep[nk++] = c->dx;
-    if (m->loss != HP_TID_NONE) keep[nk++] = m->loss;
+    if (c->gpt.loss != HP_TID_NONE) keep[nk++] = c->gpt.loss;
+    return nk;
+}
+
+static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
+    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp->m, c));
+    hp_tid keep[3];
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
     po.keep = keep;
-    po.n_keep = nk;
+    po.n_keep = stage_keep(c, keep);
     po.store = pp->store;
-    for (int s = 0; s < c->n_slots; s++) HP_CHECK(hp_program_new(g, &po, &c->slots[s].p));
+    for (int s = 0; s < c->n_slots; s++) HP_CHECK(hp_program_new(c->g, &po, &c->slots[s].p));
     return HP_STATUS_OK;
+}
+
+hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                 const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
+    memset(out, 0, sizeof *out);
+    pp_chunk c = {.part = *part};
+    hp_status st = stage_graph(model, rows, seq, m, &c);
+    for (int i = 0; st == HP_STATUS_OK && i < c.n_nodes; i++) {
+        double s = hp_node_seconds(c.g, i, mm);
+        if (i < c.f_end) out->f_seconds += s;
+        else if (i < c.b_end) out->b_seconds += s;
+        else out->w_seconds += s;
+    }
+    hp_tid keep[3];
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = keep;
+    po.n_keep = stage_keep(&c, keep);
+    hp_program_stats ps;
+    if (st == HP_STATUS_OK) st = hp_program_plan(c.g, &po, &ps);
+    if (st == HP_STATUS_OK) {
+        out->activation_bytes = ps.arena_bytes + ps.workspace_bytes;
+        out->persistent_bytes = ps.persistent_bytes;
+    }
+    hp_graph_free(c.g);
+    return st;
 }
 
 /* A name this rank's optimizer owns: each parameter once; a tied embedding's copy on the last stage

@@ -18,38 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static hp_status sched_kind(const hp_pipeline_config *pc, hp_sched_kind *out) {
-    switch (pc->schedule) {
-    case HP_PIPELINE_SCHEDULE_GPIPE: *out = HP_SCHED_KIND_GPIPE; return HP_STATUS_OK;
-    case HP_PIPELINE_SCHEDULE_1F1B: *out = HP_SCHED_KIND_1F1B; return HP_STATUS_OK;
-    case HP_PIPELINE_SCHEDULE_INTERLEAVED: *out = HP_SCHED_KIND_INTERLEAVED_1F1B; return HP_STATUS_OK;
-    case HP_PIPELINE_SCHEDULE_ZB_H1: *out = HP_SCHED_KIND_ZB_H1; return HP_STATUS_OK;
-    case HP_PIPELINE_SCHEDULE_ZB_V: *out = HP_SCHED_KIND_ZB_V; return HP_STATUS_OK;
-    case HP_PIPELINE_SCHEDULE_DUALPIPEV: *out = HP_SCHED_KIND_DUALPIPE_V; return HP_STATUS_OK;
-    default: *out = HP_SCHED_KIND_USER; return HP_STATUS_OK;
-    }
-}
-
-/* The schedule of the config: built, or loaded from the table file. */
-static hp_status make_schedule(const hp_run_config *cfg, hp_schedule *out) {
-    const hp_pipeline_config *pc = &cfg->pipeline;
-    int p = cfg->groups.n_stages;
-    if (pc->schedule == HP_PIPELINE_SCHEDULE_TABLE) {
-        HP_CHECK(hp_schedule_load(pc->table, out));
-        if (out->p != p || out->m != pc->micro_batches) {
-            hp_status st = hp_error(HP_STATUS_CONFIG, "pipeline.schedule %s: the table has p=%d m=%d, the config %d "
-                                    "stages and %lld micro-batches", pc->table, out->p, out->m, p,
-                                    (long long)pc->micro_batches);
-            hp_schedule_free(out);
-            return st;
-        }
-        return HP_STATUS_OK;
-    }
-    hp_sched_kind k;
-    HP_CHECK(sched_kind(pc, &k));
-    return hp_schedule_build(k, p, (int)pc->micro_batches, (int)pc->chunks, out);
-}
-
 hp_status hp__pipe_new(hp_trainer *t) {
     const hp_run_config *cfg = &t->cfg;
     const hp_groups_config *g = &cfg->groups;
@@ -76,15 +44,9 @@ hp_status hp__pipe_new(hp_trainer *t) {
     hp_schedule *s = calloc(1, sizeof *s);
     if (!s) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the schedule");
     t->sched = s;
-    HP_CHECK(make_schedule(cfg, s));
-    /* layer ranges per virtual stage, from the groups' modules */
-    int *first = calloc((size_t)s->n_stages + 1, sizeof *first);
-    if (!first) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the stages");
-    for (int i = 0; i < g->n_groups; i++)
-        for (int c = 0; c < g->groups[i].n_chunks; c++) {
-            const hp_module_chunk *mc = &g->groups[i].chunks[c];
-            if (mc->virtual_stage >= 0 && mc->virtual_stage < s->n_stages) first[mc->virtual_stage] = mc->first;
-        }
+    HP_CHECK(hp_pipeline_schedule_from_config(cfg, s));
+    int *first;
+    HP_CHECK(hp_pipeline_first_layers(cfg, s, &first));
     hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
     o.model = &t->gcfg;
     o.batch = (int)cfg->train.batch;
