@@ -161,6 +161,7 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
     }
     HP_CHECK_GOTO(hp_gpt_config_check(&t->gcfg), st, fail);
     bool pipeline = cfg->groups.present;
+    if (pipeline) HP_CHECK_GOTO(hp_groups_config_check_world(&cfg->groups, hp_comm_size(t->world)), st, fail);
     /* A pipeline's evaluation, sampling and checkpoints run on one device per rank (trainer_pipe.c). */
     if (pipeline && !(t->self = hp_comm_self_new())) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for a communicator");
