@@ -41,6 +41,9 @@ typedef struct hp_step_metrics {
     double grad_norm;   /* global gradient norm before clipping */
     double seconds;     /* wall time of the step */
     double tokens_per_s;
+    bool skipped;       /* the loss or gradient norm was NaN/Inf: no update was applied (train.skip_nonfinite) */
+    int64_t skipped_in_row; /* non-finite steps in a row, this one included (0 when this one was finite) */
+    int64_t skipped_total;  /* steps skipped so far by this trainer */
 } hp_step_metrics;
 
 typedef struct hp_trainer hp_trainer;
@@ -49,7 +52,9 @@ typedef struct hp_trainer hp_trainer;
  * A trainer for the run config `cfg` (copied shallowly: cfg must not be freed while the trainer
  * lives, its arena holds the strategy rules the checkpoints write out): loads the corpus,
  * builds the step graph and an evaluation graph, compiles programs, initialises parameters from
- * train.seed (GPT-2 init). Errors: config, data and allocation errors with their messages.
+ * train.seed (GPT-2 init). With train.threads > 0 it sets the calling thread's compute threads
+ * (hp_backend_cpu_set_threads) before building, and hp_trainer_free restores the previous count.
+ * Errors: config, data and allocation errors with their messages.
  */
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
 
@@ -68,7 +73,18 @@ int hp_trainer_rank(const hp_trainer *t);
 const hp_mesh *hp_trainer_mesh(const hp_trainer *t);
 const hp_partition *hp_trainer_partition(const hp_trainer *t);
 
-/* Runs one optimizer step on the next batch. On error the parameters are unchanged. */
+/*
+ * Runs one optimizer step on the next batch. On error the parameters are unchanged.
+ *
+ * Non-finite steps: when the step's loss or global gradient norm is NaN or Inf, the step's guard
+ * (hp_train_step_build) has applied no update: every parameter and optimizer state is as it was.
+ * Up to train.skip_nonfinite such steps in a row are skipped: HP_STATUS_OK with m->skipped set
+ * (the batch is consumed and the step counts toward train.steps). The next one in a row (the first
+ * when skip_nonfinite is 0) is HP_STATUS_NONFINITE naming the step, the loss and gradient norm,
+ * the first tensor found non-finite (a parameter, else the gradient the backward pass computed
+ * first, by name; this rank's block), and the last good checkpoint (the last one this trainer
+ * saved or resumed from, or that there is none); the step is then not counted as done.
+ */
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
 /* Mean loss over train.eval_batches validation batches (the same batches every call). */
 hp_status hp_trainer_eval(hp_trainer *t, double *val_loss);

@@ -125,6 +125,7 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
         st = hp_mesh_axes_comm(t->mesh, naxes, axes, &mc);
         if (st == HP_STATUS_OK) st = hp_checkpoint_save_sharded(&a, mc, t->mesh, model, n, optim, 2 * n, out, outn);
     }
+    if (st == HP_STATUS_OK) snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", out); /* the last good one */
     if (model && optim) staged_sync(t, model, optim, staged, true, true); /* release the copies */
     free(staged);
     free(model);
@@ -152,7 +153,10 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, false, t->mesh, t->index, model, n);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
     if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
-    if (st == HP_STATUS_OK) t->steps_done = step;
+    if (st == HP_STATUS_OK) {
+        t->steps_done = step;
+        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
+    }
     if (model && optim) staged_sync(t, model, optim, staged, false, true);
     free(staged);
     free(model);
