@@ -235,6 +235,7 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     /* The step's guard applied no update when either is NaN or Inf (hp_train_step_build). */
     if (isfinite(m->loss) && isfinite(m->grad_norm)) {
         t->nonfinite_in_row = 0;
+        t->last_applied = s + 1;
     } else {
         t->nonfinite_in_row++;
         if (t->nonfinite_in_row > t->cfg.train.skip_nonfinite)

@@ -154,7 +154,7 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
     if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
     if (st == HP_STATUS_OK) {
-        t->steps_done = step;
+        t->steps_done = t->last_applied = step;
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
     }
     if (model && optim) staged_sync(t, model, optim, staged, false, true);

@@ -85,12 +85,17 @@ hp_status hp__trainer_nonfinite_error(hp_trainer *t, int64_t step, double loss, 
         snprintf(last, sizeof last, "the last good checkpoint is '%s'", t->last_ckpt);
     else
         snprintf(last, sizeof last, "no checkpoint was saved or resumed from by this run yet");
+    char state[96];
+    if (t->last_applied > 0)
+        snprintf(state, sizeof state, "those after step %lld, the last update applied", (long long)t->last_applied);
+    else
+        snprintf(state, sizeof state, "the initial ones: no update was applied yet");
     return hp_error(HP_STATUS_NONFINITE,
                     "step %lld is not finite: loss %g, gradient norm %g; first non-finite tensor: %s. The update was "
-                    "not applied (parameters and optimizer state are those after step %lld); %s. %lld non-finite "
-                    "step%s in a row, train.skip_nonfinite is %lld. Lower optim.lr, set optim.grad_clip, or set "
-                    "train.skip_nonfinite to skip such steps", (long long)step, loss, grad_norm, what,
-                    (long long)step - 1, last, (long long)t->nonfinite_in_row, t->nonfinite_in_row == 1 ? "" : "s",
+                    "not applied (parameters and optimizer state are %s); %s. %lld non-finite step%s in a row, "
+                    "train.skip_nonfinite is %lld. Lower optim.lr, set optim.grad_clip, or set train.skip_nonfinite "
+                    "to skip such steps", (long long)step, loss, grad_norm, what, state, last,
+                    (long long)t->nonfinite_in_row, t->nonfinite_in_row == 1 ? "" : "s",
                     (long long)t->cfg.train.skip_nonfinite);
 }
 

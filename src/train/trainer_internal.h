@@ -51,6 +51,7 @@ struct hp_trainer {
     double unigram;
     int64_t nonfinite_in_row;  /* non-finite steps in a row so far */
     int64_t skipped_total;     /* non-finite steps skipped */
+    int64_t last_applied;      /* the last step whose update was applied (or the resumed step; 0: none) */
     char last_ckpt[4096];      /* the last checkpoint saved or resumed from ("" when none) */
     int prev_threads;          /* compute threads before train.threads set them (0: not set) */
 };
