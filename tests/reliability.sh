@@ -128,6 +128,16 @@ set +e; timeout 20 "$hp" train fifo.yaml > fifo.log 2>&1; rc=$?; set -e
 elapsed_below "$t0" 5.0 || fail "a FIFO corpus took more than 5 s to fail"
 expect_in fifo.log "corpus 'fifo' is a FIFO"
 
+# Checkpoint paths: a directory, holding regular files (a FIFO in a step directory fails, not blocks).
+cp -r run/step_00000002 fifostep
+rm fifostep/model.safetensors && mkfifo fifostep/model.safetensors
+set +e; timeout 20 "$hp" generate fifostep --tokens 2 > ck1.log 2>&1; rc=$?; set -e
+(( rc != 0 && rc != 124 )) || fail "a FIFO in a step directory: exit $rc (124: it blocked)"
+expect_in ck1.log "fifostep/model.safetensors' is a FIFO"
+set +e; "$hp" generate afile --tokens 2 > ck2.log 2>&1; rc=$?; set -e
+(( rc != 0 )) || fail "a checkpoint path that is a regular file was accepted"
+expect_in ck2.log "checkpoint path 'afile' is a regular file, not a directory"
+
 check_usage() { # check_usage TEXT ARGS...: exit 2 and TEXT in the output
     local want="$1"; shift
     set +e; "$hp" "$@" > usage.log 2>&1; local rc=$?; set -e

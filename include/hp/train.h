@@ -100,7 +100,10 @@ double hp_trainer_unigram_entropy(const hp_trainer *t);
  * nothing, so the last checkpoint stays the last good state.
  */
 hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap);
-/* Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir). */
+/* Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir).
+ * The path must be a directory and every file of the step directory a regular file (checked with
+ * stat before anything is opened, so a FIFO there fails at once): HP_STATUS_INVALID_ARGUMENT /
+ * HP_STATUS_CORRUPT naming it; then the checkpoint loaders' errors. */
 hp_status hp_trainer_resume(hp_trainer *t, const char *path);
 
 /*
@@ -112,7 +115,8 @@ hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, flo
 
 /*
  * Rebuilds the model from a checkpoint's saved config and weights (path: a run dir or a step dir)
- * and samples as hp_trainer_sample does. Errors: checkpoint errors naming the file.
+ * and samples as hp_trainer_sample does. Errors: the path checks of hp_trainer_resume, checkpoint
+ * errors naming the file.
  */
 hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int n_tokens, float temp, int top_k,
                                       uint64_t seed, char **text_out);
