@@ -218,5 +218,19 @@ EOF
     expect_in mpi.log "is in use by another run" "pid $first_pid"
     grep -q "MPI_ABORT\|MPI_Abort" mpi.log && { cat mpi.log >&2; fail "mpirun: the ranks did not stop together"; }
     kill -9 "$first_pid"; wait "$first_pid" 2>/dev/null || true; first_pid=""
+    # a non-finite step under dp: every rank sees it, all stop together, rank 0 reports it once
+    cat > nandp2.yaml <<EOF
+model: {context: 16, layers: 1, heads: 2, width: 16}
+train: {steps: 6, batch: 4, log_every: 1, eval_every: 0, sample_tokens: 0, checkpoint_dir: nandp2}
+optim: {lr: 1.0e30, min_lr: 0, warmup: 0, grad_clip: 0}
+strategy:
+  mesh: {device_matrix: [2], alias_name: [dp]}
+  inputs: {tokens: [dp, none], targets: [dp, none]}
+EOF
+    set +e; timeout 120 "$mpiexec" --oversubscribe -n 2 "$hp" train nandp2.yaml > mpinan.log 2>&1; rc=$?; set -e
+    (( rc != 0 && rc != 124 )) || { cat mpinan.log >&2; fail "mpirun: a NaN run exited $rc"; }
+    expect_in mpinan.log "[rank 0] hp: error: training step: step 2 is not finite" "gradient of '"
+    [[ "$(grep -c "is not finite" mpinan.log)" == 1 ]] || { cat mpinan.log >&2; fail "mpirun: not reported once"; }
+    grep -q "MPI_ABORT\|MPI_Abort" mpinan.log && { cat mpinan.log >&2; fail "mpirun: the NaN stop aborted"; }
 fi
 echo "reliability: all checks passed"

@@ -194,7 +194,9 @@ int hp_cli_train(int argc, char **argv) {
         hp_step_metrics m;
         st = hp_trainer_step(t, &m);
         if (st != HP_STATUS_OK) {
-            hp_cli_fail(st, "training step");
+            /* a non-finite step is seen by every rank alike (the loss and norm are replicated) */
+            together = st == HP_STATUS_NONFINITE;
+            if (lead || !together) hp_cli_fail(st, "training step");
             goto out;
         }
         double val = -1;
