@@ -21,7 +21,7 @@
  *     strategy: {mesh: {device_matrix: [..], alias_name: [..], ranks: [..]}, inputs: {NAME: TENSOR_MAP},
  *                params: [{match: GLOB, tensor_map: TENSOR_MAP}, ...], optimizer: {shard: [AXIS, ...]},
  *                bucket_size: 25MiB}                          (absent: one device; see hp/strategy.h)
- *     offload:  {device_budget: (none), host_budget: (unbounded), disk_dir: "", disk_budget: (default),
+ *     offload:  {device_budget: (none), host_budget: 0, disk_dir: "", disk_budget: 0,
  *                policy: {params: host, grads: host, optimizer: host, activations: host},
  *                bandwidth: {host: 1.0e10, disk: 1.0e9}, machine: {flops: (model), bytes: (model)},
  *                chunk: 1MiB, read_ahead: true, async_update: true}   (absent: no offload; see hp/offload_plan.h)
@@ -66,8 +66,8 @@
  * as well: unknown aliases in a tensor_map, an alias used twice in one tensor_map, duplicate or
  * invalid alias names, mesh dimensions < 1, a ranks list that is not a permutation of the mesh's
  * devices, bad glob patterns, unknown policy values, bad sizes and rates (hp/strategy.h and
- * hp/offload_plan.h list each), and an offload budget written as 0 bytes (leave the key out for its
- * default meaning). The strategy against the world size is checked by hp_strategy_new.
+ * hp/offload_plan.h list each), and offload.device_budget written as 0 bytes (leave the key out for
+ * no device budget). The strategy against the world size is checked by hp_strategy_new.
  */
 #ifndef HP_CONFIG_H
 #define HP_CONFIG_H

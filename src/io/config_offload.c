@@ -50,20 +50,16 @@ hp_status hp__config_read_offload(const hp_yaml_node *node, hp_offload_run_confi
                                        "bandwidth",     "machine",     "chunk",    "read_ahead",  "async_update"};
     HP_CHECK(hp_yaml_check_keys(node, keys, sizeof keys / sizeof keys[0], "offload"));
     out->present = true;
-    /* A budget written as 0 bytes holds nothing: refused (each budget's "none" is its absence). */
-    static const char *const budgets[] = {"device_budget", "host_budget", "disk_budget"};
-    static const char *const absent[] = {"no device budget (no offload)", "an unbounded host tier",
-                                         "the disk store's default"};
-    size_t *budget_of[] = {&out->device_budget, &out->host_budget, &out->disk_budget};
-    for (int k = 0; k < 3; k++) {
-        char what[64];
-        snprintf(what, sizeof what, "offload.%s", budgets[k]);
-        const hp_yaml_node *b = hp_yaml_map_get(node, budgets[k]);
-        HP_CHECK(hp__config_read_size(b, what, budget_of[k]));
-        if (b && !hp_yaml_is_null(b) && *budget_of[k] == 0)
-            return hp__config_error(b, "%s is 0 bytes, which can hold nothing: give a positive size, or leave the "
-                                    "key out for %s", what, absent[k]);
-    }
+    const hp_yaml_node *db = hp_yaml_map_get(node, "device_budget");
+    HP_CHECK(hp__config_read_size(db, "offload.device_budget", &out->device_budget));
+    /* A fast tier of 0 bytes holds nothing: refused (no device budget is the key's absence). host_budget
+     * and disk_budget keep their documented 0 (unbounded, the disk store's default): configs saved in
+     * checkpoints before this check write them as 0. */
+    if (db && !hp_yaml_is_null(db) && out->device_budget == 0)
+        return hp__config_error(db, "offload.device_budget is 0 bytes, which can hold nothing: give a positive size, or "
+                                "leave the key out for no device budget (no offload)");
+    HP_CHECK(hp__config_read_size(hp_yaml_map_get(node, "host_budget"), "offload.host_budget", &out->host_budget));
+    HP_CHECK(hp__config_read_size(hp_yaml_map_get(node, "disk_budget"), "offload.disk_budget", &out->disk_budget));
     HP_CHECK(hp__config_read_size(hp_yaml_map_get(node, "chunk"), "offload.chunk", &out->chunk));
     const hp_yaml_node *n = hp_yaml_map_get(node, "disk_dir");
     if (n && !hp_yaml_is_null(n)) {
@@ -134,14 +130,12 @@ hp_status hp__config_read_offload(const hp_yaml_node *node, hp_offload_run_confi
 cJSON *hp__config_offload_json(const hp_offload_run_config *o) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
-    /* A budget of 0 (none given) is written as null: an explicit 0 would not load back. */
-    const size_t budgets[3] = {o->device_budget, o->host_budget, o->disk_budget};
-    static const char *const budget_keys[3] = {"device_budget", "host_budget", "disk_budget"};
-    bool ok = true;
-    for (int k = 0; ok && k < 3; k++)
-        ok = (budgets[k] ? cJSON_AddNumberToObject(root, budget_keys[k], (double)budgets[k])
-                         : cJSON_AddNullToObject(root, budget_keys[k])) != NULL;
-    ok = ok && cJSON_AddStringToObject(root, "disk_dir", o->disk_dir);
+    /* No device budget (0) is written as null: an explicit 0 would not load back. */
+    bool ok = (o->device_budget ? cJSON_AddNumberToObject(root, "device_budget", (double)o->device_budget)
+                                : cJSON_AddNullToObject(root, "device_budget")) != NULL &&
+              cJSON_AddNumberToObject(root, "host_budget", (double)o->host_budget) &&
+              cJSON_AddStringToObject(root, "disk_dir", o->disk_dir) &&
+              cJSON_AddNumberToObject(root, "disk_budget", (double)o->disk_budget);
     cJSON *pol = ok ? cJSON_AddObjectToObject(root, "policy") : NULL;
     for (int c = 0; pol && c < 4; c++) ok = ok && cJSON_AddStringToObject(pol, k_classes[c], k_tier_names[o->policy[c]]);
     cJSON *bw = ok && pol ? cJSON_AddObjectToObject(root, "bandwidth") : NULL;

@@ -233,12 +233,14 @@ static void test_config_values(void **state) {
     assert_int_equal(hp_run_config_defaults().train.skip_nonfinite, 0);
     expect_config_error("train:\n  skip_nonfinite: -1\n", "r.yaml:2:", "train.skip_nonfinite -1 must be >= 0");
     expect_config_error("train:\n  threads: 5000\n", "r.yaml:2:", "train.threads 5000 must be <= 4096");
-    /* a budget of 0 bytes holds nothing: each budget key, with its line */
+    /* a fast tier of 0 bytes holds nothing, however it is written, with its line */
     expect_config_error("offload:\n  device_budget: 0\n", "r.yaml:2:", "offload.device_budget is 0 bytes");
-    expect_config_error("offload:\n  device_budget: 1MiB\n  host_budget: 0B\n", "r.yaml:3:",
-                        "offload.host_budget is 0 bytes");
-    expect_config_error("offload:\n  device_budget: 1MiB\n  disk_budget: 0 GiB\n", "r.yaml:3:",
-                        "offload.disk_budget is 0 bytes");
+    expect_config_error("offload:\n  host_budget: 1MiB\n  device_budget: 0 GiB\n", "r.yaml:3:",
+                        "offload.device_budget is 0 bytes");
+    /* host and disk budgets keep their documented 0 (unbounded, default): old checkpoints write it */
+    const char *hz = "offload:\n  device_budget: 1MiB\n  host_budget: 0\n  disk_budget: 0\n";
+    assert_ok(hp_run_config_load_string(hz, strlen(hz), "r.yaml", &c));
+    hp_run_config_free(&c);
     /* an offload section without budgets is written with null budgets and loads back */
     const char *nob = "offload:\n  policy: {params: host}\n";
     assert_ok(hp_run_config_load_string(nob, strlen(nob), "r.yaml", &c));
