@@ -106,7 +106,9 @@ hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t
  * step's gradients in the store's "grad_acc.<name>" entries (a tied embedding's two copies already
  * summed); *loss (may be NULL) gets the step's mean loss on every rank. update takes the global
  * gradient norm (one all-reduce), clips, runs AdamW with step count + 1 and zeroes the
- * accumulators; *grad_norm (may be NULL) gets the norm before clipping. Both are collective over
+ * accumulators; *grad_norm (may be NULL) gets the norm before clipping. A NaN or Inf norm (or, in
+ * hp_pipeline_step, loss) skips the update: weights, AdamW states and the step count stay as they
+ * were, the accumulators are zeroed, and the call returns HP_STATUS_OK (the caller decides). Both are collective over
  * opts.comm. Errors: as hp_pipeline_step.
  */
 hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss);

@@ -1,7 +1,11 @@
 /* The `hp` command: train, generate, plan, check. Only this layer prints and chooses exit codes. */
 #include "cli/cli.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -14,7 +18,8 @@ static void usage(FILE *f) {
             "                       train.checkpoint_dir, which must not hold another run's checkpoints\n"
             "                       unless --resume continues from them (from CKPT, default the dir's\n"
             "                       latest) or --overwrite deletes them (latest and every step_*; other\n"
-            "                       files stay) before the first step\n"
+            "                       files stay) before the first step; one run per directory at a\n"
+            "                       time (a lock on its .lock file, naming the holder's pid)\n"
             "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
             "  plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]\n"
@@ -47,6 +52,51 @@ int hp_cli_fail(hp_status st, const char *what) {
     fprintf(stderr, "%shp: error: %s%s%s (%s)\n", prefix, what ? what : "", what ? ": " : "", hp_error_message(),
             hp_status_str(st));
     return 1;
+}
+
+bool hp_cli_int(const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = text[0] && !isspace((unsigned char)text[0]) ? strtoll(text, &end, 10) : 0;
+    if (!text[0] || isspace((unsigned char)text[0]) || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "hp: error: %s wants an integer in [%lld, %lld], got '%s'\n", opt, (long long)lo, (long long)hi,
+                text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool hp_cli_u64(const char *opt, const char *text, uint64_t *out) {
+    char *end;
+    errno = 0;
+    bool digit = isdigit((unsigned char)text[0]);
+    unsigned long long v = digit ? strtoull(text, &end, 10) : 0;
+    if (!digit || *end || errno == ERANGE) {
+        fprintf(stderr, "hp: error: %s wants an integer in [0, %llu], got '%s'\n", opt, (unsigned long long)UINT64_MAX,
+                text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool hp_cli_double(const char *opt, const char *text, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = text[0] && !isspace((unsigned char)text[0]) ? strtod(text, &end) : NAN;
+    if (!text[0] || isspace((unsigned char)text[0]) || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "hp: error: %s wants a number in [%g, %g], got '%s'\n", opt, lo, hi, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool hp_cli_has_value(int argc, char **argv, int i) {
+    if (i + 1 < argc) return true;
+    fprintf(stderr, "hp: error: %s needs a value\n", argv[i]);
+    return false;
 }
 
 int main(int argc, char **argv) {

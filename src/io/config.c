@@ -38,6 +38,7 @@ static const field train_fields[] = {
     FLD(hp_train_config, checkpoint_dir, F_STR), INT(hp_train_config, checkpoint_every, 0, BIG),
     INT(hp_train_config, sample_every, 0, BIG),  INT(hp_train_config, sample_tokens, 0, I32),
     FLD(hp_train_config, sample_prompt, F_STR),  INT(hp_train_config, threads, 0, 4096),
+    INT(hp_train_config, skip_nonfinite, 0, BIG),
 };
 static const field optim_fields[] = {
     FLD(hp_optim_config, lr, F_DOUBLE),    FLD(hp_optim_config, min_lr, F_DOUBLE),       INT(hp_optim_config, warmup, 0, BIG),
@@ -99,6 +100,7 @@ hp_run_config hp_run_config_defaults(void) {
     t->sample_tokens = 200;
     snprintf(t->sample_prompt, sizeof t->sample_prompt, "And God said");
     t->threads = 0;
+    t->skip_nonfinite = 0;
     c.optim = (hp_optim_config){.lr = 3.0e-3, .min_lr = 3.0e-4, .warmup = 50, .weight_decay = 0.1,
                                 .beta1 = 0.9, .beta2 = 0.95, .eps = 1.0e-8, .grad_clip = 1.0};
     c.strategy.bucket_size = (size_t)25 << 20;

@@ -232,22 +232,41 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     return HP_STATUS_OK;
 }
 
+/* Zeroes every gradient accumulator (a skipped step). */
+static hp_status zero_accumulators(hp_pipeline *pp) {
+    for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
+        const char *name = hp_store_name(pp->store, i);
+        if (strncmp(name, "grad_acc.", 9)) continue;
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(pp->store, name, &e));
+        memset(hp_store_data(pp->store, name), 0, e.bytes);
+        HP_CHECK(hp_store_touch(pp->store, name));
+    }
+    return HP_STATUS_OK;
+}
+
 hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm) {
     HP_CHECK(hp_program_run(pp->norm_p));
     float mine = *(const float *)hp_program_data(pp->norm_p, pp->norm_out), grad_sq = 0;
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &grad_sq, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
+    if (grad_norm) *grad_norm = sqrtf(grad_sq);
+    if (!isfinite(grad_sq)) return zero_accumulators(pp); /* a NaN or Inf gradient: no update */
     pp->step++;
     float step_f = (float)pp->step;
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_lr, &lr, sizeof lr));
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_step, &step_f, sizeof step_f));
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_grad_sq, &grad_sq, sizeof grad_sq));
-    HP_CHECK(hp_program_run(pp->opt_p));
-    if (grad_norm) *grad_norm = sqrtf(grad_sq);
-    return HP_STATUS_OK;
+    return hp_program_run(pp->opt_p);
 }
 
 hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float lr, float *loss,
                            float *grad_norm) {
-    HP_CHECK(hp_pipeline_forward_backward(pp, tokens, targets, loss));
+    float l = 0;
+    HP_CHECK(hp_pipeline_forward_backward(pp, tokens, targets, &l));
+    if (loss) *loss = l;
+    if (!isfinite(l)) { /* a NaN or Inf loss: no update either */
+        if (grad_norm) *grad_norm = NAN;
+        return zero_accumulators(pp);
+    }
     return hp_pipeline_update(pp, lr, grad_norm);
 }

@@ -735,6 +735,12 @@ bool hp_program_arena_offset(const hp_program *p, hp_tid t, size_t *offset) {
     return true;
 }
 
+void *hp_program_arena_peek(hp_program *p, hp_tid t) {
+    if (!p || !p->arena || t < 0 || t >= p->lv.n_tensors || p->offset[t] == SIZE_MAX) return NULL;
+    (void)ext_sync(p, -1);
+    return (char *)p->arena + p->offset[t];
+}
+
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s) { *s = p->stats; }
 
 hp_status hp_program_profile_report(const hp_program *p, FILE *f) {

@@ -7,8 +7,10 @@
 
 #include "hp/checkpoint.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static hp_tid view_id(const hp_trainer_prog *pr, int which, int i) {
     return which == 0 ? pr->step.params[i] : which == 1 ? pr->step.m[i] : pr->step.v[i];
@@ -132,6 +134,7 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
         st = hp_mesh_axes_comm(t->mesh, naxes, axes, &mc);
         if (st == HP_STATUS_OK) st = hp_checkpoint_save_sharded(&a, mc, t->mesh, model, n, optim, 2 * n, out, outn);
     }
+    if (st == HP_STATUS_OK) snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", out); /* the last good one */
     if (model && optim) staged_sync(t, model, optim, staged, true, true); /* release the copies */
     free(staged);
     free(model);
@@ -141,9 +144,37 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     return st;
 }
 
+/* A checkpoint path is a directory (a run or a step directory) and a step directory holds only
+ * regular files: checked with stat before anything is opened, so a FIFO or device planted there
+ * fails at once instead of blocking a reader. */
+static hp_status check_paths(const char *path, const char *step_dir) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint path '%s' is %s, not a directory (give a run "
+                        "directory or a step directory)", path, S_ISREG(sb.st_mode) ? "a regular file" : "a special file");
+    if (!step_dir) return HP_STATUS_OK;
+    DIR *d = opendir(step_dir);
+    if (!d) return HP_STATUS_OK; /* the loaders report it */
+    struct dirent *e;
+    hp_status st = HP_STATUS_OK;
+    char p[4400];
+    while (st == HP_STATUS_OK && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", step_dir, e->d_name);
+        if (stat(p, &sb) == 0 && !S_ISREG(sb.st_mode))
+            st = hp_error(HP_STATUS_CORRUPT, "checkpoint file '%s' is %s, not a regular file", p,
+                          S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO (named pipe)"
+                                                                                    : "a special file");
+    }
+    closedir(d);
+    return st;
+}
+
 hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     char dir[4096];
+    HP_CHECK(check_paths(path, NULL));
     HP_CHECK(hp_checkpoint_resolve(path, dir, sizeof dir));
+    HP_CHECK(check_paths(path, dir));
     hp_checkpoint_state s;
     HP_CHECK(hp_checkpoint_read_state(dir, &s));
     int64_t step = s.step;
@@ -159,7 +190,10 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, false, t->mesh, t->index, model, n);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
     if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
-    if (st == HP_STATUS_OK) t->steps_done = step;
+    if (st == HP_STATUS_OK) {
+        t->steps_done = t->last_applied = step;
+        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
+    }
     if (st == HP_STATUS_OK && t->pipe) st = hp__pipe_scatter(t); /* the stages take their tensors */
     if (model && optim) staged_sync(t, model, optim, staged, false, true);
     free(staged);
@@ -172,7 +206,9 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
                                       uint64_t seed, char **text_out) {
     *text_out = NULL;
     char dir[4096];
+    HP_CHECK(check_paths(path, NULL));
     HP_CHECK(hp_checkpoint_resolve(path, dir, sizeof dir));
+    HP_CHECK(check_paths(path, dir));
     hp_checkpoint_state s;
     HP_CHECK(hp_checkpoint_read_state(dir, &s));
     hp_status st = HP_STATUS_OK;

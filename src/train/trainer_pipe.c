@@ -78,15 +78,15 @@ hp_status hp__pipe_step(hp_trainer *t, hp_step_metrics *m) {
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
     float loss = 0, gn = 0;
     HP_CHECK(hp_pipeline_step(t->pipe, t->tok_buf, t->tgt_buf, (float)lr, &loss, &gn));
-    t->steps_done++;
     double dt = hp_now_seconds() - t0;
-    m->step = t->steps_done;
+    *m = (hp_step_metrics){0};
+    m->step = s + 1;
     m->loss = loss;
     m->lr = lr;
     m->grad_norm = gn;
     m->seconds = dt;
     m->tokens_per_s = (double)t->cfg.train.batch * (double)t->cfg.model.context / dt;
-    return HP_STATUS_OK;
+    return hp__trainer_account(t, m); /* a non-finite step was not applied (hp_pipeline_update) */
 }
 
 /* The full model's entries that t->store holds: the parameters, with optimizer states also
