@@ -202,6 +202,86 @@ hp_status hp_checkpoint_save_sharded(const hp_checkpoint_save_args *a, hp_comm *
 hp_status hp_checkpoint_load_sharded(const char *step_dir, bool optim, const hp_mesh *mesh, int index,
                                      hp_sharded_tensor *tensors, size_t n);
 
+/* ---------------------------------------------------------------- integrity */
+
+/*
+ * Checks that the config in a step directory's state.json (s, from hp_checkpoint_read_state)
+ * describes its tensors, without loading them: the model metadata the tensor files were saved with
+ * against s's model section (vocab, context, layers, heads, width, tied_head; names the first field
+ * that differs), then the GPT that section builds (hp_gpt_build): every parameter present with its
+ * shape and dtype among the model tensors and as exp_avg.<name> and exp_avg_sq.<name> among the
+ * optimizer tensors, and no other tensor. hp_trainer_resume and hp_generate_from_checkpoint call
+ * it; the plain loaders (hp_checkpoint_load_*) load any tensors and do not. Errors:
+ * HP_STATUS_CORRUPT naming the step directory and the field or tensor that disagrees (and both
+ * values), or that s has no config; the errors of hp_checkpoint_load_sharded opening the files.
+ */
+hp_status hp_checkpoint_check_config(const char *step_dir, const hp_checkpoint_state *s);
+
+/* One file that hp_checkpoint_verify checked. */
+typedef struct hp_checkpoint_file_report {
+    char name[64];    /* file name within the step directory (truncated if longer) */
+    char role[8];     /* "state", "index", "model" or "optim" */
+    int rank;         /* the rank that wrote it; -1 for state.json and index.json */
+    int64_t tensors;  /* tensors (blocks) it holds; 0 for the JSON files */
+    int64_t bytes;    /* its size */
+    bool checksummed; /* it records checksums and every one matched (false for the JSON files and for an
+                       * imported single-device file without checksums) */
+} hp_checkpoint_file_report;
+
+/* What hp_checkpoint_verify found; free with hp_checkpoint_report_free. */
+typedef struct hp_checkpoint_report {
+    int format_version; /* 0 until state.json was read */
+    int64_t step;       /* -1 until state.json was read */
+    int world_size;     /* ranks that wrote the tensor files (1: single-device format) */
+    bool has_config;
+    char model[256];    /* the config's model section, "vocab=256 context=64 ..." */
+    bool incomplete;    /* the fault is a missing file (state.json, index.json or a tensor file) */
+    int n_files;
+    hp_checkpoint_file_report *files; /* the files checked and found good, in order (malloc'd) */
+    int64_t n_tensors, n_bytes;       /* over the good tensor files */
+} hp_checkpoint_report;
+
+/*
+ * Checks a step directory of either format without loading it into a model: state.json (readable,
+ * a whole step, a config); index.json (its step, mesh and files); every tensor file of every rank:
+ * present, structure, header checksum, bound to this step, role, rank, world size and mesh, every
+ * tensor listed in the index at the block its metadata names, every tensor's checksum, every
+ * F32/BF16 value finite; every tensor's blocks disjoint and covering it; and the config against the
+ * tensors (hp_checkpoint_check_config). Stops at the first fault and returns it (the message names
+ * the file and, where there is one, the tensor); *r holds what was checked before it (r->files)
+ * and whether the fault is a missing file (r->incomplete). Errors: HP_STATUS_IO (a missing or
+ * unreadable file), HP_STATUS_CORRUPT, HP_STATUS_UNSUPPORTED (a newer format),
+ * HP_STATUS_OUT_OF_MEMORY. Free *r with hp_checkpoint_report_free whatever it returns.
+ */
+hp_status hp_checkpoint_verify(const char *step_dir, hp_checkpoint_report *r);
+void hp_checkpoint_report_free(hp_checkpoint_report *r);
+
+/* The health of one step directory (hp_checkpoint_list). */
+typedef enum hp_checkpoint_health {
+    HP_CHECKPOINT_HEALTH_OK = 0,    /* hp_checkpoint_verify passed */
+    HP_CHECKPOINT_HEALTH_CORRUPT,   /* it failed on what the files hold */
+    HP_CHECKPOINT_HEALTH_INCOMPLETE /* a file is missing, or it is a save that did not finish */
+} hp_checkpoint_health;
+
+typedef struct hp_checkpoint_listing {
+    char name[256];  /* "step_00000200", or a leftover ".tmp-step_00000300-<tag>" / ".old-step_..." */
+    int64_t step;    /* from the name; -1 when it names none */
+    hp_checkpoint_health health;
+    bool latest;     /* `latest` names it */
+    char *fault;     /* why it is not ok (malloc'd); NULL when ok */
+} hp_checkpoint_listing;
+
+/*
+ * Lists the checkpoints of a run directory, sorted by step: every step_<N> directory verified
+ * (hp_checkpoint_verify; every file is read, so this costs a read of the whole run directory), every
+ * temporary or moved-aside step directory a crashed save left (incomplete), and the name `latest`
+ * holds when no such directory exists (incomplete, latest). *out (n entries) is freed with
+ * hp_checkpoint_listing_free. Errors: HP_STATUS_IO naming run_dir when it cannot be listed;
+ * HP_STATUS_OUT_OF_MEMORY.
+ */
+hp_status hp_checkpoint_list(const char *run_dir, hp_checkpoint_listing **out, int *n);
+void hp_checkpoint_listing_free(hp_checkpoint_listing *l, int n);
+
 /* ---------------------------------------------------------------- run directories */
 
 /* What a run directory holds (hp_run_dir_inspect). */

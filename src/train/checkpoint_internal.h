@@ -56,6 +56,9 @@ hp_status hp__ckpt_load_full(const char *step_dir, bool optim, hp_named_tensor *
 
 /* "vocab=V context=T layers=L heads=H width=C tied_head=true|false": the model metadata. */
 void hp__ckpt_model_summary(const hp_model_config *m, char *buf, size_t n);
+/* The first field of two model summaries ("k=v k=v ...", keys in the same order) that differs:
+ * its key and both values (n bytes each); false when they are equal. */
+bool hp__ckpt_model_diff(const char *a, const char *b, char *key, char *va, char *vb, size_t n);
 /* "device_matrix [2, 2] alias_name [dp, tp]": the mesh metadata. */
 void hp__ckpt_mesh_str(int naxes, const int64_t *dims, const char *const *names, char *buf, size_t n);
 /* "layout [dp, tp] start [0, 3] len [4, 3]": a block's metadata. */
@@ -103,9 +106,9 @@ typedef struct hp__ckpt_saved {
 } hp__ckpt_saved;
 
 /*
- * Reads state.json (its step) and index.json (or the single-device file's header), and checks that
- * every file the part lists exists and is bound to it (hp__ckpt_saved_file opens them as needed).
- * Errors name the file: HP_STATUS_IO (missing, unreadable), HP_STATUS_CORRUPT, HP_STATUS_UNSUPPORTED.
+ * Reads state.json (its step) and index.json (its step, mesh, files and blocks), or opens the
+ * single-device file; hp__ckpt_saved_file opens the other files as they are needed. Errors name
+ * the file: HP_STATUS_IO (missing, unreadable), HP_STATUS_CORRUPT, HP_STATUS_UNSUPPORTED.
  * Free with hp__ckpt_saved_free (also after a failure).
  */
 hp_status hp__ckpt_saved_open(hp__ckpt_saved *s, const char *step_dir, bool optim);

@@ -132,7 +132,9 @@ hp_status hp__ckpt_saved_file(hp__ckpt_saved *s, const char *name, hp__ckpt_file
     HP_CHECK(hp__ckpt_join(path, s->dir, name));
     hp_safetensors *f;
     hp_status st = hp_safetensors_open(path, &f);
-    if (st != HP_STATUS_OK) return hp_error_prefix(st, "checkpoint '%s' (listed in %s): ", s->dir, s->source);
+    if (st != HP_STATUS_OK)
+        return s->sharded ? hp_error_prefix(st, "checkpoint '%s' (listed in %s): ", s->dir, s->source)
+                          : hp_error_prefix(st, "checkpoint '%s': ", s->dir);
     fl->done = calloc(hp_safetensors_count(f) + 1, 1);
     if (!fl->done) {
         hp_safetensors_close(f);
