@@ -111,6 +111,13 @@ static inline void ck_copy_dir(const char *src, const char *dst) {
     if (system(cmd) != 0) fail_msg("command failed: %s", cmd);
 }
 
+/* Runs the shell command fmt with its two %s filled in. */
+static inline void ck_sh2(const char *fmt, const char *a, const char *b) {
+    char cmd[3 * 4096 + 64];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    if (system(cmd) != 0) fail_msg("command failed: %s", cmd);
+}
+
 /* The tensors of a GPT checkpoint for a model config: parameters, then exp_avg.* and exp_avg_sq.*,
  * with small finite values. */
 typedef struct ck_gpt {
