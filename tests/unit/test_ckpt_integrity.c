@@ -8,6 +8,7 @@
 #include "hp/train.h"
 
 #include <math.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char g_tmp[64];
@@ -407,6 +408,56 @@ static void test_state_json_against_tensors(void **state) {
     hp_run_config_free(&cfg);
 }
 
+/* `hp ckpt verify` on checkpoints whose values are not finite (saved as they are, checksums valid,
+ * as a run that diverged saves them): exit 1 naming the tensor; clean on the good one. */
+static int run_hp(const char *args, char *out, size_t n) {
+    const char *bin = getenv("HP_BINARY_DIR");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s/hp' %s 2>&1", bin ? bin : "build", args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t len = fread(out, 1, n - 1, p);
+    out[len] = 0;
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_cli_verify_nonfinite(void **state) {
+    (void)state;
+    hp_run_config cfg = tiny();
+    ck_gpt g;
+    ck_gpt_make(&cfg.model, &g);
+    char run[128], dir[512], args[700], out[8192];
+    snprintf(run, sizeof run, "%s/run", g_tmp);
+    ck_gpt_save(&g, &cfg, run, 1, dir, sizeof dir);
+    snprintf(args, sizeof args, "ckpt verify '%s'", run);
+    if (run_hp(args, out, sizeof out) != 0 || !strstr(out, "ok: ")) fail_msg("verify on a good checkpoint: %s", out);
+    if (!strstr(out, "model.safetensors") || !strstr(out, "checksums ok")) fail_msg("verify output: %s", out);
+    float *w = g.model[3].data, *m = g.optim[g.n + 5].data;
+    struct {
+        float *at, v;
+        const char *needle;
+    } cases[] = {{w + 7, NAN, "non-finite value (nan) at element 7"}, {m + 2, -INFINITY, "(-inf) at element 2"}};
+    for (int c = 0; c < 2; c++) {
+        float keep = *cases[c].at;
+        *cases[c].at = cases[c].v;
+        ck_gpt_save(&g, &cfg, run, 2 + c, dir, sizeof dir);
+        *cases[c].at = keep;
+        snprintf(args, sizeof args, "ckpt verify '%s'", dir);
+        if (run_hp(args, out, sizeof out) != 1) fail_msg("verify passed on a non-finite value: %s", out);
+        char tensor[300];
+        snprintf(tensor, sizeof tensor, "tensor '%s'", c ? g.optim[g.n + 5].name : g.model[3].name);
+        if (!strstr(out, tensor) || !strstr(out, cases[c].needle) || !strstr(out, "corrupt checkpoint"))
+            fail_msg("verify does not name %s: %s", tensor, out);
+    }
+    snprintf(args, sizeof args, "ckpt list '%s'", run);
+    if (run_hp(args, out, sizeof out) != 1 || !strstr(out, "step_00000001            ok") ||
+        !strstr(out, "step_00000003            corrupt (latest): ") || !strstr(out, "(-inf)"))
+        fail_msg("list: %s", out);
+    ck_gpt_free(&g);
+    hp_run_config_free(&cfg);
+}
+
 /* ---------------------------------------------------------------- resume */
 
 static void test_resume_refuses(void **state) {
@@ -457,6 +508,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_nonfinite_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_files_without_checksums, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_json_against_tensors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cli_verify_nonfinite, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_refuses, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
