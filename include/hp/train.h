@@ -104,10 +104,18 @@ double hp_trainer_unigram_entropy(const hp_trainer *t);
  * nothing, so the last checkpoint stays the last good state.
  */
 hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap);
-/* Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir).
- * The path must be a directory and every file of the step directory a regular file (checked with
- * stat before anything is opened, so a FIFO there fails at once): HP_STATUS_INVALID_ARGUMENT /
- * HP_STATUS_CORRUPT naming it; then the checkpoint loaders' errors. */
+/*
+ * Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir),
+ * checked as hp/checkpoint.h describes: the path must be a directory and every file of the step
+ * directory a regular file (checked with stat before anything is opened, so a FIFO there fails at
+ * once); the saved config against the saved tensors (hp_checkpoint_check_config; a checkpoint
+ * without a config is refused), every block's checksum, binding and finite values, then the run's
+ * model section against the saved one (vocab, context, layers, heads, width, tied_head). Errors:
+ * the checkpoint errors, naming the file and the tensor or field; HP_STATUS_SHAPE for a tensor whose
+ * shape differs from the run's; HP_STATUS_INVALID_ARGUMENT for a model that differs only where the
+ * shapes cannot tell (heads, a tied head) or a step beyond train.steps. On an error the step
+ * counter is unchanged, though some parameters may already hold the checkpoint's values.
+ */
 hp_status hp_trainer_resume(hp_trainer *t, const char *path);
 
 /*
@@ -118,9 +126,11 @@ hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, flo
                             uint64_t seed, char **text_out);
 
 /*
- * Rebuilds the model from a checkpoint's saved config and weights (path: a run dir or a step dir)
- * and samples as hp_trainer_sample does. Errors: the path checks of hp_trainer_resume, checkpoint
- * errors naming the file.
+ * Rebuilds the model from a checkpoint's saved config and weights (path: a run dir or a step dir;
+ * the path checks of hp_trainer_resume, the config checked against the tensors, the weights loaded
+ * with their checksums, bindings and finite values checked, as hp/checkpoint.h describes) and
+ * samples as hp_trainer_sample does. Errors: checkpoint errors naming the file and the tensor or
+ * field.
  */
 hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int n_tokens, float temp, int top_k,
                                       uint64_t seed, char **text_out);

@@ -1,4 +1,4 @@
-/* The `hp` command: train, generate, plan, check. Only this layer prints and chooses exit codes. */
+/* The `hp` command: train, generate, plan, check, ckpt. Only this layer prints and chooses exit codes. */
 #include "cli/cli.h"
 
 #include <ctype.h>
@@ -30,6 +30,12 @@ static void usage(FILE *f) {
             "                       validate the config (and its strategy or groups for N ranks) without\n"
             "                       building anything; prints nothing and exits 0 when it is good, else\n"
             "                       the error with file:line and exits 1\n"
+            "  ckpt verify CKPT     check a checkpoint (a step dir, or a run dir's latest) without loading\n"
+            "                       it into a model: every file's checksums, its binding to the step,\n"
+            "                       rank and mesh, finite values, the config against the tensors; prints\n"
+            "                       each file and exits 0, or names the fault and exits 1\n"
+            "  ckpt list RUN_DIR    the run dir's checkpoints, each verified: ok, corrupt or incomplete,\n"
+            "                       and which one latest names (exit 1 when that one is not ok)\n"
             "  help                 this text\n");
 }
 
@@ -112,6 +118,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return hp_cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return hp_cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return hp_cli_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return hp_cli_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -6,6 +6,7 @@
 #include "train/trainer_internal.h"
 
 #include "hp/checkpoint.h"
+#include "train/checkpoint_internal.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -177,8 +178,16 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     HP_CHECK(check_paths(path, dir));
     hp_checkpoint_state s;
     HP_CHECK(hp_checkpoint_read_state(dir, &s));
+    /* the saved config must describe the saved tensors */
+    hp_status cs = hp_checkpoint_check_config(dir, &s);
+    char saved[512], run[512], key[128], vs[128], vr[128];
+    if (cs == HP_STATUS_OK) {
+        hp__ckpt_model_summary(&s.config.model, saved, sizeof saved);
+        hp__ckpt_model_summary(&t->cfg.model, run, sizeof run);
+    }
     int64_t step = s.step;
     hp_checkpoint_state_free(&s);
+    HP_CHECK(cs);
     if (step > t->cfg.train.steps)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint %s is at step %lld, beyond train.steps %lld", dir,
                         (long long)step, (long long)t->cfg.train.steps);
@@ -190,6 +199,11 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, false, t->mesh, t->index, model, n);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
     if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
+    /* the tensors fit the run's shapes; the run's model must also be the saved one where shapes
+     * cannot tell (heads, a tied head whose lm_head the run would not load) */
+    if (st == HP_STATUS_OK && hp__ckpt_model_diff(saved, run, key, vs, vr, sizeof key))
+        st = hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint %s was saved with model.%s %s; this run has model.%s %s", dir,
+                      key, vs, key, vr);
     if (st == HP_STATUS_OK) {
         t->steps_done = t->last_applied = step;
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
@@ -221,6 +235,7 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
         st = hp_error(HP_STATUS_CORRUPT, "checkpoint %s has no saved config, so the model cannot be rebuilt", dir);
         goto out;
     }
+    HP_CHECK_GOTO(hp_checkpoint_check_config(dir, &s), st, out);
     hp_gpt_config gc = hp__gpt_config_from(&s.config.model);
     hp_gpt gpt;
     g = hp_graph_new();
