@@ -71,7 +71,14 @@ typedef struct hp_pipeline_opts {
      * model->layers); NULL: layers split as evenly as possible, the earlier stages one more. */
     const int *first_layer;
     const hp_optim_config *optim;   /* AdamW and clipping (borrowed for the call) */
-    hp_comm *comm;                  /* the pipeline's ranks: rank r runs the schedule's rank r (borrowed) */
+    /* The processes: comm holds every rank of every stage group (borrowed). The schedule's rank r
+     * is a group of group_size[r] processes (NULL: one each), the comm ranks
+     * group_ranks[off_r .. off_r + group_size[r]) with off_r the sizes before r (NULL: 0, 1, ...
+     * in order). The processes of a group are data-parallel replicas of its stages: each takes an
+     * even share of every micro-batch's rows, and their gradients are summed before the update. */
+    hp_comm *comm;
+    const int *group_size;
+    const int *group_ranks;
 } hp_pipeline_opts;
 
 #define HP_PIPELINE_OPTS_INIT ((hp_pipeline_opts){.batch = 0})
