@@ -43,9 +43,15 @@
  * the accumulators it owns (a tied copy counted once), one all-reduce gives the global norm, and
  * each rank runs clipping and AdamW over its parameters, then zeroes the accumulators.
  *
- * Not built yet: data, tensor or sequence parallelism inside a stage, stages over unequal rank
- * counts, offload inside a stage, dropout (its masks are keyed by the element's index in the
- * micro-batch, not the batch).
+ * Stage groups. Each schedule rank may be a group of processes (hp_pipeline_opts.group_size), the
+ * data-parallel replicas of its stages: replica j of a group of d takes rows [j R/d, (j+1) R/d) of
+ * every micro-batch of R rows (the first R % d one more), an activation moves between two groups
+ * as the blocks of rows each pair of ranks shares (so groups of unequal sizes work, e.g. 3 stages
+ * on 1, 2 and 1 ranks), each rank's loss is scaled by its share of the rows, and the gradients are
+ * summed over the group (one all-reduce per tensor) before the update.
+ *
+ * Not built yet: tensor or sequence parallelism and FSDP/ZeRO inside a stage, offload inside a
+ * stage, dropout (its masks are keyed by the element's index in the micro-batch, not the batch).
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H

@@ -54,11 +54,11 @@ typedef struct hp_trainer hp_trainer;
  * builds the step graph and an evaluation graph, compiles programs, initialises parameters from
  * train.seed (GPT-2 init). With train.threads > 0 it sets the calling thread's compute threads
  * (hp_backend_cpu_set_threads) before building, and hp_trainer_free restores the previous count.
- * With HyperMPMD `groups:` and `pipeline:` the step is a pipeline (hp/pipeline.h) over one-rank
- * stages; evaluation, sampling and checkpoints then use a full copy of the model gathered on every
- * rank. Errors: config, data and allocation errors with their messages; HP_STATUS_UNSUPPORTED
- * naming the group for what a pipeline does not do yet (a stage over several ranks, a non-stage
- * group kind, offload, dropout).
+ * With HyperMPMD `groups:` and `pipeline:` the step is a pipeline (hp/pipeline.h) over the stage
+ * groups (each one rank or data-parallel replicas); evaluation, sampling and checkpoints use a
+ * full copy of the model gathered on every rank. Errors: config, data and allocation errors with
+ * their messages; HP_STATUS_UNSUPPORTED naming the group for what a pipeline does not do yet
+ * (tensor parallelism or FSDP inside a stage, a non-stage group kind, offload, dropout).
  */
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
 
