@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/safetensors_internal.h"
+
 #define MAX_HEADER (100u * 1000u * 1000u) /* bytes; the reference implementation's limit */
 #define META_KEY "__metadata__"
 
@@ -164,6 +166,7 @@ struct hp_safetensors {
     hp_safetensors_entry *entries;
     size_t n;
     const cJSON *meta;
+    bool borrowed; /* map is the caller's buffer (hp__safetensors_open_buffer), not an mmap */
 };
 
 #define CORRUPT(...) hp_error(HP_STATUS_CORRUPT, __VA_ARGS__)
@@ -316,9 +319,28 @@ hp_status hp_safetensors_open(const char *path, hp_safetensors **out) {
     return HP_STATUS_OK;
 }
 
+hp_status hp__safetensors_open_buffer(const void *data, size_t size, const char *name, hp_safetensors **out) {
+    *out = NULL;
+    hp_safetensors *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name))) {
+        free(f);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "opening '%s': out of memory", name);
+    }
+    f->map = (void *)data;
+    f->size = size;
+    f->borrowed = true;
+    hp_status st = parse_file(f);
+    if (st != HP_STATUS_OK) {
+        hp_safetensors_close(f);
+        return st;
+    }
+    *out = f;
+    return HP_STATUS_OK;
+}
+
 void hp_safetensors_close(hp_safetensors *f) {
     if (!f) return;
-    if (f->map) munmap(f->map, f->size);
+    if (f->map && !f->borrowed) munmap(f->map, f->size);
     cJSON_Delete(f->header);
     free(f->entries);
     free(f->path);

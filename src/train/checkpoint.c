@@ -324,6 +324,11 @@ hp_status hp_checkpoint_read_state(const char *step_dir, hp_checkpoint_state *ou
                       HP_CHECKPOINT_FORMAT_VERSION);
         goto done;
     }
+    /* Cast only a whole number in [0, 2^53] (exact in a double; 1e300 would be undefined behaviour). */
+    if (!(step->valuedouble <= 9007199254740992.0) || (double)(int64_t)step->valuedouble != step->valuedouble) {
+        st = hp_error(HP_STATUS_CORRUPT, "'%s': step %g is not a whole number in [0, 2^53]", path, step->valuedouble);
+        goto done;
+    }
     char *end;
     errno = 0;
     unsigned long long sv = strtoull(seed->valuestring, &end, 10);

@@ -362,7 +362,10 @@ static bool json_ints(const cJSON *a, int max, int *n, int64_t *v) {
     *n = 0;
     const cJSON *x;
     cJSON_ArrayForEach(x, a) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != (double)(int64_t)x->valuedouble) return false;
+        /* A whole number in [0, 2^53] (cast only then: 1e300 would be undefined behaviour). */
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 9007199254740992.0) ||
+            x->valuedouble != (double)(int64_t)x->valuedouble)
+            return false;
         v[(*n)++] = (int64_t)x->valuedouble;
     }
     return true;
