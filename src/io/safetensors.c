@@ -228,6 +228,22 @@ static int cmp_offset(const void *a, const void *b) {
     return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Duplicate tensor names, by sorting: a header may hold millions of entries (checking each against
+ * all the others took a minute for 100k). */
+static hp_status check_unique_names(const hp_safetensors *f) {
+    const char **names = malloc((f->n ? f->n : 1) * sizeof *names);
+    if (!names) return hp_error(HP_STATUS_OUT_OF_MEMORY, "'%s': out of memory", f->path);
+    for (size_t i = 0; i < f->n; i++) names[i] = f->entries[i].name;
+    qsort(names, f->n, sizeof *names, cmp_name);
+    hp_status st = HP_STATUS_OK;
+    for (size_t i = 1; i < f->n && st == HP_STATUS_OK; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) st = CORRUPT("'%s': duplicate tensor '%s'", f->path, names[i]);
+    free(names);
+    return st;
+}
+
 static hp_status parse_file(hp_safetensors *f) {
     const char *p = f->path;
     const unsigned char *m = f->map;
@@ -260,11 +276,10 @@ static hp_status parse_file(hp_safetensors *f) {
             f->meta = c;
             continue;
         }
-        for (size_t i = 0; i < f->n; i++)
-            if (strcmp(f->entries[i].name, c->string) == 0) return CORRUPT("'%s': duplicate tensor '%s'", p, c->string);
         HP_CHECK(parse_entry(f, c, &f->entries[f->n], buf_size));
         f->n++;
     }
+    HP_CHECK(check_unique_names(f));
     qsort(f->entries, f->n, sizeof *f->entries, cmp_offset);
     size_t pos = 0;
     for (size_t i = 0; i < f->n; i++) {
