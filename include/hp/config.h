@@ -89,8 +89,10 @@
  * Integer ranges (checked in 64 bits before anything narrows to the int the model uses):
  *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1];
  *   train.batch, eval_batches [1, 2^31-1]; train.sample_tokens [0, 2^31-1]; train.threads [0, 4096];
- *   train.steps [1, 2^62]; train.seed, log_every, eval_every, checkpoint_every, sample_every,
- *   skip_nonfinite and optim.warmup [0, 2^62]; strategy.mesh.device_matrix entries [1, 2^20] (product <= 2^30).
+ *   train.steps [1, 10^15 - 1]; train.seed, log_every, eval_every, checkpoint_every, sample_every,
+ *   skip_nonfinite and optim.warmup [0, 10^15 - 1] (integers of 15 digits: written exactly as JSON
+ *   numbers, so the config survives JSON, as in state.json); strategy.mesh.device_matrix entries
+ *   [1, 2^20] (product <= 2^30).
  * Every tensor the model builds stays under 2^48 elements: the products vocab*width,
  * context*width, 4*width^2, batch*context*vocab, batch*context*4*width and
  * batch*heads*context^2 are checked.

@@ -142,11 +142,11 @@ cJSON *hp__config_offload_json(const hp_offload_run_config *o) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     /* No device budget (0) is written as null: an explicit 0 would not load back. */
-    bool ok = (o->device_budget ? cJSON_AddNumberToObject(root, "device_budget", (double)o->device_budget)
-                                : cJSON_AddNullToObject(root, "device_budget")) != NULL &&
-              cJSON_AddNumberToObject(root, "host_budget", (double)o->host_budget) &&
+    bool ok = (o->device_budget ? cJSON_AddItemToObject(root, "device_budget", hp__config_json_number((double)o->device_budget))
+                                : cJSON_AddNullToObject(root, "device_budget") != NULL) &&
+              cJSON_AddItemToObject(root, "host_budget", hp__config_json_number((double)o->host_budget)) &&
               cJSON_AddStringToObject(root, "disk_dir", o->disk_dir) &&
-              cJSON_AddNumberToObject(root, "disk_budget", (double)o->disk_budget);
+              cJSON_AddItemToObject(root, "disk_budget", hp__config_json_number((double)o->disk_budget));
     cJSON *pol = ok ? cJSON_AddObjectToObject(root, "policy") : NULL;
     for (int c = 0; pol && c < 4; c++) ok = ok && cJSON_AddStringToObject(pol, k_classes[c], k_tier_names[o->policy[c]]);
     cJSON *bw = ok && pol ? cJSON_AddObjectToObject(root, "bandwidth") : NULL;
@@ -155,14 +155,15 @@ cJSON *hp__config_offload_json(const hp_offload_run_config *o) {
     const double bws[2] = {o->bandwidth_host, o->bandwidth_disk};
     static const char *const tiers[] = {"host", "disk"};
     for (int k = 0; ok && k < 2; k++)
-        ok = bws[k] > 0 ? cJSON_AddNumberToObject(bw, tiers[k], bws[k]) != NULL
+        ok = bws[k] > 0 ? cJSON_AddItemToObject(bw, tiers[k], hp__config_json_number(bws[k]))
                         : cJSON_AddStringToObject(bw, tiers[k], "measure") != NULL;
     if (ok && (o->machine_flops > 0 || o->machine_bytes > 0)) {
         cJSON *mm = cJSON_AddObjectToObject(root, "machine");
-        ok = mm && (!(o->machine_flops > 0) || cJSON_AddNumberToObject(mm, "flops", o->machine_flops)) &&
-             (!(o->machine_bytes > 0) || cJSON_AddNumberToObject(mm, "bytes", o->machine_bytes));
+        ok = mm &&
+             (!(o->machine_flops > 0) || cJSON_AddItemToObject(mm, "flops", hp__config_json_number(o->machine_flops))) &&
+             (!(o->machine_bytes > 0) || cJSON_AddItemToObject(mm, "bytes", hp__config_json_number(o->machine_bytes)));
     }
-    ok = ok && cJSON_AddNumberToObject(root, "chunk", (double)o->chunk) &&
+    ok = ok && cJSON_AddItemToObject(root, "chunk", hp__config_json_number((double)o->chunk)) &&
          cJSON_AddBoolToObject(root, "read_ahead", o->read_ahead) &&
          cJSON_AddBoolToObject(root, "async_update", o->async_update);
     if (!ok) {

@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "io/safetensors_internal.h"
+
 #define MAX_HEADER (100u * 1000u * 1000u) /* bytes; the reference implementation's limit */
 #define META_KEY "__metadata__"
 #define CRC_CHUNK ((size_t)1 << 20) /* bytes checksummed (and written or copied) at a time */
@@ -323,6 +325,7 @@ struct hp_safetensors {
     const cJSON *meta;
     bool checksummed;        /* the file records checksums (hp_safetensors_write_checked) */
     unsigned char *verified; /* per entry: its checksum matched once (hp_safetensors_verify) */
+    bool borrowed; /* map is the caller's buffer (hp__safetensors_open_buffer), not an mmap */
 };
 
 #define CORRUPT(...) hp_error(HP_STATUS_CORRUPT, __VA_ARGS__)
@@ -441,6 +444,22 @@ static int cmp_offset(const void *a, const void *b) {
     return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Duplicate tensor names, by sorting: a header may hold millions of entries (checking each against
+ * all the others took a minute for 100k). */
+static hp_status check_unique_names(const hp_safetensors *f) {
+    const char **names = malloc((f->n ? f->n : 1) * sizeof *names);
+    if (!names) return hp_error(HP_STATUS_OUT_OF_MEMORY, "'%s': out of memory", f->path);
+    for (size_t i = 0; i < f->n; i++) names[i] = f->entries[i].name;
+    qsort(names, f->n, sizeof *names, cmp_name);
+    hp_status st = HP_STATUS_OK;
+    for (size_t i = 1; i < f->n && st == HP_STATUS_OK; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) st = CORRUPT("'%s': duplicate tensor '%s'", f->path, names[i]);
+    free(names);
+    return st;
+}
+
 static hp_status parse_file(hp_safetensors *f) {
     const char *p = f->path;
     const unsigned char *m = f->map;
@@ -474,12 +493,11 @@ static hp_status parse_file(hp_safetensors *f) {
             f->meta = c;
             continue;
         }
-        for (size_t i = 0; i < f->n; i++)
-            if (strcmp(f->entries[i].name, c->string) == 0) return CORRUPT("'%s': duplicate tensor '%s'", p, c->string);
         HP_CHECK(parse_entry(f, c, &f->entries[f->n], buf_size));
         f->n++;
     }
     HP_CHECK(check_crc_meta(f));
+    HP_CHECK(check_unique_names(f));
     qsort(f->entries, f->n, sizeof *f->entries, cmp_offset);
     f->verified = calloc(f->n ? f->n : 1, 1);
     if (!f->verified) return hp_error(HP_STATUS_OUT_OF_MEMORY, "'%s': out of memory", p);
@@ -536,9 +554,28 @@ hp_status hp_safetensors_open(const char *path, hp_safetensors **out) {
     return HP_STATUS_OK;
 }
 
+hp_status hp__safetensors_open_buffer(const void *data, size_t size, const char *name, hp_safetensors **out) {
+    *out = NULL;
+    hp_safetensors *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name))) {
+        free(f);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "opening '%s': out of memory", name);
+    }
+    f->map = (void *)data;
+    f->size = size;
+    f->borrowed = true;
+    hp_status st = parse_file(f);
+    if (st != HP_STATUS_OK) {
+        hp_safetensors_close(f);
+        return st;
+    }
+    *out = f;
+    return HP_STATUS_OK;
+}
+
 void hp_safetensors_close(hp_safetensors *f) {
     if (!f) return;
-    if (f->map) munmap(f->map, f->size);
+    if (f->map && !f->borrowed) munmap(f->map, f->size);
     cJSON_Delete(f->header);
     free(f->entries);
     free(f->verified);

@@ -340,6 +340,7 @@ hp_status hp_checkpoint_read_state(const char *step_dir, hp_checkpoint_state *ou
         st = hp_error(HP_STATUS_CORRUPT, "'%s' has a \"format\" other than \"hyperparallel-checkpoint\"", path);
         goto done;
     }
+    /* the range first: the cast of a value outside it (1e300) would be undefined behaviour */
     if (!(step->valuedouble >= 0 && step->valuedouble < 9007199254740992.0) ||
         step->valuedouble != (double)(int64_t)step->valuedouble) {
         st = hp_error(HP_STATUS_CORRUPT, "'%s': step %.17g is not a whole number of steps (0 <= step < 2^53)", path,
