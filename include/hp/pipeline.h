@@ -163,6 +163,20 @@ typedef struct hp_pipeline_stage_plan {
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out);
 
+/* What this rank did over the steps since the pipeline was made (or the stats reset). */
+typedef struct hp_pipeline_stats {
+    int64_t steps;             /* hp_pipeline_forward_backward calls */
+    double step_seconds;       /* their wall time, the optimizer's excluded */
+    double busy_seconds;       /* in F, B and W programs (the rest of step_seconds is the bubble,
+                                * waits and copies) */
+    double f_seconds, b_seconds, w_seconds; /* per phase, summed over this rank's chunks */
+    int64_t n_f, n_b, n_w;     /* actions run (a full backward counts as one B, its time in b_seconds) */
+    int64_t bytes_sent;        /* activations and gradients sent to other ranks */
+} hp_pipeline_stats;
+
+void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out);
+void hp_pipeline_reset_stats(hp_pipeline *pp);
+
 /* The virtual stages this rank holds, and stage k's layer range and parts. */
 int hp_pipeline_n_chunks(const hp_pipeline *pp);
 hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, hp_gpt_stage *info, int *n_slots);

@@ -66,6 +66,7 @@ struct hp_pipeline {
     hp_tid norm_out, opt_grad_sq, opt_lr, opt_step;
     bool tied_exchange;     /* this group holds one of the two copies of a tied embedding on two groups */
     int64_t step;           /* optimizer steps taken */
+    hp_pipeline_stats stats; /* since the last hp_pipeline_reset_stats */
 };
 
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */

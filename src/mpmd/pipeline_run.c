@@ -113,6 +113,7 @@ static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int 
         HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, to, tag, r)
                       : hp_comm_irecv(pp->comm, at, count, HP_DTYPE_F32, to, tag, r));
         q->n++;
+        if (send) pp->stats.bytes_sent += (int64_t)(count * sizeof(float));
     }
     return HP_STATUS_OK;
 }
@@ -188,7 +189,10 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
             HP_CHECK(hp__pp_reqs_wait(&sl->recv));
         }
         if (c->part.head) HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + first_row, rows_bytes));
+        double t0 = hp_now_seconds();
         HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));
+        pp->stats.f_seconds += hp_now_seconds() - t0;
+        pp->stats.n_f++;
         if (c->part.head) /* this rank's share of the micro-batch's mean */
             *loss_sum += *(const float *)hp_program_data(sl->p, c->gpt.loss) * ((double)pp->rows / pp->rows_mb);
         return HP_STATUS_OK;
@@ -204,10 +208,18 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
                 HP_CHECK(hp__pp_reqs_wait(&sl->recv));
             }
         }
-        return hp_program_run_nodes(sl->p, c->f_end,
-                                    (a->flags & HP_SCHED_FLAG_FULL_BACKWARD) ? c->n_nodes : c->b_end);
-    case HP_SCHED_OP_W:
-        return hp_program_run_nodes(sl->p, c->b_end, c->n_nodes);
+        double tb = hp_now_seconds();
+        HP_CHECK(hp_program_run_nodes(sl->p, c->f_end, (a->flags & HP_SCHED_FLAG_FULL_BACKWARD) ? c->n_nodes : c->b_end));
+        pp->stats.b_seconds += hp_now_seconds() - tb;
+        pp->stats.n_b++;
+        return HP_STATUS_OK;
+    case HP_SCHED_OP_W: {
+        double tw = hp_now_seconds();
+        HP_CHECK(hp_program_run_nodes(sl->p, c->b_end, c->n_nodes));
+        pp->stats.w_seconds += hp_now_seconds() - tw;
+        pp->stats.n_w++;
+        return HP_STATUS_OK;
+    }
     default:
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: action op %d", a->op);
     }
@@ -236,7 +248,15 @@ static hp_status reduce_gradients(hp_pipeline *pp) {
     return HP_STATUS_OK;
 }
 
+void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out) {
+    *out = pp->stats;
+    out->busy_seconds = out->f_seconds + out->b_seconds + out->w_seconds;
+}
+
+void hp_pipeline_reset_stats(hp_pipeline *pp) { memset(&pp->stats, 0, sizeof pp->stats); }
+
 hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss) {
+    double t_start = hp_now_seconds();
     int n = pp->sched->n_actions[pp->rank];
     memset(pp->posted, 0, (size_t)n * sizeof *pp->posted);
     double loss_sum = 0;
@@ -258,6 +278,8 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
             if (st == HP_STATUS_OK) st = w1 != HP_STATUS_OK ? w1 : w2 != HP_STATUS_OK ? w2 : w3;
         }
     HP_CHECK(st);
+    pp->stats.step_seconds += hp_now_seconds() - t_start; /* the schedule, before the gradient reductions */
+    pp->stats.steps++;
     HP_CHECK(reduce_gradients(pp));
     float mine = (float)(loss_sum / pp->m), total = 0; /* only the last stage's ranks have a loss */
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
