@@ -27,7 +27,9 @@
  *
  * Micro-batches in flight. A stage program's arena holds one micro-batch's activations, so each
  * chunk has as many program instances ("slots") as the schedule keeps micro-batches in flight on
- * it (F done, W not yet): GPipe m, 1F1B p - r. The instances bind their parameters and gradient
+ * it (F done, W not yet): GPipe m, 1F1B p - r (hp_schedule_peak_formula). With several chunks per
+ * rank each chunk keeps its own peak's worth (a program's arena is its stage's), which can be up to
+ * p - 1 more than the rank's peak over all chunks (interleaved 1F1B; tests/mpi/test_pipeline.c). The instances bind their parameters and gradient
  * accumulators by name to one state store per rank (hp/store.h), so weights are held once and the
  * accumulators are shared; chunks of one rank that hold the same parameter (the tied embedding and
  * head of a V schedule's rank 0) share it too.

@@ -60,10 +60,18 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp) {
             if (k + 1 > pp->chunks[c].n_slots) pp->chunks[c].n_slots = k + 1;
         }
         pp->plan[i] = (pp_action_plan){.chunk = c, .slot = *so, .post_after = freed_at[c * (pp->m + 1) + *so]};
-        if (last[c * pp->m + a->mb] == i) { /* after its W (or full B) and the send of its gradient */
-            taken[c * (pp->m + 1) + *so] = false;
-            freed_at[c * (pp->m + 1) + *so] = i;
-            *so = -1;
+        /* free the slots whose last use this is: its own (after its W, or full B, and the send of
+         * its gradient) and another local stage's it read in a hand-over */
+        int other = a->op == HP_SCHED_OP_F ? a->stage - 1 : a->op == HP_SCHED_OP_B ? a->stage + 1 : -1;
+        int oc = other >= 0 && other < s->n_stages ? pp->chunk_of_stage[other] : -1;
+        for (int pass = 0; pass < 2; pass++) {
+            int cc = pass == 0 ? c : oc;
+            if (cc < 0 || last[cc * pp->m + a->mb] != i) continue;
+            int *sp = &slot_of[cc * pp->m + a->mb];
+            if (*sp < 0) continue;
+            taken[cc * (pp->m + 1) + *sp] = false;
+            freed_at[cc * (pp->m + 1) + *sp] = i;
+            *sp = -1;
         }
     }
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) {

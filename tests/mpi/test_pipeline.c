@@ -207,6 +207,18 @@ static void check_groups(hp_comm *world, hp_sched_kind kind, int m, bool tied, i
     o.group_size = gsize;
     OK(hp_pipeline_new(&o, &pp));
     OK(hp_pipeline_init_params(pp, SEED));
+    if (!gsize) { /* micro-batches in flight: the program instances this rank keeps against the schedule's peak */
+        int slots = 0, k;
+        for (int c = 0; c < hp_pipeline_n_chunks(pp); c++) {
+            OK(hp_pipeline_stage_info(pp, c, NULL, NULL, &k));
+            slots += k;
+        }
+        /* one chunk: exactly the peak; several: each chunk keeps its own peak's worth (their peaks
+         * fall at different times), at most p - 1 more than the rank's peak over all chunks */
+        int peak = hp_schedule_peak_formula(kind, p, m, s.v, g_rank), slack = s.v > 1 ? p - 1 : 0;
+        CHECK(slots <= peak + slack, "%s: rank %d keeps %d micro-batches' activations, the schedule's peak is %d",
+              label, g_rank, slots, peak);
+    }
     compare(pp, &r, "", false, label); /* the same initial weights */
     int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
     float ref_loss[STEPS], loss, gn;
