@@ -18,28 +18,7 @@
 
 #define STEPS 50
 
-static int g_rank, g_failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);                 \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_failed = 1;                                                                          \
-        }                                                                                          \
-    } while (0)
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        hp_status st_ = (expr);                                                                    \
-        if (st_ != HP_STATUS_OK) {                                                                 \
-            fprintf(stderr, "[rank %d] FAIL %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #expr,   \
-                    hp_error_message());                                                           \
-            g_failed = 1;                                                                          \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+#include "mpi_check.h"
 
 /* The run config: no groups (schedule NULL), or p one-rank stages under `schedule` with m
  * micro-batches; `layers` blocks split as evenly as the config's auto split does. */
