@@ -70,9 +70,9 @@
  *     and dualpipev, i for c = 0 and 2p-1-i for c = 1. Across the virtual stages in order the modules
  *     cover the model exactly once: the embedding first, every block of model.layers in order, the
  *     head last. `auto` (or leaving module out) needs pipeline.split: auto and is needed by it; the
- *     layer ranges are then an even split by layer count (the first virtual stages take one more
- *     block), embedding on virtual stage 0 and head on the last, until the cost-model split of
- *     issue 12 part 2 replaces them.
+ *     config then holds an even split by layer count (the first virtual stages take one more
+ *     block), embedding on virtual stage 0 and head on the last, which `hp train` and `hp plan`
+ *     replace by the cost model's balanced split (hp_pipeline_auto_split, hp/pipeline.h).
  *   - mesh and strategy: the group's own HyperShard strategy, as the strategy: section (hp/strategy.h)
  *     with the mesh given beside it rather than inside it and without mesh.ranks (the mesh numbers
  *     the group's ranks in the order listed). The mesh's device count equals the group's rank count;

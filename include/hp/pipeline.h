@@ -179,6 +179,19 @@ typedef struct hp_pipeline_stats {
 void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out);
 void hp_pipeline_reset_stats(hp_pipeline *pp);
 
+/*
+ * The cost-model stage split (`pipeline.split: auto`): cuts the model's blocks into n_stages
+ * contiguous virtual stages (the embedding on the first, the head on the last) minimising the
+ * slowest stage's F + B + W seconds for micro-batches of `rows` rows under `mm`, the costs taken
+ * from the stage graphs themselves (hp_pipeline_plan_stage of one block, and what the embedding and
+ * the head add), by min-max partition (dynamic programming over the cut points). first_layer
+ * receives n_stages entries; *max_seconds (may be NULL) the slowest stage's seconds. Errors:
+ * HP_STATUS_INVALID_ARGUMENT when the layers cannot fill the stages (every stage but the first and
+ * the last needs a block); the planner's errors.
+ */
+hp_status hp_pipeline_auto_split(const hp_gpt_config *model, int n_stages, int rows, int seq, int m,
+                                 const hp_machine_model *mm, int *first_layer, double *max_seconds);
+
 /* The virtual stages this rank holds, and stage k's layer range and parts. */
 int hp_pipeline_n_chunks(const hp_pipeline *pp);
 hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, hp_gpt_stage *info, int *n_slots);

@@ -32,6 +32,14 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
     hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
     printf("== pipeline: %s, %d stage groups on %d ranks, %d virtual stages, m = %d micro-batches of %d rows\n",
            hp_sched_kind_name(s.kind), p, cfg->groups.n_ranks, n, m, rows);
+    int *auto_first = NULL; /* split: auto: the cost model's cut points */
+    if (st == HP_STATUS_OK && cfg->pipeline.split_auto) {
+        auto_first = calloc((size_t)n, sizeof *auto_first);
+        double worst = 0;
+        st = auto_first ? hp_pipeline_auto_split(&gc, n, rows, seq, m, &mm, auto_first, &worst)
+                        : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory");
+        if (st == HP_STATUS_OK) printf("  split: auto (cost model): the slowest stage %.2f ms per micro-batch\n", 1e3 * worst);
+    }
     for (int i = 0; st == HP_STATUS_OK && i < cfg->groups.n_groups; i++) {
         const hp_group_config *g = &cfg->groups.groups[i];
         for (int c = 0; st == HP_STATUS_OK && c < g->n_chunks; c++) {
@@ -40,6 +48,8 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
             if (k < 0 || k >= n) continue;
             hp_gpt_stage part = {.first_layer = mc->first, .last_layer = mc->last, .embedding = mc->embedding,
                                  .head = mc->head};
+            if (auto_first)
+                part.first_layer = auto_first[k], part.last_layer = k + 1 < n ? auto_first[k + 1] : gc.layers;
             hp_pipeline_stage_plan sp; /* a group's replicas split the rows: the largest share */
             int share = (rows + g->n_ranks - 1) / g->n_ranks;
             st = hp_pipeline_plan_stage(&gc, &part, share, seq, m, &mm, &sp);
@@ -47,7 +57,7 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
             f[k] = sp.f_seconds, b[k] = sp.b_seconds, w[k] = sp.w_seconds, act[k] = sp.activation_bytes;
             printf("  stage %d: group %s (%d rank%s, %d rows each), blocks %d-%d%s%s: F %.2f ms, B %.2f ms, W %.2f ms "
                    "per micro-batch; %.2f MiB activations each, %.2f MiB persistent\n",
-                   k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", share, mc->first, mc->last - 1,
+                   k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", share, part.first_layer, part.last_layer - 1,
                    mc->embedding ? " + embedding" : "",
                    mc->head ? " + head" : "", 1e3 * f[k], 1e3 * b[k], 1e3 * w[k],
                    (double)act[k] / (1 << 20), (double)sp.persistent_bytes / (1 << 20));
@@ -80,6 +90,7 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
                "counted; the optimizer step not counted)\n", tl.step_time, mm.flops_per_s / 1e9, mm.bytes_per_s / 1e9);
     }
     free(text);
+    free(auto_first);
     if (have_tl) hp_sched_timeline_free(&tl);
     free(f), free(b), free(w), free(act), free(peak);
     hp_schedule_free(&s);

@@ -49,6 +49,15 @@ hp_status hp__pipe_new(hp_trainer *t) {
     HP_CHECK(hp_pipeline_schedule_from_config(cfg, s));
     int *first;
     HP_CHECK(hp_pipeline_first_layers(cfg, s, &first));
+    if (cfg->pipeline.split_auto) { /* the cost model places the layers (the flat machine model) */
+        hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+        hp_status sst = hp_pipeline_auto_split(&t->gcfg, s->n_stages, (int)(cfg->train.batch / s->m),
+                                               (int)cfg->model.context, s->m, &mm, first, NULL);
+        if (sst != HP_STATUS_OK) {
+            free(first);
+            return sst;
+        }
+    }
     int *gsize = calloc((size_t)g->n_stages + 1, sizeof *gsize);
     if (!gsize) {
         free(first);
