@@ -868,7 +868,7 @@ hp_status hp_offload_apply_config(const hp_offload_plan_config *cfg, hp_graph *g
     hp__ofl_mark_instrs(s, g);
     HP_CHECK_GOTO(hp_graph_verify(g), st, fail);
     s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, cfg->device_budget, ext_write, ext_read,
-                              ext_before_run, ext_after_run, ext_report, s, ext_sync};
+                              ext_before_run, ext_after_run, ext_report, s, ext_sync, hp__ofl_set_trace};
     opts->ext = &s->ext;
     opts->view_reshape = false;
     opts->plan_memory = true;
