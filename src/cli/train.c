@@ -4,6 +4,7 @@
 #include "hp/checkpoint.h"
 #include "hp/config.h"
 #include "hp/core.h"
+#include "hp/trace.h"
 #include "hp/train.h"
 #ifdef HP_HAVE_MPI
 #include "hp/comm_mpi.h"
@@ -43,7 +44,8 @@ static void fmt_duration(double s, char *buf, size_t n) {
 }
 
 int hp_cli_train(int argc, char **argv) {
-    const char *config = NULL, *metrics_path = NULL, *resume = NULL;
+    const char *config = NULL, *metrics_path = NULL, *resume = NULL, *trace_path = NULL;
+    long long trace_capacity = 0;
     bool want_resume = false, want_overwrite = false;
     long long steps_override = 0;
     for (int i = 0; i < argc; i++) {
@@ -52,6 +54,15 @@ int hp_cli_train(int argc, char **argv) {
         else if (!strcmp(argv[i], "--resume")) {
             want_resume = true;
             if (i + 1 < argc && argv[i + 1][0] != '-') resume = argv[++i];
+        } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+            trace_path = argv[++i];
+        } else if (!strcmp(argv[i], "--trace-capacity") && i + 1 < argc) {
+            char *end;
+            trace_capacity = strtoll(argv[++i], &end, 10);
+            if (*end || trace_capacity < 1) {
+                fprintf(stderr, "hp: error: --trace-capacity wants a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--overwrite")) {
             want_overwrite = true;
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
@@ -72,7 +83,8 @@ int hp_cli_train(int argc, char **argv) {
         }
     }
     if (!config) {
-        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n");
+        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n"
+                        "                     [--trace FILE.json [--trace-capacity SPANS]]\n");
         return 2;
     }
     hp_run_config cfg;
@@ -82,6 +94,7 @@ int hp_cli_train(int argc, char **argv) {
 
     FILE *metrics = NULL;
     hp_trainer *t = NULL;
+    hp_trace *trace = NULL;
     hp_comm *world = NULL;
     bool mpi = false;
     int rc = 1;
@@ -119,6 +132,19 @@ int hp_cli_train(int argc, char **argv) {
         st = hp_run_dir_prepare(cfg.train.checkpoint_dir, mode, hp_trainer_steps_done(t));
         if (st != HP_STATUS_OK) {
             hp_cli_fail(st, NULL);
+            goto out;
+        }
+    }
+    if (trace_path) {
+        /* Every rank records; the clocks are aligned now, and rank 0 writes the file at the end. */
+        hp_trace_opts to = HP_TRACE_OPTS_DEFAULT;
+        to.rank = world ? hp_comm_rank(world) : 0;
+        to.capacity = (size_t)trace_capacity;
+        st = hp_trace_new(&to, &trace);
+        if (st == HP_STATUS_OK) st = hp_trace_sync(trace, world);
+        if (st == HP_STATUS_OK) st = hp_trainer_set_trace(t, trace);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "trace");
             goto out;
         }
     }
@@ -203,6 +229,20 @@ int hp_cli_train(int argc, char **argv) {
             free(text);
         }
     }
+    if (trace) { /* the final sample is not part of the trace */
+        st = hp_trainer_set_trace(t, NULL);
+        if (st == HP_STATUS_OK) st = hp_trace_write(trace, world, trace_path);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "trace");
+            goto out;
+        }
+        if (lead) {
+            uint64_t dropped = hp_trace_dropped(trace);
+            fprintf(stderr, "trace: %s (rank 0: %llu spans", trace_path, (unsigned long long)hp_trace_count(trace));
+            if (dropped) fprintf(stderr, ", %llu dropped: raise --trace-capacity", (unsigned long long)dropped);
+            fprintf(stderr, ")\n");
+        }
+    }
     if (cfg.train.sample_tokens > 0) {
         char *text = NULL;
         st = hp_trainer_sample(t, cfg.train.sample_prompt, (int)cfg.train.sample_tokens, 0.8f, 40,
@@ -221,6 +261,7 @@ int hp_cli_train(int argc, char **argv) {
 out:
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
+    hp_trace_free(trace); /* after the programs that record into it */
     hp_run_config_free(&cfg);
 #ifdef HP_HAVE_MPI
     if (world) hp_comm_free(world);

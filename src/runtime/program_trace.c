@@ -40,14 +40,19 @@ static hp_status build_spans(hp_program *p, hp_trace *tr) {
         s->node = p->exec_node[e];
         s->kind = (uint8_t)node_kind(n);
         s->name = hp_trace_intern(tr, x && x->label ? x->label : hp_op_name(n->op));
-        /* the detail: the scope; for a transfer the tensor it moves, and a collective's group */
+        /* the detail: the scope, and the first named tensor the node reads or writes (for a
+         * transfer the tensor it moves: its input), then a collective's group */
         char detail[256];
-        const hp_tensor *t = n->n_in > 0 && n->in[0] != HP_TID_NONE ? hp_graph_tensor(p->g, n->in[0]) : NULL;
-        const char *scope = n->scope ? n->scope : "";
-        const char *tname = x && t && t->name ? t->name : "";
+        const char *scope = n->scope ? n->scope : "", *tname = "";
+        for (int k = 0; k < n->n_in + n->n_out && !*tname; k++) {
+            hp_tid id = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+            const hp_tensor *t = id != HP_TID_NONE ? hp_graph_tensor(p->g, id) : NULL;
+            if (t && t->name) tname = t->name;
+            if (x && k == 0) break;
+        }
         const char *group = x && x->queue == HP_QUEUE_COLLECTIVE && x->group_name ? x->group_name : "";
-        snprintf(detail, sizeof detail, "%s%s%s%s%s%s", scope, *scope && *tname ? ": " : "", tname,
-                 *group ? " [" : "", group, *group ? "]" : "");
+        snprintf(detail, sizeof detail, "%s%s%s%s%s%s%s", scope, *scope && *tname ? ": " : "", tname,
+                 *group && (*scope || *tname) ? " " : "", *group ? "[" : "", group, *group ? "]" : "");
         if (detail[0]) s->detail = hp_trace_intern(tr, detail);
         if (x && x->bytes > 0) s->bytes = x->bytes;
         if (s->name < 0 || (detail[0] && s->detail < 0))

@@ -97,6 +97,7 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     hp_named_tensor *nm = NULL, *no = NULL;
     /* deferred optimizer updates (HyperOffload) finish first, and their errors stop the save */
     HP_CHECK(hp_program_sync(t->train.p));
+    double t0 = hp_trace_begin(t->trace);
     bool *staged = calloc(3 * n + 1, sizeof *staged);
     if (!staged) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
     hp_status st = views(t, &model, &optim, staged);
@@ -131,6 +132,7 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     free(optim);
     free(nm);
     free(no);
+    if (st == HP_STATUS_OK) hp__trainer_trace(t, &t->trace_save, t0);
     return st;
 }
 
