@@ -1,4 +1,4 @@
-/* The `hp` command: train, generate, plan, check. Only this layer prints and chooses exit codes. */
+/* The `hp` command: train, generate, plan, check, trace-view. Only this layer prints and chooses exit codes. */
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -30,6 +30,11 @@ static void usage(FILE *f) {
             "                       validate the config (and its strategy for N ranks) without building\n"
             "                       anything; prints nothing and exits 0 when it is good, else the error\n"
             "                       with file:line and exits 1\n"
+            "  trace-view FILE.json -o TIMELINE.svg [--step N] [--from MS] [--to MS] [--width PX]\n"
+            "                       draw a trace (hp train --trace) as an SVG timeline: one row per\n"
+            "                       rank and stream, spans coloured by kind (F, B, W, optimizer,\n"
+            "                       collective, send/recv, copy, wait), a time axis in ms; --step N\n"
+            "                       zooms on training step N, --from/--to on a window\n"
             "  help                 this text\n");
 }
 
@@ -67,6 +72,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return hp_cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return hp_cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return hp_cli_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "trace-view")) return hp_cli_trace_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
