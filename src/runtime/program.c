@@ -56,6 +56,7 @@ void hp_program_free(hp_program *p) {
     free(p->exec_best);
     free(p->exec_seconds);
     free(p->trace_span);
+    free(p->trace_issue);
     free(p);
 }
 
@@ -596,6 +597,7 @@ static hp_status run_exec(hp_program *p, int e) {
         qk = -1;
     } else {
         HP_CHECK(hp__queues_submit(p->q, qk, a, &seq));
+        if (p->trace) hp__program_trace_issue(p, e, t0);
     }
     for (int j = 0; j < a->node->n_out; j++) {
         p->flight_ptr[p->n_flight] = a->out[j];

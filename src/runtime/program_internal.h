@@ -57,6 +57,7 @@ struct hp_program {
     int trace_track;     /* the compute thread's track */
     hp_trace_span *trace_span; /* per exec entry: its span's fields (names interned at attach) */
     hp_trace_span trace_wait; /* the compute thread's wait spans */
+    int32_t *trace_issue; /* per exec entry on a queue: the name of its issue span ("issue all_reduce") */
 };
 
 enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2, EXEC_VIEW = 3 };
@@ -68,6 +69,9 @@ hp_status hp__program_trace_attach(hp_program *p, hp_trace *tr, const hp_trace_t
 void hp__program_trace_batch(hp_program *p, double t0, const double *seconds, int n);
 /* Records exec entry e's span [t0, now) on the compute track, when it ran there. */
 void hp__program_trace_node(hp_program *p, int e, double t0);
+/* Records the issue of queued entry e [t0, now) on the compute track (the transfer's own span is on
+ * its queue's track). */
+void hp__program_trace_issue(hp_program *p, int e, double t0);
 /* Records a wait span [t0, now) on the compute track when it lasted 1 us or more (a wait that found
  * the work done is not worth a span). */
 void hp__program_trace_wait(hp_program *p, double t0);

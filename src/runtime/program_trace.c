@@ -30,7 +30,8 @@ static hp_trace_phase node_phase(const hp_node *n) {
 /* Interns every entry's name and detail into p->trace_span (tags applied later). */
 static hp_status build_spans(hp_program *p, hp_trace *tr) {
     if (!p->trace_span) p->trace_span = calloc((size_t)p->n_exec + 1, sizeof *p->trace_span);
-    if (!p->trace_span) return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d trace spans", p->n_exec);
+    if (!p->trace_issue) p->trace_issue = calloc((size_t)p->n_exec + 1, sizeof *p->trace_issue);
+    if (!p->trace_span || !p->trace_issue) return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d trace spans", p->n_exec);
     for (int e = 0; e < p->n_exec; e++) {
         const hp_node *n = p->exec[e].node;
         const hp_instr *x = hp_node_instr(n);
@@ -40,21 +41,29 @@ static hp_status build_spans(hp_program *p, hp_trace *tr) {
         s->node = p->exec_node[e];
         s->kind = (uint8_t)node_kind(n);
         s->name = hp_trace_intern(tr, x && x->label ? x->label : hp_op_name(n->op));
-        /* the detail: the scope, and the first named tensor the node reads or writes (for a
-         * transfer the tensor it moves: its input), then a collective's group */
+        /* the detail: the scope, and the parameter the node reads or else the first named tensor
+         * it reads or writes (for a transfer the tensor it moves: its input), then a collective's
+         * group */
         char detail[256];
         const char *scope = n->scope ? n->scope : "", *tname = "";
-        for (int k = 0; k < n->n_in + n->n_out && !*tname; k++) {
-            hp_tid id = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
-            const hp_tensor *t = id != HP_TID_NONE ? hp_graph_tensor(p->g, id) : NULL;
-            if (t && t->name) tname = t->name;
-            if (x && k == 0) break;
-        }
+        for (int pass = 0; pass < 2 && !*tname; pass++)
+            for (int k = 0; k < n->n_in + n->n_out && !*tname; k++) {
+                hp_tid id = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+                const hp_tensor *t = id != HP_TID_NONE ? hp_graph_tensor(p->g, id) : NULL;
+                if (t && t->name && (pass == 1 || t->kind == HP_TENSOR_KIND_PARAM)) tname = t->name;
+                if (x && k == 0) break;
+            }
         const char *group = x && x->queue == HP_QUEUE_COLLECTIVE && x->group_name ? x->group_name : "";
         snprintf(detail, sizeof detail, "%s%s%s%s%s%s%s", scope, *scope && *tname ? ": " : "", tname,
                  *group && (*scope || *tname) ? " " : "", *group ? "[" : "", group, *group ? "]" : "");
         if (detail[0]) s->detail = hp_trace_intern(tr, detail);
         if (x && x->bytes > 0) s->bytes = x->bytes;
+        p->trace_issue[e] = -1;
+        if (p->exec_kind[e] == EXEC_ASYNC) {
+            char issue[96];
+            snprintf(issue, sizeof issue, "issue %s", x && x->label ? x->label : hp_op_name(n->op));
+            if ((p->trace_issue[e] = hp_trace_intern(tr, issue)) < 0) s->name = -1;
+        }
         if (s->name < 0 || (detail[0] && s->detail < 0))
             return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory interning trace names");
     }
@@ -109,6 +118,13 @@ void hp__program_trace_batch(hp_program *p, double t0, const double *seconds, in
 
 void hp__program_trace_node(hp_program *p, int e, double t0) {
     hp_trace_end(p->trace, p->trace_track, t0, &p->trace_span[e]);
+}
+
+void hp__program_trace_issue(hp_program *p, int e, double t0) {
+    hp_trace_span s = p->trace_span[e];
+    s.name = p->trace_issue[e];
+    s.bytes = -1; /* the queue's span carries them */
+    hp_trace_end(p->trace, p->trace_track, t0, &s);
 }
 
 void hp__program_trace_wait(hp_program *p, double t0) {
