@@ -178,6 +178,11 @@ int main(int argc, char **argv) {
     int rank = hp_comm_rank(world), n = hp_comm_size(world), steps = 5;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+    hp_progress progress;
+    if (hp_progress_auto(&progress) != HP_STATUS_OK) {
+        fprintf(stderr, "bench_shard: %s\n", hp_error_message());
+        return 1;
+    }
     /* the single-rank step of the same global batch, on rank 0 alone */
     double single = 0;
     if (rank == 0) {
@@ -237,7 +242,7 @@ int main(int argc, char **argv) {
                    "\"progress\": \"%s\"}\n",
                    fams[f], n, (long long)planned, min, (double)planned / min, ncoll, step[0], step[1], single,
                    single / step[0], busy, wait, busy > 0 ? 1.0 - wait / busy : 0.0, nqueues,
-                   hp_progress_name(hp_progress_auto()));
+                   hp_progress_name(progress));
         fflush(stdout);
     }
     hp_comm_free(world);

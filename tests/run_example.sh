@@ -8,17 +8,24 @@
 # lands in the temporary directory: runs never collide and nothing is left in the tree. With
 # RANKS > 1 it runs under MPIEXEC (mpirun) with that many ranks. Fails when `hp train` fails or
 # writes no checkpoint.
+# A HyperMPMD config (a top-level `groups:` section) is also checked with `hp check --ranks RANKS`.
 set -euo pipefail
 hp="$1" src="$2" config="$3" ranks="$4" mpiexec="${5:-mpirun}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/hp-example.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 ln -s "$src/data" "$work/data"
 cd "$work"
-if (( ranks > 1 )); then
-    "$mpiexec" --oversubscribe -n "$ranks" "$hp" train "$config" --steps 2
-else
-    "$hp" train "$config" --steps 2
+train() {
+    if (( ranks > 1 )); then
+        "$mpiexec" --oversubscribe -n "$ranks" "$hp" train "$config" --steps 2
+    else
+        "$hp" train "$config" --steps 2
+    fi
+}
+if grep -q '^groups:' "$config"; then
+    "$hp" check "$config" --ranks "$ranks"
 fi
+train
 if ! compgen -G "runs/*/*" > /dev/null; then
     echo "run_example: $config wrote no checkpoint under runs/" >&2
     exit 1

@@ -88,7 +88,8 @@ typedef struct hp_backend_i {
      *   memcpy_async       queues a copy of `bytes` on `s`; the ranges must stay valid and `src`
      *                      unchanged until an event recorded after it completes; no overlap. */
     hp_status (*stream_new)(hp_backend_t b, hp_backend_stream_t *out);
-    void (*stream_free)(hp_backend_t b, hp_backend_stream_t s); /* waits for its work first */
+    /* stream_free waits for its work first; events recorded on it stay valid (cudaStreamDestroy). */
+    void (*stream_free)(hp_backend_t b, hp_backend_stream_t s);
     hp_status (*event_new)(hp_backend_t b, hp_backend_event_t *out);
     void (*event_free)(hp_backend_t b, hp_backend_event_t e);
     hp_status (*event_record)(hp_backend_t b, hp_backend_event_t e, hp_backend_stream_t s);

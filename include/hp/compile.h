@@ -119,7 +119,8 @@ typedef struct hp_compile_opts {
     int n_keep;
     hp_program_opts program;         /* keep, n_keep and ext are set by the driver */
     /* The world: the communicator the mesh is attached to (attached by the driver when it is not
-     * yet; NULL: a one-rank `self` communicator owned by the compiled object). */
+     * yet; NULL: a one-rank `self` communicator owned by the compiled object, only for a mesh the
+     * driver made: a caller's unattached mesh without comm is an error). */
     hp_comm *comm;
     /* Planning without a communicator (`hp plan`): the mesh index to compile for when the mesh is
      * not attached and plan_only is set; the mesh size for hp_compile_run's strategy (0: the
@@ -157,7 +158,8 @@ typedef struct hp_compiled hp_compiled;
  * up to opts->stop_after. Collective over the mesh when the shard pass attaches a mesh or a
  * program runs collectives: every rank calls it with the same graph and options.
  * Errors: HP_STATUS_INVALID_ARGUMENT for a missing loss, train without optim, a plan_index outside
- * the mesh, a rank outside the mesh; then each pass's own errors (autodiff, strategy annotation,
+ * the mesh, a rank outside the mesh, a caller's unattached mesh (opts->mesh or opts->strategy's)
+ * without opts->comm; then each pass's own errors (autodiff, strategy annotation,
  * partition, offload plan, program). On failure *out is NULL and everything made is freed.
  */
 hp_status hp_compile(hp_graph *logical, const hp_compile_opts *opts, hp_compiled **out);
@@ -167,7 +169,8 @@ hp_status hp_compile(hp_graph *logical, const hp_compile_opts *opts, hp_compiled
  * hp_compile_config_objects), built and owned by the compiled object. opts->loss, optim, strategy,
  * mesh and offload are ignored (taken from cfg); the world size is hp_comm_size(opts->comm), or
  * opts->plan_world_size with plan_only and no comm. cfg must outlive *out (offload strings).
- * Errors: the model's, the strategy's and the offload section's config errors, then hp_compile's.
+ * Errors: the model's, the strategy's and the offload section's config errors (and
+ * hp_compile_config_objects' refusal of groups), then hp_compile's.
  */
 hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, hp_compiled **out);
 
@@ -176,7 +179,9 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
  * strategy is not NULL; the caller owns it, hp_strategy_free) for `world_size` ranks (0: the
  * mesh's own count; see hp_strategy_new), and *offload (defaults and no budget when the section
  * is absent; its strings point into cfg's). The sections were checked when the config loaded, so
- * the only errors are hp_strategy_new's (the device count against world_size, naming file:line).
+ * the only errors are hp_strategy_new's (the device count against world_size, naming file:line),
+ * and HP_STATUS_UNSUPPORTED ("pipeline runtime not built yet", naming file:line) for a config with
+ * HyperMPMD groups: the pipeline runtime that runs them is not built yet.
  */
 hp_status hp_compile_config_objects(const hp_run_config *cfg, int world_size, hp_strategy **strategy,
                                     hp_offload_plan_config *offload);

@@ -25,9 +25,66 @@
  *                policy: {params: host, grads: host, optimizer: host, activations: host},
  *                bandwidth: {host: 1.0e10, disk: 1.0e9}, machine: {flops: (model), bytes: (model)},
  *                chunk: 1MiB, read_ahead: true, async_update: true}   (absent: no offload; see hp/offload_plan.h)
+ *     pipeline: {schedule: 1f1b, micro_batches: 1, chunks: (1; 2 for interleaved, zb-v, dualpipev),
+ *                split: manual}                               (only with groups:)
+ *     groups:   {NAME: {kind: stage, ranks: [..] | COUNT, module: [..] | auto, mesh: {..},
+ *                strategy: {..}, memory_budget: 0}, ...}      (absent: one program on every rank)
  *
- * Any other section or key is an error listing the known ones. `mpmd:`, `groups:` and `pipeline:`
- * are refused with a message saying HyperMPMD (pipeline groups) is not built yet.
+ * Any other section or key is an error listing the known ones. `mpmd:` is refused with a message
+ * saying HyperMPMD (pipeline groups) is not built yet as such a section (groups: and pipeline: are
+ * its configuration).
+ *
+ * HyperMPMD groups (`groups:`; the rank-to-module map of the HyperParallel paper's Listing 1). A map
+ * from group name (1 to 63 characters) to the group, in pipeline order:
+ *
+ *     pipeline:
+ *       schedule: 1f1b        # gpipe | 1f1b | interleaved | zb-h1 | zb-v | dualpipev | a table file
+ *       micro_batches: 4      # m: train.batch is split into m micro-batches of batch/m rows
+ *       chunks: 1             # v: model chunks per stage (interleaved >= 2; zb-v, dualpipev = 2)
+ *       split: manual         # manual: each stage's module says its layers; auto: the cost model
+ *     groups:
+ *       first:
+ *         kind: stage                          # the default
+ *         ranks: [0, 1]                        # world ranks, in mesh order; or a count
+ *         module: [embedding, blocks.0-1]      # blocks 0 and 1 (inclusive); or auto
+ *         mesh: {device_matrix: [2], alias_name: [dp]}
+ *         strategy: {inputs: {tokens: [dp, none], targets: [dp, none]}}
+ *         memory_budget: 2GiB                  # device bytes per rank for this group
+ *       second:
+ *         ranks: 2                             # the next 2 ranks: [2, 3]
+ *         module: [blocks.2-3, head]
+ *         mesh: {device_matrix: [2], alias_name: [tp]}
+ *         strategy: {params: [{match: "blocks.*.mlp.fc.weight", tensor_map: [tp]}]}
+ *
+ *   - kind: stage (a pipeline stage; the stages are the stage groups in file order). The kinds of
+ *     HyperMPMD part 2 (encoder, fusion, actor, learner, critic, reward, reference) are read and
+ *     refused: they are not built yet.
+ *   - ranks: a list of world ranks, or a count that takes the next ranks after the highest one of
+ *     the groups before it (the first group: from 0). Every rank 0..N-1 is in exactly one group,
+ *     where N is the highest rank + 1 (the job's world size: hp_groups_config_check_world).
+ *   - module: a stage's part of the model: `embedding` (token and position embeddings), `blocks.A`
+ *     or `blocks.A-B` (transformer blocks A..B, both included) and `head` (ln_f and lm_head), in
+ *     that order, the blocks one contiguous range. With pipeline.chunks v > 1 it is a list of v such
+ *     modules, one per model chunk (e.g. [[embedding, blocks.0], blocks.2-3]). Chunk c of stage i is
+ *     virtual stage c*p + i (p stages; interleaved and table schedules) or, for the V schedules zb-v
+ *     and dualpipev, i for c = 0 and 2p-1-i for c = 1. Across the virtual stages in order the modules
+ *     cover the model exactly once: the embedding first, every block of model.layers in order, the
+ *     head last. `auto` (or leaving module out) needs pipeline.split: auto and is needed by it; the
+ *     layer ranges are then an even split by layer count (the first virtual stages take one more
+ *     block), embedding on virtual stage 0 and head on the last, until the cost-model split of
+ *     issue 12 part 2 replaces them.
+ *   - mesh and strategy: the group's own HyperShard strategy, as the strategy: section (hp/strategy.h)
+ *     with the mesh given beside it rather than inside it and without mesh.ranks (the mesh numbers
+ *     the group's ranks in the order listed). The mesh's device count equals the group's rank count;
+ *     a group of one rank may leave both out.
+ *   - memory_budget: a size (below); 0 or absent: none.
+ *   - pipeline: micro_batches >= 1 divides train.batch (each micro-batch is batch/m rows); chunks in
+ *     [1, 16]: 1 for gpipe, 1f1b and zb-h1, >= 2 for interleaved, 2 for zb-v and dualpipev;
+ *     dualpipev needs micro_batches >= 2 * stages. A schedule that is not one of the names is a path
+ *     to a schedule table (it must contain '/' or '.'; read by the schedule builder, not here).
+ *   - groups: goes without a top-level strategy: (each group has its own); pipeline: needs groups:.
+ * Each error names the group (groups.NAME), the key and file:line. The pipeline runtime is not built
+ * yet: hp_trainer_new and hp_compile_run refuse a config with groups (HP_STATUS_UNSUPPORTED).
  *
  * Integer ranges (checked in 64 bits before anything narrows to the int the model uses):
  *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1];
@@ -177,6 +234,90 @@ typedef struct hp_offload_run_config {
     bool async_update;          /* default true */
 } hp_offload_run_config;
 
+#define HP_CONFIG_MAX_CHUNKS 16   /* model chunks per pipeline stage (pipeline.chunks) */
+#define HP_CONFIG_MAX_GROUP_NAME 64 /* bytes of a group name, NUL included */
+#define HP_CONFIG_MAX_RANKS (1 << 20) /* world ranks the groups may name */
+
+/* The pipeline schedules of `pipeline.schedule` (issue 12 part 4 builds them). */
+typedef enum hp_pipeline_schedule {
+    HP_PIPELINE_SCHEDULE_GPIPE = 0,   /* all forwards, then all backwards */
+    HP_PIPELINE_SCHEDULE_1F1B,        /* one forward, one backward in the steady state (the default) */
+    HP_PIPELINE_SCHEDULE_INTERLEAVED, /* 1F1B over v model chunks per stage (Megatron-LM) */
+    HP_PIPELINE_SCHEDULE_ZB_H1,       /* zero bubble H1: backward split in B and W (Qi et al., ICLR 2024) */
+    HP_PIPELINE_SCHEDULE_ZB_V,        /* zero bubble V: two chunks per stage in a V (Qi et al.) */
+    HP_PIPELINE_SCHEDULE_DUALPIPEV,   /* DualPipe cut in half (DeepSeek-V3 report; Sea AI Lab) */
+    HP_PIPELINE_SCHEDULE_TABLE,       /* a user's table file (hp_pipeline_config.table) */
+    HP_PIPELINE_SCHEDULE_COUNT
+} hp_pipeline_schedule;
+
+/* The `pipeline:` section; defaults in hp_run_config_defaults. */
+typedef struct hp_pipeline_config {
+    bool present;                      /* false: not in the file (the defaults apply to the stages) */
+    hp_pipeline_schedule schedule;     /* default HP_PIPELINE_SCHEDULE_1F1B */
+    char table[HP_CONFIG_STR_MAX];     /* TABLE: the file, relative to the working directory; else "" */
+    int64_t micro_batches;             /* m >= 1, divides train.batch; default 1 */
+    int64_t chunks;                    /* v in [1, HP_CONFIG_MAX_CHUNKS]; default 1, or 2 for the schedules that need it */
+    bool split_auto;                   /* split: auto (the cost model places the layers); default manual */
+    int line, column;                  /* of the section (0: not from a file) */
+    int schedule_line, schedule_column;
+    int micro_batches_line, micro_batches_column;
+    int chunks_line, chunks_column;
+    int split_line, split_column;
+} hp_pipeline_config;
+
+/* What a group runs (`kind:`). Only HP_GROUP_KIND_STAGE is built; the others are read and refused. */
+typedef enum hp_group_kind {
+    HP_GROUP_KIND_STAGE = 0, /* a pipeline stage: model chunks (the default) */
+    HP_GROUP_KIND_ENCODER,   /* a modality encoder of a multimodal model (part 2) */
+    HP_GROUP_KIND_FUSION,    /* the backbone fusing the modalities (part 2) */
+    HP_GROUP_KIND_ACTOR,     /* RL: generates rollouts (part 2) */
+    HP_GROUP_KIND_LEARNER,   /* RL: trains the policy on them (part 2) */
+    HP_GROUP_KIND_CRITIC,    /* RL: the value model (part 2) */
+    HP_GROUP_KIND_REWARD,    /* RL: the reward model (part 2) */
+    HP_GROUP_KIND_REFERENCE, /* RL: the frozen reference policy (part 2) */
+    HP_GROUP_KIND_COUNT
+} hp_group_kind;
+
+/* One model chunk of a stage: the transformer blocks [first, last) and whether the chunk also runs
+ * the embedding (before its blocks) or the head (ln_f and lm_head, after them). */
+typedef struct hp_module_chunk {
+    int first, last;          /* blocks [first, last), 0 <= first <= last <= model.layers; first == last: none */
+    bool embedding, head;
+    int virtual_stage;        /* the chunk's place in the pipeline, 0 .. stages*chunks-1 */
+    int line, column;         /* of the chunk's module value (the group's module: for split auto) */
+} hp_module_chunk;
+
+/* One group of `groups:`. */
+typedef struct hp_group_config {
+    const char *name;            /* the key under groups:; owned by the run config */
+    hp_group_kind kind;
+    int stage;                   /* stage groups: the stage index (file order among them); else -1 */
+    int line, column;            /* of the group's value */
+    int *ranks;                  /* n_ranks world ranks in the order the group's mesh numbers them; owned by the run config */
+    int n_ranks;                 /* >= 1 */
+    int ranks_line, ranks_column;
+    bool module_auto;            /* module: auto or absent (pipeline.split: auto) */
+    int n_chunks;                /* stage groups: pipeline.chunks; else 0 */
+    hp_module_chunk chunks[HP_CONFIG_MAX_CHUNKS]; /* chunk c of the stage, as written (or filled for auto) */
+    int module_line, module_column;
+    hp_strategy_config strategy; /* the group's mesh (groups.NAME.mesh) and rules (groups.NAME.strategy);
+                                  * not present: no mesh (a one-rank group). strategy.ranks is NULL and
+                                  * mesh indices are positions in `ranks` */
+    size_t memory_budget;        /* device bytes per rank of the group; 0: not given */
+    int memory_budget_line, memory_budget_column;
+} hp_group_config;
+
+/* The `groups:` section. */
+typedef struct hp_groups_config {
+    bool present;             /* false: no (or a null) groups section: one program on every rank */
+    const char *file;         /* the config file, for messages; owned by the run config */
+    int line, column;         /* of the section */
+    hp_group_config *groups;  /* n_groups groups in file order; owned by the run config */
+    int n_groups;
+    int n_stages;             /* groups of kind stage */
+    int n_ranks;              /* the ranks the groups name are exactly 0 .. n_ranks-1 */
+} hp_groups_config;
+
 typedef struct hp_run_config {
     hp_model_config model;
     hp_data_config data;
@@ -184,9 +325,11 @@ typedef struct hp_run_config {
     hp_optim_config optim;
     hp_strategy_config strategy;
     hp_offload_run_config offload;
+    hp_pipeline_config pipeline;
+    hp_groups_config groups;
     char source[HP_CONFIG_STR_MAX]; /* the file it was loaded from ("" for defaults) */
-    /* Owns the strategy's rules, ranks and file name; freed by hp_run_config_free. A shallow copy
-     * of the struct shares it (the original must outlive the copy and is the one freed). */
+    /* Owns the strategy's rules, ranks and file name and the groups; freed by hp_run_config_free. A
+     * shallow copy of the struct shares it (the original must outlive the copy and is the one freed). */
     hp_arena *arena;
 } hp_run_config;
 
@@ -206,13 +349,45 @@ hp_status hp_run_config_load_string(const char *text, size_t len, const char *na
 /* Checks every value (the rules above); `cfg->source` names the file in messages. */
 hp_status hp_run_config_validate(const hp_run_config *cfg);
 
-/* Frees what the config owns (the strategy's rules and ranks) and marks the strategy absent. Safe
- * on defaults and twice. */
+/* Frees what the config owns (the strategy's rules and ranks, the groups) and marks the strategy and
+ * the groups absent. Safe on defaults and twice. */
 void hp_run_config_free(hp_run_config *cfg);
 
 /*
+ * Checks the groups against the job's world size (hp train: the communicator's size; hp check
+ * --ranks N): HP_STATUS_CONFIG naming the group and file:line when a group's rank is >= world_size,
+ * or naming the ranks no group takes when world_size > g->n_ranks. HP_STATUS_OK when the groups are
+ * absent. HP_STATUS_INVALID_ARGUMENT for world_size < 1.
+ */
+hp_status hp_groups_config_check_world(const hp_groups_config *g, int world_size);
+
+/* Where one rank sits in the groups (hp_groups_config_place). */
+typedef struct hp_group_placement {
+    int group;        /* index into groups[] */
+    int stage;        /* the pipeline stage, or -1 for a group that is not a stage */
+    int group_rank;   /* the rank's position in the group's ranks: its mesh index in the group */
+    int first, last;  /* chunk 0's blocks [first, last): the stage's layers when pipeline.chunks is 1 */
+    bool embedding;   /* one of the rank's chunks runs the embedding */
+    bool head;        /* one of the rank's chunks runs the head */
+    int n_chunks;     /* the stage's model chunks (pipeline.chunks) */
+    const hp_module_chunk *chunks; /* n_chunks chunks, borrowed from the config */
+} hp_group_placement;
+
+/*
+ * The group, stage, layer ranges and embedding/head of world rank `rank` under a loaded (validated)
+ * groups config. HP_STATUS_INVALID_ARGUMENT naming the rank when the groups are absent or no group
+ * has it. `out->chunks` points into `g` (valid while the config is).
+ */
+hp_status hp_groups_config_place(const hp_groups_config *g, int rank, hp_group_placement *out);
+
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev", "table" (as in the config). */
+const char *hp_pipeline_schedule_name(hp_pipeline_schedule s);
+/* "stage", "encoder", "fusion", "actor", "learner", "critic", "reward", "reference". */
+const char *hp_group_kind_name(hp_group_kind k);
+
+/*
  * The config as text (malloc'd, NUL-terminated; the caller frees with free()), every key written,
- * strategy and offload when present (in YAML as JSON flow style, sizes in bytes). Either text loads
+ * strategy, offload, pipeline and groups when present (in YAML as JSON flow style, sizes in bytes). Either text loads
  * back with hp_run_config_load_string into an equal config (line numbers aside). NULL when out of
  * memory.
  */
@@ -221,8 +396,9 @@ char *hp_run_config_to_json(const hp_run_config *cfg);
 
 /*
  * Parses a size: "64MiB", "1.5GiB", "4096", "8KB" (units above; a space before the unit is fine)
- * into bytes. HP_STATUS_CONFIG naming the text for a negative, non-numeric or too large value or an
- * unknown unit.
+ * into bytes. The number is decimal (an exponent such as "1e6" is fine; no sign, hex, inf or nan).
+ * HP_STATUS_CONFIG naming the text for a negative, non-numeric or too large value (over 2^62 bytes)
+ * or an unknown unit.
  */
 hp_status hp_config_parse_size(const char *text, size_t *out);
 

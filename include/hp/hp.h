@@ -53,6 +53,7 @@
 #include "hp/disk.h"
 #include "hp/offload.h"
 #include "hp/offload_plan.h"
+#include "hp/schedule.h"
 #include "hp/nn.h"
 #include "hp/train.h"
 #include "hp/data.h"

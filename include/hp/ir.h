@@ -213,6 +213,22 @@ void hp_graph_set_node_flags(hp_graph *g, uint32_t flags);
 /* Gives an anonymous tensor a (scoped) name. */
 void hp_graph_set_name(hp_graph *g, hp_tid t, const char *name);
 
+/* Graph rewriting, for passes (partitioner, bucketing, autodiff) rather than model code. */
+
+/* Names tensor t with `name` exactly as given (no scope prefix): a pass carrying a tensor's name
+ * from one graph to another. Records the sticky error naming the name when another tensor has it. */
+void hp_graph_set_abs_name(hp_graph *g, hp_tid t, const char *name);
+
+/*
+ * Reorders the nodes: position i gets the node that was at order[i] (`order` holds a permutation
+ * of 0..n_nodes-1, n_nodes elements, borrowed); producers are renumbered, tensor ids do not change.
+ * The caller guarantees that every input is still defined before use and that no node moves across
+ * an in-place writer of what it reads; hp_graph_verify checks the first. Errors:
+ * HP_STATUS_INVALID_ARGUMENT when `order` is not a permutation (the graph is unchanged),
+ * HP_STATUS_OUT_OF_MEMORY.
+ */
+hp_status hp_graph_permute_nodes(hp_graph *g, const int *order);
+
 /*
  * Checks structural invariants: every input id is defined before use (program order), output
  * shapes agree with shape inference, names are unique, dtypes match what each operator accepts.

@@ -49,7 +49,17 @@ typedef struct hp_gpt {
     hp_tid step;    /* input "opt.step" () f32, the 1-based optimizer step keying the dropout
                      * masks (hp_train_step_build feeds the same input to AdamW); HP_TID_NONE
                      * without dropout */
+    hp_tid x_in;    /* a pipeline stage without the embedding: input "stage.x" (batch, seq, C) f32,
+                     * the previous stage's output; else HP_TID_NONE */
+    hp_tid x_out;   /* a stage without the head: its output (batch, seq, C); else HP_TID_NONE */
 } hp_gpt;
+
+/* The part of the model one pipeline stage computes: blocks [first_layer, last_layer), with the
+ * embeddings in front (the first stage) and the final LayerNorm, head and loss behind (the last). */
+typedef struct hp_gpt_stage {
+    int first_layer, last_layer;
+    bool embedding, head;
+} hp_gpt_stage;
 
 /*
  * Builds the forward graph for (batch, seq) tokens, seq <= context, appending to `g` (normally
@@ -61,6 +71,19 @@ typedef struct hp_gpt {
  * the fused attention kernel never forms them. Errors: bad config or seq; the graph's sticky error.
  */
 hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, bool with_loss, hp_gpt *out);
+
+/*
+ * Builds one pipeline stage of the model (hp_gpt_build is the stage with every layer, the
+ * embedding and the head). A stage without the embedding reads input "stage.x" (batch, seq, C);
+ * one without the head leaves its activation in out->x_out (logits and loss HP_TID_NONE). With a
+ * tied head, a last stage without the embedding has its own parameter "wte.weight" (the pipeline
+ * keeps the two copies equal by summing their gradients, Megatron's shared embedding). Parameter
+ * names are the whole model's (blocks.L with the global L), so checkpoints and strategies match.
+ * Errors: hp_gpt_build's; HP_STATUS_INVALID_ARGUMENT for a layer range outside [0, layers) or an
+ * empty stage.
+ */
+hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_stage *s, int batch, int seq,
+                             bool with_loss, hp_gpt *out);
 
 /*
  * GPT-2 initialisation of one parameter by name: weights ~ N(0, 0.02) with residual output

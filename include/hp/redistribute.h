@@ -67,6 +67,15 @@ char *hp_redistribute_plan_str(const hp_redistribute_plan *p, const hp_mesh *m, 
 hp_status hp_redistribute_execute(const hp_redistribute_plan *p, hp_mesh *m, const void *in, void *out);
 
 /*
+ * Plans and runs one redistribution: hp_redistribute_plan_make(m, src, dst, shape, dt), then
+ * hp_redistribute_execute. *bytes_received (may be NULL) gets the plan's bytes received per rank.
+ * Collective over the mesh. Errors: those of the two calls. Of type hp_store_redistribute_fn, so
+ * the state store refreshes its views through the planner without depending on it.
+ */
+hp_status hp_redistribute_tensor(hp_mesh *m, const hp_layout *src, const hp_layout *dst, const hp_shape *shape,
+                                 hp_dtype dt, const void *in, void *out, int64_t *bytes_received);
+
+/*
  * The analytic minimum bytes received per rank for the standard transitions on a group of n ranks
  * (Chan et al., "Collective communication: theory, practice, and experience", 2007), given the
  * bytes each rank holds before the step: ALL_GATHER (n-1) X; REDUCE_SCATTER and ALL_TO_ALL

@@ -96,8 +96,10 @@ typedef enum hp_progress {
 
 /* "auto", "block", "yield", "sleep", "inorder", "compute"; "?" otherwise. */
 const char *hp_progress_name(hp_progress p);
-/* The strategy AUTO chooses on this machine for this process. */
-hp_progress hp_progress_auto(void);
+/* The strategy AUTO chooses on this machine for this process into *out: HP_PROGRESS when set, else
+ * from the cores, ranks per node and threads. HP_STATUS_INVALID_ARGUMENT naming the value when
+ * HP_PROGRESS holds none of the names above (auto included). */
+hp_status hp_progress_auto(hp_progress *out);
 
 typedef struct hp_program_opts {
     const hp_tid *keep; /* activations whose values must be readable after hp_program_run */
@@ -193,18 +195,33 @@ hp_status hp_program_run(hp_program *p);
 /*
  * Records every later run into `tr` (NULL: stops recording), with `tags` (NULL: HP_TRACE_TAGS_NONE)
  * on every span; the same as opts.trace and opts.trace_tags at hp_program_new. Each run records on
- * the track "compute" one span per node the compute thread runs (name "scope/op", args op, node,
- * phase from the node's flags or tags.phase, stage and micro-batch from tags, bytes of transfer
- * instructions), and a "wait" span where it blocks on a communication queue; each communication
+ * the track "compute" one span per node the compute thread runs (name: the operator, or the
+ * instruction's label such as "all_reduce"; args: op, node, detail (the parameter it reads or the
+ * tensor a transfer moves, and a collective's group), phase from the node's flags or tags.phase,
+ * stage and micro-batch from tags, bytes of transfer instructions), an "issue <label>" span where
+ * it hands a transfer to a queue and a "wait" span where it blocks on one; each communication
  * queue records its collectives on a track of its own ("comm N (axes)"), the point-to-point queue
  * on "p2p", and a pass's copy streams (opts.ext's set_trace: HyperOffload) their copies with bytes.
  * A program whose nodes the backend runs as one batch gets each node's time from the batch
- * (back-to-back spans from the batch's start). Call it between runs; `tr` must outlive the program
+ * (back-to-back spans from the batch's start). hp_program_run_nodes records the same for its
+ * range. Call it between runs; `tr` must outlive the program
  * or a later call with NULL (which waits for the copy streams). A pipeline runtime calls it before
  * each micro-batch's run to change the tags (cheap: no interning after the first call).
  * Errors: the recorder's (HP_STATUS_OUT_OF_MEMORY, more than 64 tracks).
  */
 hp_status hp_program_set_trace(hp_program *p, hp_trace *tr, const hp_trace_tags *tags);
+
+/*
+ * Runs the live nodes with index in [first, last) of the program's graph, in program order, and
+ * waits for them (their transfers included): one phase of a program whose nodes were ordered by
+ * phase, such as a pipeline stage's forward (F), input-gradient (B) and weight-gradient (W) nodes
+ * (hp/pipeline.h). Running the phases of a program in order, with any gaps between them, equals
+ * hp_program_run: the arena plan covers the whole node list, so what a later phase reads stays
+ * put in between (another program's runs may come between them; they own their arenas). Errors:
+ * HP_STATUS_INVALID_ARGUMENT for a range outside [0, n_nodes] or first > last, or a program with
+ * an offload pass (its hooks run per whole step); then hp_program_run's errors.
+ */
+hp_status hp_program_run_nodes(hp_program *p, int first, int last);
 
 /* The program's def-use chains and liveness (owned by the program; valid for its lifetime). */
 const hp_liveness *hp_program_liveness(const hp_program *p);

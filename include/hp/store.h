@@ -35,7 +35,16 @@
  *     persistent bytes and in hp_store_stats.n_copies);
  *   - different local shape (another layout: the single-device sampling program of a sharded
  *     training run): the program binds to a view of that shape made by hp_store_view (read-only);
- *     without one the bind fails naming both shapes.
+ *     without one the bind fails naming both shapes. hp_program_run does NOT refresh views (a
+ *     refresh is collective and a run of one program on one rank is not): the caller calls
+ *     hp_store_view or hp_store_views_refresh on every rank before running a program bound to a
+ *     view whose entry changed (the trainer does so before evaluation and sampling).
+ * Binding is by name and local shape: a program's tensor binds to the entry of its name when the
+ * local shapes agree; the program's own layout is not compared with the entry's (two layouts with
+ * the same block on this rank share the bytes, which is right only if they also agree on which
+ * block: the caller keeps one layout per name and uses views for the others). Views are over the
+ * store's own mesh; a view for another mesh (a pipeline stage's or an actor group's) is not built
+ * yet.
  * A name not in the store is created by the first program that binds it, recorded as replicated
  * with the program's local shape as its logical shape; hp_store_declare then records the real
  * logical shape and layout (which must give the same local block). A trainer may also declare
@@ -103,6 +112,24 @@ typedef struct hp_store_stats {
  * HP_STATUS_OUT_OF_MEMORY.
  */
 hp_status hp_store_new(hp_mesh *mesh, hp_backend_t backend, hp_store **out);
+
+/*
+ * Moves one tensor between two layouts over `mesh` (collective over the mesh): `in` holds this
+ * rank's block of a tensor of logical `shape` and `dt` under `from`, `out` receives its block under
+ * `to`; *bytes_received (may be NULL) gets the bytes this rank received. hp_redistribute_tensor
+ * (hp/redistribute.h: the redistribution planner, then its executor) has this type.
+ */
+typedef hp_status (*hp_store_redistribute_fn)(hp_mesh *mesh, const hp_layout *from, const hp_layout *to,
+                                              const hp_shape *shape, hp_dtype dt, const void *in, void *out,
+                                              int64_t *bytes_received);
+
+/*
+ * Sets how the store refreshes a view of another layout than its entry's (hp_store_view). The
+ * store lives in the runtime, below the passes, so the planner comes in from above: the trainer
+ * passes hp_redistribute_tensor. Without one, such a view fails with HP_STATUS_INVALID_ARGUMENT
+ * naming the entry. `fn` NULL unsets it.
+ */
+void hp_store_set_redistribute(hp_store *s, hp_store_redistribute_fn fn);
 /* Frees the store's memory (entries, views). Programs bound to it must be freed first. NULL is allowed. */
 void hp_store_free(hp_store *s);
 /*

@@ -50,7 +50,11 @@ typedef struct hp_trainer hp_trainer;
  * A trainer for the run config `cfg` (copied shallowly: cfg must not be freed while the trainer
  * lives, its arena holds the strategy rules the checkpoints write out): loads the corpus,
  * builds the step graph and an evaluation graph, compiles programs, initialises parameters from
- * train.seed (GPT-2 init). Errors: config, data and allocation errors with their messages.
+ * train.seed (GPT-2 init). With HyperMPMD `groups:` and `pipeline:` the step is a pipeline
+ * (hp/pipeline.h) over one-rank stages; evaluation, sampling and checkpoints then use a full copy
+ * of the model gathered on every rank. Errors: config, data and allocation errors with their
+ * messages; HP_STATUS_UNSUPPORTED naming the group for what a pipeline does not do yet (a stage over
+ * several ranks, a non-stage group kind, offload, dropout).
  */
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
 

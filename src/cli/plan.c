@@ -2,7 +2,8 @@
  * `hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]`: what a run would do, without
  * running it — the mesh, the layout of every parameter, input and optimizer state, each inserted
  * collective with its bytes, the bytes per rank per step, the memory per rank, a predicted step
- * time and the compile driver's pass times (hp/compile.h); or the IR after one pass.
+ * time and the compile driver's pass times (hp/compile.h); or the IR after one pass. A config with
+ * HyperMPMD groups gets the pipeline's plan instead (plan_pipeline.c).
  */
 #include "cli/cli.h"
 
@@ -154,6 +155,11 @@ int hp_cli_plan(int argc, char **argv) {
     hp_run_config cfg;
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
+    if (cfg.groups.present) { /* HyperMPMD: the stages and the schedule */
+        int rc = hp_cli_plan_pipeline(&cfg, (int)ranks);
+        hp_run_config_free(&cfg);
+        return rc;
+    }
     /* ranks 0: the strategy's own device count */
     int rc = print_plan(&cfg, (int)ranks, (int)rank, dump);
     hp_run_config_free(&cfg);

@@ -96,7 +96,7 @@ int hp_cli_train(int argc, char **argv) {
     hp_trainer *t = NULL;
     hp_trace *trace = NULL;
     hp_comm *world = NULL;
-    bool mpi = false;
+    bool mpi = false, same_verdict = false; /* same_verdict: a failure every rank meets alike */
     int rc = 1;
     st = world_comm(&world, &mpi);
     if (st != HP_STATUS_OK) {
@@ -109,11 +109,22 @@ int hp_cli_train(int argc, char **argv) {
         hp_log_set_rank(hp_cli_rank);
         lead = hp_cli_rank == 0;
     }
+    if (cfg.groups.present) {
+        /* HyperMPMD groups: checked against the world size first. Every rank reaches the same
+         * verdict, so rank 0 alone reports it and no rank needs to abort the others. */
+        same_verdict = true;
+        st = hp_groups_config_check_world(&cfg.groups, world ? hp_comm_size(world) : 1);
+        if (st != HP_STATUS_OK) {
+            if (lead) hp_cli_fail(st, NULL);
+            goto out;
+        }
+    }
     st = hp_trainer_new_dist(&cfg, world, &t);
     if (st != HP_STATUS_OK) {
-        hp_cli_fail(st, config);
+        if (lead || !same_verdict) hp_cli_fail(st, same_verdict ? NULL : config); /* the message names the file */
         goto out;
     }
+    same_verdict = false;
     if (want_resume) {
         const char *from = resume ? resume : cfg.train.checkpoint_dir;
         st = hp_trainer_resume(t, from);
@@ -162,7 +173,12 @@ int hp_cli_train(int argc, char **argv) {
             (long long)cfg.model.layers, (long long)cfg.model.heads, (long long)cfg.model.width,
             (long long)cfg.model.context, (long long)cfg.model.vocab, (long long)cfg.train.batch,
             (long long)cfg.train.steps, cfg.data.corpus, hp_trainer_unigram_entropy(t));
-    if (lead && world && hp_comm_size(world) > 1) {
+    if (lead && cfg.groups.present) {
+        fprintf(stderr, "pipeline: %s over %d stages, %lld micro-batches of %lld rows, %lld chunk%s per stage\n",
+                hp_pipeline_schedule_name(cfg.pipeline.schedule), cfg.groups.n_stages,
+                (long long)cfg.pipeline.micro_batches, (long long)(cfg.train.batch / cfg.pipeline.micro_batches),
+                (long long)cfg.pipeline.chunks, cfg.pipeline.chunks == 1 ? "" : "s");
+    } else if (lead && world && hp_comm_size(world) > 1) {
         const hp_partition *part = hp_trainer_partition(t);
         char mb[128];
         fprintf(stderr, "strategy: %d ranks, mesh %s | %d redistributions, %.2f MiB received per rank per step\n",
@@ -266,7 +282,7 @@ out:
 #ifdef HP_HAVE_MPI
     if (world) hp_comm_free(world);
     if (mpi) {
-        if (rc != 0) hp_comm_mpi_abort(rc); /* one failed rank must not leave the others waiting */
+        if (rc != 0 && !same_verdict) hp_comm_mpi_abort(rc); /* one failed rank must not leave the others waiting */
         hp_comm_mpi_finalize();
     }
 #endif

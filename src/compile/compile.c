@@ -89,6 +89,12 @@ static hp_status world_and_mesh(hp_compiled *c) {
     }
     if (!hp_mesh_parent_comm(c->mesh) && !(c->opts.plan_only && !c->opts.comm)) {
         hp_comm *world = c->opts.comm;
+        if (!world && !c->own_mesh && !c->own_strategy)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                            "compile: the caller's mesh is not attached and no communicator was given "
+                            "(attach it with hp_mesh_attach or set hp_compile_opts.comm): a one-rank "
+                            "communicator made here would be freed with the compiled program while "
+                            "the mesh still refers to it");
         if (!world) {
             world = c->self = hp_comm_self_new();
             if (!world) return hp_error(HP_STATUS_OUT_OF_MEMORY, "compile: out of memory for a communicator");
@@ -226,6 +232,15 @@ hp_status hp_compile(hp_graph *logical, const hp_compile_opts *opts, hp_compiled
 
 hp_status hp_compile_config_objects(const hp_run_config *cfg, int world_size, hp_strategy **strategy,
                                     hp_offload_plan_config *offload) {
+    if (strategy) *strategy = NULL;
+    if (cfg->groups.present) {
+        const hp_groups_config *g = &cfg->groups;
+        return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups: pipeline runtime not built yet: the %d stage group%s "
+                        "on %d ranks are a valid HyperMPMD config (hp check accepts it), but running them needs the "
+                        "pipeline runtime of issue 12; without groups: and pipeline: the run is one program on every "
+                        "rank", g->file ? g->file : cfg->source, g->line, g->column, g->n_stages,
+                        g->n_stages == 1 ? "" : "s", g->n_ranks);
+    }
     if (strategy) HP_CHECK(hp_strategy_new(&cfg->strategy, world_size, strategy));
     hp_offload_plan_config_from(&cfg->offload, offload);
     return HP_STATUS_OK;

@@ -59,10 +59,8 @@ static const section sections[] = {
     {"train", train_fields, N(train_fields), offsetof(hp_run_config, train)},
     {"optim", optim_fields, N(optim_fields), offsetof(hp_run_config, optim)},
 };
-/* The typed sections read by config_strategy.c and config_offload.c. */
-static const char *const typed_sections[] = {"strategy", "offload"};
-/* Sections of parts that are not built: refused with a message saying so. */
-static const char *const unbuilt_sections[] = {"mpmd", "groups", "pipeline"};
+/* The typed sections read by config_strategy.c, config_offload.c and config_groups.c. */
+static const char *const typed_sections[] = {"strategy", "offload", "groups", "pipeline"};
 
 hp_status hp__config_error(const hp_yaml_node *n, const char *fmt, ...) {
     char msg[1024];
@@ -108,6 +106,9 @@ hp_run_config hp_run_config_defaults(void) {
         .policy = {HP_CONFIG_TIER_HOST, HP_CONFIG_TIER_HOST, HP_CONFIG_TIER_HOST, HP_CONFIG_TIER_HOST},
         .bandwidth_host = 10e9, .bandwidth_disk = 1e9, .chunk = (size_t)1 << 20, .read_ahead = true,
         .async_update = true};
+    c.pipeline.schedule = HP_PIPELINE_SCHEDULE_1F1B;
+    c.pipeline.micro_batches = 1;
+    c.pipeline.chunks = 1;
     return c;
 }
 
@@ -117,6 +118,7 @@ void hp_run_config_free(hp_run_config *cfg) {
     size_t bucket = cfg->strategy.bucket_size;
     memset(&cfg->strategy, 0, sizeof cfg->strategy);
     cfg->strategy.bucket_size = bucket;
+    memset(&cfg->groups, 0, sizeof cfg->groups);
 }
 
 static hp_status read_field(const section *sec, const field *f, const hp_yaml_node *v, char *base) {
@@ -154,24 +156,30 @@ static hp_status read_section(const section *sec, const hp_yaml_node *map, hp_ru
 
 static hp_status read_root(const hp_yaml_node *root, hp_run_config *cfg) {
     if (hp_yaml_is_null(root)) return HP_STATUS_OK;
-    const char *known[N(sections) + N(typed_sections)];
-    size_t n = 0;
-    for (size_t i = 0; i < N(sections); i++) known[n++] = sections[i].name;
-    for (size_t i = 0; i < N(typed_sections); i++) known[n++] = typed_sections[i];
     if (root->kind != HP_YAML_KIND_MAP)
         return hp_error(HP_STATUS_CONFIG, "%s:%d:%d: a run config must be a map of sections", root->file, root->line,
                         root->column);
-    for (size_t i = 0; i < N(unbuilt_sections); i++) {
-        const hp_yaml_node *v = hp_yaml_map_get(root, unbuilt_sections[i]);
-        if (v)
-            return hp_error(HP_STATUS_CONFIG, "%s:%d: section '%s': HyperMPMD (pipeline groups) is not built yet, so a run "
-                            "config cannot have '%s:' (remove it; the known sections are: model, data, train, optim, "
-                            "strategy, offload)", v->file, v->line, unbuilt_sections[i], unbuilt_sections[i]);
+    const hp_yaml_node *mpmd = hp_yaml_map_get(root, "mpmd");
+    if (mpmd)
+        return hp_error(HP_STATUS_CONFIG, "%s:%d: section 'mpmd': HyperMPMD (pipeline groups) is not built yet as an "
+                        "'mpmd:' section: rank groups go under 'groups:' and the schedule under 'pipeline:' (the known "
+                        "sections are: model, data, train, optim, strategy, offload, groups, pipeline)", mpmd->file,
+                        mpmd->line);
+    for (size_t i = 0; i < root->count; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < N(sections) && !ok; k++) ok = strcmp(root->keys[i], sections[k].name) == 0;
+        for (size_t k = 0; k < N(typed_sections) && !ok; k++) ok = strcmp(root->keys[i], typed_sections[k]) == 0;
+        if (!ok)
+            return hp_error(HP_STATUS_CONFIG, "%s:%d: unknown key '%s' in section '<top level>' (known keys: model, data, "
+                            "train, optim, strategy, offload) or the HyperMPMD sections (groups, pipeline)", root->file,
+                            root->items[i]->line, root->keys[i]);
     }
-    HP_CHECK(hp_yaml_check_keys(root, known, n, "<top level>"));
     for (size_t i = 0; i < N(sections); i++) HP_CHECK(read_section(&sections[i], hp_yaml_map_get(root, sections[i].name), cfg));
     HP_CHECK(hp__config_read_strategy(hp_yaml_map_get(root, "strategy"), cfg->arena, &cfg->strategy));
-    return hp__config_read_offload(hp_yaml_map_get(root, "offload"), &cfg->offload);
+    HP_CHECK(hp__config_read_offload(hp_yaml_map_get(root, "offload"), &cfg->offload));
+    /* The stages' modules follow pipeline.chunks and an auto split model.layers: read those first. */
+    HP_CHECK(hp__config_read_pipeline(hp_yaml_map_get(root, "pipeline"), &cfg->pipeline));
+    return hp__config_read_groups(hp_yaml_map_get(root, "groups"), cfg);
 }
 
 /* The value of section.key in the document (NULL when there is no document or no such key). */
@@ -255,7 +263,7 @@ static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
     if (!(o->beta2 >= 0.0 && o->beta2 < 1.0)) BAD("optim", "beta2", "optim.beta2 %g must be in [0, 1)", o->beta2);
     if (!(o->eps > 0.0)) BAD("optim", "eps", "optim.eps %g must be > 0", o->eps);
     if (!(o->grad_clip >= 0.0)) BAD("optim", "grad_clip", "optim.grad_clip %g must be >= 0", o->grad_clip);
-    return HP_STATUS_OK;
+    return hp__config_check_groups(cfg);
 }
 
 hp_status hp_run_config_validate(const hp_run_config *cfg) { return check(cfg, NULL); }
@@ -300,7 +308,9 @@ static cJSON k_absent; /* typed_json's "section not present" */
 /* The typed section i of typed_sections as JSON; &k_absent when the section is absent, NULL on OOM. */
 static cJSON *typed_json(const hp_run_config *cfg, size_t i) {
     if (i == 0) return cfg->strategy.present ? hp__config_strategy_json(&cfg->strategy) : &k_absent;
-    return cfg->offload.present ? hp__config_offload_json(&cfg->offload) : &k_absent;
+    if (i == 1) return cfg->offload.present ? hp__config_offload_json(&cfg->offload) : &k_absent;
+    if (i == 2) return cfg->groups.present ? hp__config_groups_json(&cfg->groups) : &k_absent;
+    return cfg->pipeline.present ? hp__config_pipeline_json(&cfg->pipeline) : &k_absent;
 }
 
 static cJSON *to_cjson(const hp_run_config *cfg) {

@@ -1,5 +1,5 @@
-/* Internal to src/io: the typed strategy and offload sections of the run config (config.c calls
- * these; config_strategy.c and config_offload.c define them). */
+/* Internal to src/io: the typed strategy, offload, groups and pipeline sections of the run config
+ * (config.c calls these; config_strategy.c, config_offload.c and config_groups*.c define them). */
 #ifndef HP_IO_CONFIG_INTERNAL_H
 #define HP_IO_CONFIG_INTERNAL_H
 
@@ -20,11 +20,39 @@ hp_status hp__config_read_size(const hp_yaml_node *n, const char *what, size_t *
 /* Reads and checks the `strategy:` value `node` (NULL or null: absent) into *out, allocating rules,
  * ranks and the file name in `arena`. */
 hp_status hp__config_read_strategy(const hp_yaml_node *node, hp_arena *arena, hp_strategy_config *out);
+/* Reads a group's mesh (`mesh`, its device order being the group's ranks: no `ranks` key) and its
+ * rules (`rules`: inputs, params, optimizer, bucket_size; no mesh) into *s; messages name them
+ * groups.NAME.mesh and groups.NAME.strategy. Both NULL/null: *s stays absent. Rules without a mesh
+ * are an error. */
+hp_status hp__config_read_group_strategy(const hp_yaml_node *mesh, const hp_yaml_node *rules, const char *name,
+                                         hp_arena *arena, hp_strategy_config *s);
 /* Reads and checks the `offload:` value `node` (NULL or null: absent) into *out. */
 hp_status hp__config_read_offload(const hp_yaml_node *node, hp_offload_run_config *out);
 
 /* The sections as cJSON objects, in the input syntax (NULL when out of memory). */
 cJSON *hp__config_strategy_json(const hp_strategy_config *s);
 cJSON *hp__config_offload_json(const hp_offload_run_config *o);
+/* Adds a group's strategy to the group's JSON object as its "mesh" and "strategy" keys (nothing when
+ * absent); false when out of memory. */
+bool hp__config_group_strategy_json(const hp_strategy_config *s, cJSON *group);
+
+/* Reads the `pipeline:` value (NULL or null: absent) into *out (config_groups.c). */
+hp_status hp__config_read_pipeline(const hp_yaml_node *node, hp_pipeline_config *out);
+/* Reads the `groups:` value (NULL or null: absent) into cfg->groups, after cfg->pipeline and
+ * cfg->model are read (module chunks follow pipeline.chunks; split: auto fills the layer ranges from
+ * model.layers). Allocates in cfg->arena. */
+hp_status hp__config_read_groups(const hp_yaml_node *node, hp_run_config *cfg);
+/* The checks across groups, stages and sections (config_groups_check.c); part of
+ * hp_run_config_validate. */
+hp_status hp__config_check_groups(const hp_run_config *cfg);
+/* pipeline.chunks against the schedule (1 for gpipe, 1f1b, zb-h1; >= 2 for interleaved; 2 for zb-v
+ * and dualpipev), in [1, HP_CONFIG_MAX_CHUNKS]; `f` names the file. */
+hp_status hp__config_check_chunks(const hp_pipeline_config *p, const char *f);
+/* The virtual stage (place in the pipeline) of chunk c of stage `stage` of p: c*p + stage, or for the
+ * V schedules (zb-v, dualpipev) stage for chunk 0 and 2p-1-stage for chunk 1. */
+int hp__config_virtual_stage(hp_pipeline_schedule schedule, int p, int stage, int c);
+/* The sections as cJSON, in the input syntax (NULL when out of memory). */
+cJSON *hp__config_groups_json(const hp_groups_config *g);
+cJSON *hp__config_pipeline_json(const hp_pipeline_config *p);
 
 #endif

@@ -5,14 +5,24 @@
 #include "io/config_internal.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+/* Largest size accepted: 2^62 bytes (4 EiB), so that every size fits int64_t and a sum of a few
+ * still does. */
+#define SIZE_MAX_BYTES 4611686018427387904.0
+
 hp_status hp_config_parse_size(const char *text, size_t *out) {
+    /* Decimal digits only: strtod would also take hex ("0x10"), "inf", "nan" and a sign. */
     char *end;
     double v = strtod(text, &end);
+    bool decimal = (text[0] >= '0' && text[0] <= '9') || (text[0] == '.' && text[1] >= '0' && text[1] <= '9');
+    for (const char *c = text; decimal && c < end; c++) decimal = strchr("0123456789.eE+-", *c) != NULL;
+    if (!decimal)
+        return hp_error(HP_STATUS_CONFIG, "size '%s' is not a number of bytes (decimal digits, then a unit)", text);
     while (*end == ' ') end++;
     static const struct { const char *s; double m; } units[] = {
         {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
@@ -22,7 +32,8 @@ hp_status hp_config_parse_size(const char *text, size_t *out) {
     for (size_t k = 0; k < sizeof units / sizeof units[0]; k++)
         if (strcmp(end, units[k].s) == 0) {
             double b = v * units[k].m;
-            if (b > 1.8e19) return hp_error(HP_STATUS_CONFIG, "size '%s' is too large", text);
+            if (b > SIZE_MAX_BYTES)
+                return hp_error(HP_STATUS_CONFIG, "size '%s' is too large (at most 2^62 bytes = 4 EiB)", text);
             *out = (size_t)b;
             return HP_STATUS_OK;
         }

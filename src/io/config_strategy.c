@@ -82,29 +82,28 @@ static hp_status parse_tmap(const hp_yaml_node *n, const hp_strategy_config *s, 
     return HP_STATUS_OK;
 }
 
-static hp_status parse_mesh(const hp_yaml_node *mesh, const hp_yaml_node *section, hp_arena *arena,
+/* The mesh map `mesh` (not NULL); `mw` names it in messages ("strategy.mesh"). `allow_ranks`: the
+ * mesh may list its devices' world ranks (a group's mesh is ordered by the group's ranks instead). */
+static hp_status parse_mesh(const hp_yaml_node *mesh, const char *mw, bool allow_ranks, hp_arena *arena,
                             hp_strategy_config *s) {
-    if (!mesh)
-        return hp__config_error(section, "strategy: missing key 'mesh' (expected mesh: {device_matrix: [...], "
-                                "alias_name: [...]})");
     static const char *const keys[] = {"device_matrix", "alias_name", "ranks"};
-    HP_CHECK(hp_yaml_check_keys(mesh, keys, 3, "strategy.mesh"));
+    HP_CHECK(hp_yaml_check_keys(mesh, keys, allow_ranks ? 3 : 2, mw));
     if (mesh->kind != HP_YAML_KIND_MAP)
-        return hp__config_error(mesh, "strategy.mesh expects a map with device_matrix and alias_name, got %s",
+        return hp__config_error(mesh, "%s expects a map with device_matrix and alias_name, got %s", mw,
                                 hp__config_node_text(mesh));
     const hp_yaml_node *dm = hp_yaml_map_get(mesh, "device_matrix");
     const hp_yaml_node *an = hp_yaml_map_get(mesh, "alias_name");
     const hp_yaml_node *rk = hp_yaml_map_get(mesh, "ranks");
-    if (!dm) return hp__config_error(mesh, "strategy.mesh: missing key 'device_matrix' (the mesh shape, e.g. [2, 2])");
+    if (!dm) return hp__config_error(mesh, "%s: missing key 'device_matrix' (the mesh shape, e.g. [2, 2])", mw);
     if (!an)
-        return hp__config_error(mesh, "strategy.mesh: missing key 'alias_name' (one name per mesh axis, e.g. [dp, tp])");
+        return hp__config_error(mesh, "%s: missing key 'alias_name' (one name per mesh axis, e.g. [dp, tp])", mw);
     if (dm->kind != HP_YAML_KIND_SEQ || dm->count < 1 || dm->count > HP_CONFIG_MAX_AXES)
-        return hp__config_error(dm, "strategy.mesh.device_matrix expects a sequence of 1 to %d axis sizes, got %s%s",
+        return hp__config_error(dm, "%s.device_matrix expects a sequence of 1 to %d axis sizes, got %s%s", mw,
                                 HP_CONFIG_MAX_AXES, hp__config_node_text(dm),
                                 dm->kind == HP_YAML_KIND_SEQ ? (dm->count ? " that is too long" : " that is empty") : "");
     if (an->kind != HP_YAML_KIND_SEQ || an->count != dm->count)
-        return hp__config_error(an, "strategy.mesh.alias_name expects a sequence of %zu names (one per device_matrix "
-                                "axis), got %s%s", dm->count, an->kind == HP_YAML_KIND_SEQ ? "" : hp__config_node_text(an),
+        return hp__config_error(an, "%s.alias_name expects a sequence of %zu names (one per device_matrix "
+                                "axis), got %s%s", mw, dm->count, an->kind == HP_YAML_KIND_SEQ ? "" : hp__config_node_text(an),
                                 an->kind == HP_YAML_KIND_SEQ ? (an->count == 1 ? "1 name" : "a different number of names")
                                                              : "");
     s->n_axes = (int)dm->count;
@@ -112,8 +111,8 @@ static hp_status parse_mesh(const hp_yaml_node *mesh, const hp_yaml_node *sectio
     s->mesh_column = dm->column;
     int64_t size = 1;
     for (int a = 0; a < s->n_axes; a++) {
-        char what[64];
-        snprintf(what, sizeof what, "strategy.mesh.device_matrix[%d]", a);
+        char what[320];
+        snprintf(what, sizeof what, "%s.device_matrix[%d]", mw, a);
         int64_t v;
         HP_CHECK(hp_yaml_as_int(dm->items[a], what, &v));
         if (v < 1) return hp__config_error(dm->items[a], "%s must be an axis size >= 1, got %lld", what, (long long)v);
@@ -122,8 +121,8 @@ static hp_status parse_mesh(const hp_yaml_node *mesh, const hp_yaml_node *sectio
         s->device_matrix[a] = (int)v;
         size *= v;
         if (size > (int64_t)1 << 30)
-            return hp__config_error(dm, "strategy.mesh.device_matrix has too many devices (more than 2^30)");
-        snprintf(what, sizeof what, "strategy.mesh.alias_name[%d]", a);
+            return hp__config_error(dm, "%s.device_matrix has too many devices (more than 2^30)", mw);
+        snprintf(what, sizeof what, "%s.alias_name[%d]", mw, a);
         const char *name;
         HP_CHECK(hp_yaml_as_string(an->items[a], what, &name));
         if (!*name || strcmp(name, "none") == 0 || strlen(name) >= HP_CONFIG_MAX_NAME)
@@ -136,16 +135,16 @@ static hp_status parse_mesh(const hp_yaml_node *mesh, const hp_yaml_node *sectio
     }
     if (!rk || hp_yaml_is_null(rk)) return HP_STATUS_OK;
     if (rk->kind != HP_YAML_KIND_SEQ || rk->count != (size_t)size)
-        return hp__config_error(rk, "strategy.mesh.ranks expects a sequence of %lld world ranks (one per device of the "
-                                "mesh), got %s%s", (long long)size, rk->kind == HP_YAML_KIND_SEQ ? "" : hp__config_node_text(rk),
+        return hp__config_error(rk, "%s.ranks expects a sequence of %lld world ranks (one per device of the "
+                                "mesh), got %s%s", mw, (long long)size, rk->kind == HP_YAML_KIND_SEQ ? "" : hp__config_node_text(rk),
                                 rk->kind == HP_YAML_KIND_SEQ ? "a sequence of a different length" : "");
     s->ranks = hp_arena_alloc(arena, (size_t)size * sizeof *s->ranks, _Alignof(int));
     if (!s->ranks) return OOM();
     s->ranks_line = rk->line;
     s->ranks_column = rk->column;
     for (int64_t i = 0; i < size; i++) {
-        char what[64];
-        snprintf(what, sizeof what, "strategy.mesh.ranks[%lld]", (long long)i);
+        char what[320];
+        snprintf(what, sizeof what, "%s.ranks[%lld]", mw, (long long)i);
         int64_t v;
         HP_CHECK(hp_yaml_as_int(rk->items[i], what, &v));
         /* The job runs on exactly as many ranks as the mesh has devices (hp_strategy_new). */
@@ -160,17 +159,17 @@ static hp_status parse_mesh(const hp_yaml_node *mesh, const hp_yaml_node *sectio
     return HP_STATUS_OK;
 }
 
-static hp_status parse_inputs(const hp_yaml_node *inputs, hp_arena *arena, hp_strategy_config *s) {
+static hp_status parse_inputs(const hp_yaml_node *inputs, const char *sec, hp_arena *arena, hp_strategy_config *s) {
     if (hp_yaml_is_null(inputs)) return HP_STATUS_OK;
     if (inputs->kind != HP_YAML_KIND_MAP)
-        return hp__config_error(inputs, "strategy.inputs expects a map from input name to tensor_map (e.g. tokens: "
-                                "[dp, none]), got %s", hp__config_node_text(inputs));
+        return hp__config_error(inputs, "%s.inputs expects a map from input name to tensor_map (e.g. tokens: "
+                                "[dp, none]), got %s", sec, hp__config_node_text(inputs));
     s->inputs = hp_arena_alloc(arena, (inputs->count ? inputs->count : 1) * sizeof *s->inputs, _Alignof(hp_strategy_rule));
     if (!s->inputs) return OOM();
     for (size_t i = 0; i < inputs->count; i++) {
         hp_strategy_rule *r = &s->inputs[s->n_inputs++];
-        char what[320];
-        snprintf(what, sizeof what, "strategy.inputs.%s", inputs->keys[i]);
+        char what[512];
+        snprintf(what, sizeof what, "%s.inputs.%s", sec, inputs->keys[i]);
         HP_CHECK(parse_tmap(inputs->items[i], s, what, &r->tensor_map));
         r->match = hp_arena_strdup(arena, inputs->keys[i]);
         r->line = inputs->items[i]->line;
@@ -197,17 +196,17 @@ static const char *glob_problem(const char *p) {
     return NULL;
 }
 
-static hp_status parse_params(const hp_yaml_node *params, hp_arena *arena, hp_strategy_config *s) {
+static hp_status parse_params(const hp_yaml_node *params, const char *sec, hp_arena *arena, hp_strategy_config *s) {
     if (hp_yaml_is_null(params)) return HP_STATUS_OK;
     if (params->kind != HP_YAML_KIND_SEQ)
-        return hp__config_error(params, "strategy.params expects a sequence of rules ({match: PATTERN, tensor_map: "
-                                "[...]}), got %s", hp__config_node_text(params));
+        return hp__config_error(params, "%s.params expects a sequence of rules ({match: PATTERN, tensor_map: "
+                                "[...]}), got %s", sec, hp__config_node_text(params));
     s->params = hp_arena_alloc(arena, (params->count ? params->count : 1) * sizeof *s->params, _Alignof(hp_strategy_rule));
     if (!s->params) return OOM();
     for (size_t i = 0; i < params->count; i++) {
         const hp_yaml_node *r = params->items[i];
-        char what[64];
-        snprintf(what, sizeof what, "strategy.params[%zu]", i);
+        char what[320];
+        snprintf(what, sizeof what, "%s.params[%zu]", sec, i);
         if (r->kind != HP_YAML_KIND_MAP)
             return hp__config_error(r, "%s expects a rule {match: PATTERN, tensor_map: [...]}, got %s", what,
                                     hp__config_node_text(r));
@@ -222,7 +221,7 @@ static hp_status parse_params(const hp_yaml_node *params, hp_arena *arena, hp_st
             return hp__config_error(r, "%s: missing key 'match' (a glob over parameter names, e.g. "
                                     "\"blocks.*.attn.q.weight\")", what);
         if (!tm) return hp__config_error(r, "%s: missing key 'tensor_map' (e.g. [tp, none])", what);
-        char mwhat[80];
+        char mwhat[352];
         snprintf(mwhat, sizeof mwhat, "%s.match", what);
         const char *pattern;
         HP_CHECK(hp_yaml_as_string(match, mwhat, &pattern));
@@ -230,7 +229,7 @@ static hp_status parse_params(const hp_yaml_node *params, hp_arena *arena, hp_st
         const char *bad = glob_problem(pattern);
         if (bad) return hp__config_error(match, "%s: bad glob pattern \"%s\": %s", mwhat, pattern, bad);
         hp_strategy_rule *out = &s->params[s->n_params++];
-        char twhat[600];
+        char twhat[1024];
         snprintf(twhat, sizeof twhat, "%s.tensor_map (match \"%s\")", what, pattern);
         HP_CHECK(parse_tmap(tm, s, twhat, &out->tensor_map));
         out->match = hp_arena_strdup(arena, pattern);
@@ -240,46 +239,109 @@ static hp_status parse_params(const hp_yaml_node *params, hp_arena *arena, hp_st
     return HP_STATUS_OK;
 }
 
-static hp_status parse_optimizer(const hp_yaml_node *opt, hp_strategy_config *s) {
+static hp_status parse_optimizer(const hp_yaml_node *opt, const char *sec, hp_strategy_config *s) {
     if (hp_yaml_is_null(opt)) return HP_STATUS_OK;
     static const char *const keys[] = {"shard"};
-    HP_CHECK(hp_yaml_check_keys(opt, keys, 1, "strategy.optimizer"));
+    char what[320];
+    snprintf(what, sizeof what, "%s.optimizer", sec);
+    HP_CHECK(hp_yaml_check_keys(opt, keys, 1, what));
+    snprintf(what, sizeof what, "%s.optimizer.shard", sec);
     const hp_yaml_node *shard = hp_yaml_map_get(opt, "shard");
     if (is_none(shard)) return HP_STATUS_OK;
     uint32_t used = 0;
     if (shard->kind == HP_YAML_KIND_SCALAR) { /* shard: dp */
-        HP_CHECK(parse_alias(shard, s, "strategy.optimizer.shard", &used, &s->opt_shard[0]));
+        HP_CHECK(parse_alias(shard, s, what, &used, &s->opt_shard[0]));
         s->n_opt_shard = 1;
         return HP_STATUS_OK;
     }
     if (shard->kind != HP_YAML_KIND_SEQ || shard->count > (size_t)s->n_axes)
-        return hp__config_error(shard, "strategy.optimizer.shard expects a list of at most %d mesh aliases (e.g. [dp]) "
-                                "or none, got %s", s->n_axes,
+        return hp__config_error(shard, "%s expects a list of at most %d mesh aliases (e.g. [dp]) "
+                                "or none, got %s", what, s->n_axes,
                                 shard->kind == HP_YAML_KIND_SEQ ? "a longer list" : hp__config_node_text(shard));
     for (size_t k = 0; k < shard->count; k++) {
-        char what[64];
-        snprintf(what, sizeof what, "strategy.optimizer.shard[%zu]", k);
-        HP_CHECK(parse_alias(shard->items[k], s, what, &used, &s->opt_shard[k]));
+        char kwhat[352];
+        snprintf(kwhat, sizeof kwhat, "%s[%zu]", what, k);
+        HP_CHECK(parse_alias(shard->items[k], s, kwhat, &used, &s->opt_shard[k]));
     }
     s->n_opt_shard = (int)shard->count;
     return HP_STATUS_OK;
 }
 
+/* The rules (inputs, params, optimizer, bucket_size) of map `rules` (NULL or null: none); `sec` names
+ * the map in messages. The mesh is already in *s. */
+static hp_status parse_rules(const hp_yaml_node *rules, const char *sec, hp_arena *arena, hp_strategy_config *s) {
+    if (hp_yaml_is_null(rules)) return HP_STATUS_OK;
+    HP_CHECK(parse_inputs(hp_yaml_map_get(rules, "inputs"), sec, arena, s));
+    HP_CHECK(parse_params(hp_yaml_map_get(rules, "params"), sec, arena, s));
+    HP_CHECK(parse_optimizer(hp_yaml_map_get(rules, "optimizer"), sec, s));
+    char what[320];
+    snprintf(what, sizeof what, "%s.bucket_size", sec);
+    return hp__config_read_size(hp_yaml_map_get(rules, "bucket_size"), what, &s->bucket_size);
+}
+
+/* HP_STATUS_CONFIG for a 'partial' key in map n (NULL when there is none). */
+static hp_status refuse_partial(const hp_yaml_node *n, const char *sec, const char *known) {
+    const hp_yaml_node *p = n && n->kind == HP_YAML_KIND_MAP ? hp_yaml_map_get(n, "partial") : NULL;
+    if (!p) return HP_STATUS_OK;
+    return hp__config_error(p, "%s: 'partial' cannot be set: partial axes are derived by the partitioner (known keys: "
+                            "%s)", sec, known);
+}
+
 hp_status hp__config_read_strategy(const hp_yaml_node *node, hp_arena *arena, hp_strategy_config *s) {
     if (hp_yaml_is_null(node)) return HP_STATUS_OK;
     static const char *const keys[] = {"mesh", "inputs", "params", "optimizer", "bucket_size"};
-    if (node->kind == HP_YAML_KIND_MAP && hp_yaml_map_get(node, "partial"))
-        return hp__config_error(hp_yaml_map_get(node, "partial"), "strategy: 'partial' cannot be set: partial axes are "
-                                "derived by the partitioner (known keys: mesh, inputs, params, optimizer, bucket_size)");
+    HP_CHECK(refuse_partial(node, "strategy", "mesh, inputs, params, optimizer, bucket_size"));
     HP_CHECK(hp_yaml_check_keys(node, keys, sizeof keys / sizeof keys[0], "strategy"));
     s->present = true;
     s->file = hp_arena_strdup(arena, node->file ? node->file : "<string>");
     if (!s->file) return OOM();
-    HP_CHECK(parse_mesh(hp_yaml_map_get(node, "mesh"), node, arena, s));
-    HP_CHECK(parse_inputs(hp_yaml_map_get(node, "inputs"), arena, s));
-    HP_CHECK(parse_params(hp_yaml_map_get(node, "params"), arena, s));
-    HP_CHECK(parse_optimizer(hp_yaml_map_get(node, "optimizer"), s));
-    return hp__config_read_size(hp_yaml_map_get(node, "bucket_size"), "strategy.bucket_size", &s->bucket_size);
+    const hp_yaml_node *mesh = hp_yaml_map_get(node, "mesh");
+    if (!mesh)
+        return hp__config_error(node, "strategy: missing key 'mesh' (expected mesh: {device_matrix: [...], "
+                                "alias_name: [...]})");
+    HP_CHECK(parse_mesh(mesh, "strategy.mesh", true, arena, s));
+    return parse_rules(node, "strategy", arena, s);
+}
+
+hp_status hp__config_read_group_strategy(const hp_yaml_node *mesh, const hp_yaml_node *rules, const char *name,
+                                         hp_arena *arena, hp_strategy_config *s) {
+    char mw[256], sec[256];
+    snprintf(mw, sizeof mw, "groups.%s.mesh", name);
+    snprintf(sec, sizeof sec, "groups.%s.strategy", name);
+    static const char *const keys[] = {"inputs", "params", "optimizer", "bucket_size"};
+    HP_CHECK(refuse_partial(rules, sec, "inputs, params, optimizer, bucket_size"));
+    const hp_yaml_node *inner = rules && rules->kind == HP_YAML_KIND_MAP ? hp_yaml_map_get(rules, "mesh") : NULL;
+    if (inner)
+        return hp__config_error(inner, "%s: the group's mesh is its own key %s, not part of its strategy", sec, mw);
+    HP_CHECK(hp_yaml_check_keys(rules, keys, sizeof keys / sizeof keys[0], sec));
+    if (hp_yaml_is_null(mesh)) {
+        if (!hp_yaml_is_null(rules))
+            return hp__config_error(rules, "%s needs the group's mesh (its tensor_maps name the axes of %s: "
+                                    "{device_matrix: [...], alias_name: [...]})", sec, mw);
+        return HP_STATUS_OK;
+    }
+    if (mesh->kind == HP_YAML_KIND_MAP && hp_yaml_map_get(mesh, "ranks"))
+        return hp__config_error(hp_yaml_map_get(mesh, "ranks"), "%s: 'ranks' cannot be set: the group's mesh numbers "
+                                "its devices in the order of groups.%s.ranks (row-major)", mw, name);
+    s->present = true;
+    s->file = hp_arena_strdup(arena, mesh->file ? mesh->file : "<string>");
+    if (!s->file) return OOM();
+    HP_CHECK(parse_mesh(mesh, mw, false, arena, s));
+    return parse_rules(rules, sec, arena, s);
+}
+
+/* Writes the mesh and rules as JSON into `group` (a group's object: mesh, strategy keys). */
+bool hp__config_group_strategy_json(const hp_strategy_config *s, cJSON *group) {
+    if (!s->present) return true;
+    cJSON *all = hp__config_strategy_json(s);
+    if (!all) return false;
+    cJSON *mesh = cJSON_DetachItemFromObject(all, "mesh");
+    cJSON_DeleteItemFromObject(mesh, "ranks");
+    bool ok = mesh && cJSON_AddItemToObject(group, "mesh", mesh);
+    if (!ok) cJSON_Delete(mesh);
+    ok = ok && cJSON_AddItemToObject(group, "strategy", all);
+    if (!ok) cJSON_Delete(all);
+    return ok;
 }
 
 /* ---------------------------------------------------------------- writing */

@@ -4,7 +4,6 @@
  * training step is one graph that later passes (sharding, offload, pipeline) can see.
  */
 #include "ir/op.h"
-#include "ir/graph_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +106,7 @@ hp_status hp_autodiff(hp_graph *g, hp_tid loss, const hp_tid *wrt, int n, hp_tid
             if (x->name) {
                 char name[512];
                 snprintf(name, sizeof name, "grad.%s", x->name);
-                hp__graph_set_abs_name(g, gt, name);
+                hp_graph_set_abs_name(g, gt, name);
             }
         }
         st = hp_graph_status(g);

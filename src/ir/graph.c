@@ -1,6 +1,5 @@
 /* Graphs: tensor and node tables, names and scopes, sticky builder errors, verifier, dump. */
 #include "ir/op.h"
-#include "ir/graph_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -196,10 +195,10 @@ void hp_graph_set_name(hp_graph *g, hp_tid t, const char *name) {
         snprintf(full, sizeof full, "%s.%s", g->scope_str, name);
     else
         snprintf(full, sizeof full, "%s", name);
-    hp__graph_set_abs_name(g, t, full);
+    hp_graph_set_abs_name(g, t, full);
 }
 
-void hp__graph_set_abs_name(hp_graph *g, hp_tid t, const char *name) {
+void hp_graph_set_abs_name(hp_graph *g, hp_tid t, const char *name) {
     if (g->status != HP_STATUS_OK || t == HP_TID_NONE) return;
     const char *full = hp_arena_strdup(g->arena, name);
     if (!full) {
@@ -395,9 +394,24 @@ void hp_graph_dump(const hp_graph *g, FILE *f) {
     }
 }
 
-hp_status hp__graph_permute_nodes(hp_graph *g, const int *order) {
+hp_status hp_graph_permute_nodes(hp_graph *g, const int *order) {
     hp_node *nn = malloc(sizeof *nn * (size_t)(g->n_nodes ? g->n_nodes : 1));
-    if (!nn) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory reordering %d nodes", g->n_nodes);
+    unsigned char *seen = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
+    if (!nn || !seen) {
+        free(nn);
+        free(seen);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory reordering %d nodes", g->n_nodes);
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (order[i] < 0 || order[i] >= g->n_nodes || seen[order[i]]) {
+            free(nn);
+            free(seen);
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "node order: order[%d] = %d is %s", i, order[i],
+                            order[i] < 0 || order[i] >= g->n_nodes ? "out of range" : "repeated");
+        }
+        seen[order[i]] = 1;
+    }
+    free(seen);
     for (int i = 0; i < g->n_nodes; i++) {
         nn[i] = g->nodes[order[i]];
         for (int j = 0; j < nn[i].n_out; j++) g->tensors[nn[i].out[j]].producer = i;

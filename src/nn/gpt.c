@@ -51,24 +51,41 @@ static hp_tid layernorm_layer(hp_graph *g, const char *name, hp_tid x, int64_t c
 }
 
 hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, bool with_loss, hp_gpt *out) {
+    hp_gpt_stage whole = {.first_layer = 0, .last_layer = c->layers, .embedding = true, .head = true};
+    return hp_gpt_build_stage(g, c, &whole, batch, seq, with_loss, out);
+}
+
+hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_stage *s, int batch, int seq,
+                             bool with_loss, hp_gpt *out) {
     HP_CHECK(hp_gpt_config_check(c));
     if (batch < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "batch must be >= 1, got %d", batch);
     if (seq < 1 || seq > c->context)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "sequence length %d is outside [1, context %d]", seq, c->context);
+    if (s->first_layer < 0 || s->last_layer > c->layers || s->first_layer > s->last_layer)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "stage layers [%d, %d) are outside the model's [0, %d)",
+                        s->first_layer, s->last_layer, c->layers);
+    if (!s->embedding && !s->head && s->first_layer == s->last_layer)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "stage has no layers, no embedding and no head");
     memset(out, 0, sizeof *out);
     out->cfg = *c;
     out->batch = batch;
     out->seq = seq;
+    out->x_in = out->x_out = HP_TID_NONE;
     const int64_t C = c->width, V = c->vocab;
-    out->tokens = hp_input(g, "tokens", HP_DTYPE_I32, HP_SHAPE(batch, seq));
-    out->targets = with_loss ? hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
-    hp_tid wte = hp_param(g, "wte.weight", HP_SHAPE(V, C));
-    hp_tid wpe = hp_param(g, "wpe.weight", HP_SHAPE(c->context, C));
-    hp_tid pos = seq == c->context ? wpe : hp_slice(g, wpe, 0, 0, seq);
+    out->tokens = s->embedding ? hp_input(g, "tokens", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
+    out->targets = s->head && with_loss ? hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
     out->step = c->dropout > 0.0f ? hp_input(g, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR) : HP_TID_NONE;
-    hp_tid x = hp_add(g, hp_embedding(g, wte, out->tokens), pos); /* (B, T, C) + (T, C) */
-    x = dropout_layer(g, out, "", "drop", x);
-    for (int l = 0; l < c->layers; l++) {
+    hp_tid x, wte = HP_TID_NONE;
+    if (s->embedding) {
+        wte = hp_param(g, "wte.weight", HP_SHAPE(V, C));
+        hp_tid wpe = hp_param(g, "wpe.weight", HP_SHAPE(c->context, C));
+        hp_tid pos = seq == c->context ? wpe : hp_slice(g, wpe, 0, 0, seq);
+        x = hp_add(g, hp_embedding(g, wte, out->tokens), pos); /* (B, T, C) + (T, C) */
+        x = dropout_layer(g, out, "", "drop", x);
+    } else {
+        x = out->x_in = hp_input(g, "stage.x", HP_DTYPE_F32, HP_SHAPE(batch, seq, C));
+    }
+    for (int l = s->first_layer; l < s->last_layer; l++) {
         char blk[32];
         snprintf(blk, sizeof blk, "blocks.%d", l);
         hp_graph_push_scope(g, blk);
@@ -87,8 +104,17 @@ hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, 
         hp_graph_pop_scope(g);
         hp_graph_pop_scope(g);
     }
+    if (!s->head) {
+        out->x_out = x;
+        out->logits = out->loss = HP_TID_NONE;
+        return hp_graph_status(g);
+    }
     x = layernorm_layer(g, "ln_f", x, C);
-    hp_tid head = c->tied_head ? wte : hp_param(g, "lm_head.weight", HP_SHAPE(V, C));
+    hp_tid head;
+    if (c->tied_head)
+        head = wte != HP_TID_NONE ? wte : hp_param(g, "wte.weight", HP_SHAPE(V, C)); /* a copy on the last stage */
+    else
+        head = hp_param(g, "lm_head.weight", HP_SHAPE(V, C));
     out->logits = hp_linear(g, x, head, HP_TID_NONE);
     out->loss = with_loss ? hp_cross_entropy(g, out->logits, out->targets) : HP_TID_NONE;
     if (out->loss != HP_TID_NONE) hp_graph_set_name(g, out->loss, "loss");

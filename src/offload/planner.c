@@ -1,7 +1,8 @@
 /*
  * The residency planner (hp/offload_plan.h): candidates from def-use chains, greedy eviction under
- * the device budget with prefetch distances from the cost model, exact arena packing check, and the
- * printout. The graph rewrite and the runtime state are in planner_apply.c.
+ * the device budget with prefetch distances from the cost model. The rewritten order and its exact
+ * packing check are in plan_order.c, the graph rewrite in rewrite.c, the runtime state in state.c,
+ * the printout in planner_print.c.
  */
 #include "offload/planner_internal.h"
 

@@ -1,4 +1,4 @@
-/* Internal: the offload planner's data shared by planner.c, planner_apply.c, deferred.c and exec.c. */
+/* Internal: the offload planner's data shared by planner.c, plan_order.c, rewrite.c, state.c, deferred.c and exec.c. */
 #ifndef HP_OFFLOAD_PLANNER_INTERNAL_H
 #define HP_OFFLOAD_PLANNER_INTERNAL_H
 
@@ -200,5 +200,19 @@ hp_status hp__ofl_set_trace(void *user, hp_trace *tr);
 
 /* Where tensor t's home is; `fast` is its address when the home is the fast tier. */
 hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast);
+
+/* Whether candidate c's gap j starts with the tensor leaving the fast tier (plan_order.c). */
+static inline bool hp__ofl_gap_starts(const hp__ofl_cand *c, int j) { return c->off[j] || (c->persistent && j == 0); }
+
+/* Per candidate the index of its first gap in a flat array of all gaps (n_cand + 1 entries, the
+ * last one the total, also in *total); malloc'ed, NULL when out of memory (plan_order.c). */
+size_t *hp__ofl_gap_base(const hp_offload_plan *p, size_t *total);
+
+/* state.c: a slow-tier home of `bytes` for tensor t (host pool or disk extent); the fast-tier
+ * regions of the copies that live in one (an arena over their intervals); the program hooks
+ * (s->ext) over a fast tier of `device_budget` bytes. Errors: out of memory, the disk store's. */
+hp_status hp__ofl_alloc_home(hp_offload_state *s, hp_tid t, hp_tier tier, size_t bytes);
+hp_status hp__ofl_plan_regions(hp_offload_state *s, const hp_graph *g);
+void hp__ofl_set_ext(hp_offload_state *s, size_t device_budget);
 
 #endif

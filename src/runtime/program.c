@@ -343,9 +343,12 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
     p->dry = dry;
     p->g = g;
     p->opts = opts ? *opts : HP_PROGRAM_OPTS_DEFAULT;
-    if (p->opts.progress == HP_PROGRESS_AUTO) p->opts.progress = hp_progress_auto();
-    if (p->opts.progress == HP_PROGRESS_INORDER) p->opts.sync_comm = true;
     hp_status st = HP_STATUS_OK;
+    if (p->opts.progress == HP_PROGRESS_AUTO && (st = hp_progress_auto(&p->opts.progress)) != HP_STATUS_OK) {
+        free(p);
+        return st;
+    }
+    if (p->opts.progress == HP_PROGRESS_INORDER) p->opts.sync_comm = true;
     if (p->opts.backend) {
         p->be = p->opts.backend;
     } else {
@@ -646,7 +649,8 @@ static hp_status node_failed(hp_program *p, int e, hp_status st) {
     return hp_error_prefix(st, "node %d (%s in '%s'): ", p->exec_node[e], hp_op_name(n->op), n->scope ? n->scope : "");
 }
 
-hp_status hp_program_run(hp_program *p) {
+/* Runs exec entries [e0, e1) and waits for everything they started. */
+static hp_status run_execs(hp_program *p, int e0, int e1) {
     bool prof = p->opts.profile;
     const hp_program_ext *ext = p->opts.ext;
     if (p->n_binds) HP_CHECK(hp__store_before_run(p->opts.store, p->binds, p->n_binds, p->be));
@@ -657,12 +661,13 @@ hp_status hp_program_run(hp_program *p) {
          * one batch (hp_backend_run_nodes; on the CPU one thread team for the whole step). */
         int failed = -1;
         double t0 = hp_trace_begin(p->trace);
-        hp_status st = hp_backend_run_nodes(p->be, p->exec, p->n_exec, prof || p->trace ? p->exec_seconds : NULL, &failed);
-        if (p->trace) hp__program_trace_batch(p, t0, p->exec_seconds, st == HP_STATUS_OK ? p->n_exec : failed);
-        if (st != HP_STATUS_OK) return node_failed(p, failed, st);
-        for (int e = 0; e < p->n_exec && prof; e++) profile_node(p, e, p->exec_seconds[e]);
+        hp_status st = hp_backend_run_nodes(p->be, p->exec + e0, e1 - e0, prof || p->trace ? p->exec_seconds + e0 : NULL,
+                                            &failed);
+        if (p->trace) hp__program_trace_batch(p, t0, e0, st == HP_STATUS_OK ? e1 : e0 + (failed < 0 ? 0 : failed));
+        if (st != HP_STATUS_OK) return node_failed(p, failed < 0 ? -1 : e0 + failed, st);
+        for (int e = e0; e < e1 && prof; e++) profile_node(p, e, p->exec_seconds[e]);
     } else {
-        for (int e = 0; e < p->n_exec; e++) {
+        for (int e = e0; e < e1; e++) {
             double t0 = prof ? hp_now_seconds() : 0;
             hp_status st = run_exec(p, e);
             if (st == HP_STATUS_OK && p->compute_progress && p->n_flight) st = test_flights(p);
@@ -678,8 +683,24 @@ hp_status hp_program_run(hp_program *p) {
     if (p->q) hp__queues_times(p->q, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
     HP_CHECK(hp_backend_synchronize(p->be));
     if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
-    p->stats.n_runs++;
+    if (e1 == p->n_exec) p->stats.n_runs++;
     return HP_STATUS_OK;
+}
+
+hp_status hp_program_run(hp_program *p) { return run_execs(p, 0, p->n_exec); }
+
+hp_status hp_program_run_nodes(hp_program *p, int first, int last) {
+    int nn = hp_graph_n_nodes(p->g);
+    if (first < 0 || last > nn || first > last)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "program: node range [%d, %d) is outside [0, %d]", first, last, nn);
+    if (p->opts.ext && (first > 0 || last < nn))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                        "program: a node range [%d, %d) of a program with an offload pass (its hooks run per step)",
+                        first, last);
+    int e0 = 0, e1;
+    while (e0 < p->n_exec && p->exec_node[e0] < first) e0++;
+    for (e1 = e0; e1 < p->n_exec && p->exec_node[e1] < last;) e1++;
+    return run_execs(p, e0, e1);
 }
 
 const hp_liveness *hp_program_liveness(const hp_program *p) { return &p->lv; }

@@ -65,8 +65,9 @@ enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2, EXEC_VIEW = 3 };
 /* Attaches `tr` (NULL: detaches; waits for the copy streams first) with `tags`: interns the nodes'
  * names, registers the compute, queue and copy tracks. Errors: the recorder's (out of memory). */
 hp_status hp__program_trace_attach(hp_program *p, hp_trace *tr, const hp_trace_tags *tags);
-/* Records the spans of exec entries [0, n) run as one batch from time t0, each taking seconds[e]. */
-void hp__program_trace_batch(hp_program *p, double t0, const double *seconds, int n);
+/* Records the spans of exec entries [e0, e1) run as one batch from time t0, each taking
+ * exec_seconds[e]. */
+void hp__program_trace_batch(hp_program *p, double t0, int e0, int e1);
 /* Records exec entry e's span [t0, now) on the compute track, when it ran there. */
 void hp__program_trace_node(hp_program *p, int e, double t0);
 /* Records the issue of queued entry e [t0, now) on the compute track (the transfer's own span is on

@@ -107,10 +107,10 @@ hp_status hp_program_set_trace(hp_program *p, hp_trace *tr, const hp_trace_tags 
     return hp__program_trace_attach(p, tr, tags);
 }
 
-void hp__program_trace_batch(hp_program *p, double t0, const double *seconds, int n) {
+void hp__program_trace_batch(hp_program *p, double t0, int e0, int e1) {
     double t = t0;
-    for (int e = 0; e < n; e++) {
-        double t1 = t + seconds[e];
+    for (int e = e0; e < e1; e++) {
+        double t1 = t + p->exec_seconds[e];
         if (p->exec_kind[e] != EXEC_VIEW) hp_trace_record(p->trace, p->trace_track, t, t1, &p->trace_span[e]);
         t = t1;
     }

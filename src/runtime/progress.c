@@ -16,10 +16,7 @@ const char *hp_progress_name(hp_progress p) { return p >= 0 && p < HP_PROGRESS_C
 /* What AUTO picks with more busy threads than cores (docs/benchmarks.md: the measured options). */
 #define OVERSUBSCRIBED HP_PROGRESS_YIELD
 
-hp_progress hp_progress_auto(void) {
-    const char *env = getenv("HP_PROGRESS");
-    for (int p = HP_PROGRESS_BLOCK; env && p < HP_PROGRESS_COUNT; p++)
-        if (!strcmp(env, g_names[p])) return (hp_progress)p;
+static hp_progress from_cores(void) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     long ranks = local ? strtol(local, NULL, 10) : 1;
@@ -29,4 +26,17 @@ hp_progress hp_progress_auto(void) {
     threads = omp_get_max_threads();
 #endif
     return cpus > 0 && ranks * (threads + 1) <= cpus ? HP_PROGRESS_BLOCK : OVERSUBSCRIBED;
+}
+
+hp_status hp_progress_auto(hp_progress *out) {
+    const char *env = getenv("HP_PROGRESS");
+    *out = from_cores();
+    if (!env || !*env || !strcmp(env, "auto")) return HP_STATUS_OK;
+    for (int p = HP_PROGRESS_BLOCK; p < HP_PROGRESS_COUNT; p++)
+        if (!strcmp(env, g_names[p])) {
+            *out = (hp_progress)p;
+            return HP_STATUS_OK;
+        }
+    return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                    "HP_PROGRESS='%s' is not a progress mode (auto, block, yield, sleep, inorder, compute)", env);
 }

@@ -5,7 +5,6 @@
  */
 #include "runtime/store_internal.h"
 
-#include "hp/redistribute.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +45,7 @@ struct hp_store {
     hp__store_entry **e;
     int64_t n_refresh, refresh_bytes, n_copies;
     bool closing; /* hp_store_closing: homes are not copied out when their programs are freed */
+    hp_store_redistribute_fn redistribute; /* refreshes views of another layout; NULL: none */
 };
 
 static size_t block_bytes(const hp_shape *s, hp_dtype dt) { return (size_t)hp_shape_numel(s) * hp_dtype_size(dt); }
@@ -320,16 +320,23 @@ static hp_status refresh_view(hp_store *s, hp__store_entry *e, store_view *v) {
         } else {
             st = entry_sync(e);
         }
-        hp_redistribute_plan plan;
-        if (st == HP_STATUS_OK) st = hp_redistribute_plan_make(s->mesh, &e->layout, &v->layout, &e->shape, e->dtype, &plan);
-        if (st == HP_STATUS_OK) st = hp_redistribute_execute(&plan, s->mesh, src, v->data);
-        if (st == HP_STATUS_OK) s->refresh_bytes += plan.bytes;
+        int64_t bytes = 0;
+        if (st == HP_STATUS_OK && !s->redistribute)
+            st = hp_error(HP_STATUS_INVALID_ARGUMENT, "the store has no redistribution function "
+                                                      "(hp_store_set_redistribute) to change its layout");
+        if (st == HP_STATUS_OK)
+            st = s->redistribute(s->mesh, &e->layout, &v->layout, &e->shape, e->dtype, src, v->data, &bytes);
+        if (st == HP_STATUS_OK) s->refresh_bytes += bytes;
         free(staged);
     }
     if (st != HP_STATUS_OK) return hp_error_prefix(st, "store: refreshing a view of '%s': ", e->name);
     v->version = e->version;
     s->n_refresh++;
     return HP_STATUS_OK;
+}
+
+void hp_store_set_redistribute(hp_store *s, hp_store_redistribute_fn fn) {
+    if (s) s->redistribute = fn;
 }
 
 hp_status hp_store_view(hp_store *s, const char *name, const hp_layout *layout, void **data) {

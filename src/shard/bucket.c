@@ -11,7 +11,6 @@
  * contiguous column block of the scattered (1, M) row. Runs before communication scheduling,
  * which then issues the bucket's REDISTRIBUTE right after its CONCAT.
  */
-#include "ir/graph_internal.h"
 #include "ops/op.h"
 #include "shard/partition_internal.h"
 
@@ -295,7 +294,7 @@ static hp_status place(rewriter *w, int *n_coll) {
     }
     *n_coll = kept;
     for (int b = 0; b < w->n_buckets; b++) w->buckets[b].local_node = pos[w->buckets[b].local_node];
-    st = hp__graph_permute_nodes(w->g, order);
+    st = hp_graph_permute_nodes(w->g, order);
 out:
     free(key);
     free(order);

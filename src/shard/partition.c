@@ -5,7 +5,6 @@
  */
 #include "hp/shard.h"
 
-#include "ir/graph_internal.h"
 #include "ops/op.h"
 #include "shard/partition_internal.h"
 
@@ -162,7 +161,7 @@ static hp_status make_leaf(hp_partition *p, hp_tid lt, const hp_layout *given) {
     hp_tensor *y = hp_graph_tensor(p->g, t);
     y->requires_grad = x->requires_grad;
     y->no_weight_decay = x->no_weight_decay;
-    if (x->name) hp__graph_set_abs_name(p->g, t, x->name);
+    if (x->name) hp_graph_set_abs_name(p->g, t, x->name);
     HP_CHECK(hp_graph_status(p->g));
     return add_version(p, lt, &l, t, 0);
 }
@@ -260,7 +259,7 @@ static hp_status partition_node(hp_partition *p, int i) {
             return hp_error(HP_STATUS_INTERNAL, "%s (node %d in '%s'): local output %d is %s, layout %s says %s", d->name,
                             i, n->scope ? n->scope : "", j, hp__shape_s(got),
                             hp_layout_format(&out[j], p->mesh, lb, sizeof lb), hp__shape_s(&want));
-        if (x->name) hp__graph_set_abs_name(p->g, louts[j], x->name);
+        if (x->name) hp_graph_set_abs_name(p->g, louts[j], x->name);
         HP_CHECK(add_version(p, n->out[j], &out[j], louts[j], phase));
     }
     /* In-place inputs updated on a redistributed copy are written back to the original. */
@@ -352,7 +351,7 @@ static hp_status schedule_comm(hp_partition *p) {
     /* the collectives' records follow their nodes */
     for (int i = 0; i < nn; i++) pos[order[i]] = i;
     for (int c = 0; c < p->n_coll; c++) p->coll[c].local_node = pos[p->coll[c].local_node];
-    st = hp__graph_permute_nodes(g, order);
+    st = hp_graph_permute_nodes(g, order);
 out:
     free(key);
     free(last_write);

@@ -440,3 +440,12 @@ done:
     free(t);
     return st;
 }
+
+hp_status hp_redistribute_tensor(hp_mesh *m, const hp_layout *src, const hp_layout *dst, const hp_shape *shape,
+                                 hp_dtype dt, const void *in, void *out, int64_t *bytes_received) {
+    hp_redistribute_plan plan;
+    HP_CHECK(hp_redistribute_plan_make(m, src, dst, shape, dt, &plan));
+    HP_CHECK(hp_redistribute_execute(&plan, m, in, out));
+    if (bytes_received) *bytes_received = plan.bytes;
+    return HP_STATUS_OK;
+}

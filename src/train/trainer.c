@@ -6,6 +6,7 @@
 #include "train/trainer_internal.h"
 
 #include "hp/ops.h"
+#include "hp/redistribute.h"
 #include "hp/rng.h"
 
 #include <math.h>
@@ -58,6 +59,16 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     return HP_STATUS_OK;
 }
 
+/* Pipeline mode: the logical training-step graph only (names and shapes of the parameters and
+ * AdamW states of the full model, for t->store), no program. */
+static hp_status build_step_graph(hp_trainer *t) {
+    hp_trainer_prog *pr = &t->train;
+    pr->lg = hp_graph_new();
+    if (!pr->lg) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
+    HP_CHECK(hp_gpt_build(pr->lg, &t->gcfg, 1, (int)t->cfg.model.context, true, &pr->gpt));
+    return hp_train_step_build(pr->lg, pr->gpt.loss, &t->cfg.optim, &pr->step);
+}
+
 static void free_prog(hp_trainer_prog *pr) {
     hp_compiled_free(pr->compiled);
     hp_graph_free(pr->lg);
@@ -72,7 +83,9 @@ static hp_status declare_entries(hp_trainer *t) {
         int k = i % pr->step.n_params, which = i / pr->step.n_params;
         hp_tid id = which == 0 ? pr->step.params[k] : which == 1 ? pr->step.m[k] : pr->step.v[k];
         const hp_tensor *x = hp_graph_tensor(pr->lg, id);
-        HP_CHECK(hp_store_declare(t->store, x->name, x->dtype, &x->shape, hp_partition_layout(pr->part, id)));
+        hp_layout rep;
+        hp_layout_init(&rep, x->shape.ndim);
+        HP_CHECK(hp_store_declare(t->store, x->name, x->dtype, &x->shape, pr->part ? hp_partition_layout(pr->part, id) : &rep));
     }
     return HP_STATUS_OK;
 }
@@ -148,9 +161,16 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         }
     }
     HP_CHECK_GOTO(hp_gpt_config_check(&t->gcfg), st, fail);
-    HP_CHECK_GOTO(hp_strategy_new(&cfg->strategy, hp_comm_size(t->world), &t->strategy), st, fail);
+    bool pipeline = cfg->groups.present;
+    if (pipeline) HP_CHECK_GOTO(hp_groups_config_check_world(&cfg->groups, hp_comm_size(t->world)), st, fail);
+    /* A pipeline's evaluation, sampling and checkpoints run on one device per rank (trainer_pipe.c). */
+    if (pipeline && !(t->self = hp_comm_self_new())) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for a communicator");
+        goto fail;
+    }
+    HP_CHECK_GOTO(hp_strategy_new(&cfg->strategy, pipeline ? 1 : hp_comm_size(t->world), &t->strategy), st, fail);
     t->mesh = hp_strategy_mesh(t->strategy);
-    HP_CHECK_GOTO(hp_mesh_attach(t->mesh, t->world), st, fail);
+    HP_CHECK_GOTO(hp_mesh_attach(t->mesh, pipeline ? t->self : t->world), st, fail);
     t->index = hp_mesh_my_index(t->mesh);
     if (t->index < 0) {
         st = hp_error(HP_STATUS_INVALID_ARGUMENT, "rank %d is not in the strategy's mesh", hp_comm_rank(t->world));
@@ -171,9 +191,15 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         goto fail;
     }
     HP_CHECK_GOTO(hp_store_new(t->mesh, NULL, &t->store), st, fail);
-    HP_CHECK_GOTO(build_prog(t, &t->train, true), st, fail);
+    hp_store_set_redistribute(t->store, hp_redistribute_tensor);
+    if (pipeline) {
+        HP_CHECK_GOTO(build_step_graph(t), st, fail);
+        HP_CHECK_GOTO(hp__pipe_new(t), st, fail);
+    } else {
+        HP_CHECK_GOTO(build_prog(t, &t->train, true), st, fail);
+    }
     HP_CHECK_GOTO(declare_entries(t), st, fail);
-    HP_CHECK_GOTO(init_params(t), st, fail);
+    if (!pipeline) HP_CHECK_GOTO(init_params(t), st, fail);
     t->unigram = hp_corpus_unigram_entropy(t->corpus, 0, hp_loader_train_tokens(t->loader));
     *out = t;
     return HP_STATUS_OK;
@@ -185,6 +211,7 @@ fail:
 void hp_trainer_free(hp_trainer *t) {
     if (!t) return;
     hp_store_closing(t->store); /* slow-tier parameters need not outlive the training program */
+    hp__pipe_free(t);
     free_prog(&t->train);
     free_prog(&t->eval);
     hp_program_free(t->sample.p);
@@ -195,6 +222,7 @@ void hp_trainer_free(hp_trainer *t) {
     free(t->tok_buf);
     free(t->tgt_buf);
     hp_strategy_free(t->strategy);
+    hp_comm_free(t->self);
     if (t->own_world) hp_comm_free(t->world);
     free(t);
 }
@@ -230,6 +258,7 @@ hp_status hp_trainer_set_trace(hp_trainer *t, hp_trace *tr) {
 }
 
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
+    if (t->pipe) return hp__pipe_step(t, m);
     double t0 = hp_now_seconds();
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
@@ -257,6 +286,7 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
      * writes (no copy; a slow-tier home is copied in by the program's run when it changed). */
     if (!t->eval.p) HP_CHECK(build_prog(t, &t->eval, false));
     double t0 = hp_trace_begin(t->trace);
+    if (t->pipe) HP_CHECK(hp__pipe_gather(t, false)); /* every rank evaluates the whole model */
     double sum = 0;
     for (int64_t b = 0; b < t->cfg.train.eval_batches; b++) {
         HP_CHECK(hp_loader_val_batch(t->loader, b, t->tok_buf, t->tgt_buf));
@@ -273,6 +303,7 @@ const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
     /* NULL for a tensor HyperOffload keeps on disk: it has no address in memory; also NULL when a
      * deferred optimizer update that writes it failed (the error is the thread's last) */
     if (hp_program_sync(t->train.p) != HP_STATUS_OK) return NULL;
+    if (t->pipe && hp__pipe_gather(t, false) != HP_STATUS_OK) return NULL; /* collective */
     hp_store_entry_info e;
     if (hp_store_info(t->store, name, &e) != HP_STATUS_OK) return NULL;
     if (numel) *numel = hp_shape_numel(&e.local_shape);
@@ -284,6 +315,7 @@ const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
  * parameter since), the others bind to the entries themselves. */
 static hp_status gather_for_sampling(hp_trainer *t) {
     hp_trainer_fwd *f = &t->sample;
+    if (t->pipe) HP_CHECK(hp__pipe_gather(t, false)); /* every rank samples from the whole model */
     for (int i = 0; i < t->train.step.n_params; i++) {
         const char *name = hp_graph_tensor(t->train.lg, t->train.step.params[i])->name;
         hp_store_entry_info e;
@@ -393,7 +425,8 @@ static void report_other(const char *what, const hp_program *p, FILE *f) {
 }
 
 void hp_trainer_report_memory(const hp_trainer *t, FILE *f) {
-    hp_program_report_memory(t->train.p, f);
+    if (t->pipe) hp__pipe_report_memory(t, f);
+    else hp_program_report_memory(t->train.p, f);
     report_other("eval", t->eval.p, f);
     report_other("sample", t->sample.p, f);
     hp_store_report_memory(t->store, f);

@@ -98,6 +98,14 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     /* deferred optimizer updates (HyperOffload) finish first, and their errors stop the save */
     HP_CHECK(hp_program_sync(t->train.p));
     double t0 = hp_trace_begin(t->trace);
+    if (t->pipe) { /* the stages' tensors into the full copy on every rank; rank 0 writes it alone */
+        HP_CHECK(hp__pipe_gather(t, true));
+        if (hp_comm_rank(t->world) != 0) {
+            if (path_out && cap) snprintf(path_out, cap, "%s", t->cfg.train.checkpoint_dir);
+            hp__trainer_trace(t, &t->trace_save, t0);
+            return HP_STATUS_OK;
+        }
+    }
     bool *staged = calloc(3 * n + 1, sizeof *staged);
     if (!staged) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
     hp_status st = views(t, &model, &optim, staged);
@@ -155,6 +163,7 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
     if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
     if (st == HP_STATUS_OK) t->steps_done = step;
+    if (st == HP_STATUS_OK && t->pipe) st = hp__pipe_scatter(t); /* the stages take their tensors */
     if (model && optim) staged_sync(t, model, optim, staged, false, true);
     free(staged);
     free(model);

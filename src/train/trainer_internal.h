@@ -52,6 +52,13 @@ struct hp_trainer {
     hp_trace *trace;       /* hp_trainer_set_trace; NULL: off */
     int trace_track;       /* the compute thread's track */
     hp_trace_span trace_step, trace_eval, trace_save; /* the trainer's own spans */
+    /* pipeline mode (groups: and pipeline: in the config; trainer_pipe.c): the training step is
+     * `pipe` over `pipe_comm` (rank = stage); `train` then holds only the logical step graph (no
+     * program), whose names the full copy of the model in `store` (one device, `self`) follows */
+    struct hp_pipeline *pipe;
+    struct hp_schedule *sched;
+    hp_comm *pipe_comm;
+    hp_comm *self;
 };
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m);
@@ -63,6 +70,16 @@ hp_status hp__sample_logits(const float *logits, int V, float temp, int top_k, u
 /* Autoregressive sampling with a forward program built for batch 1 and seq = context. */
 hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const char *prompt, int n_tokens,
                        float temp, int top_k, uint64_t seed, char **text_out);
+
+/* trainer_pipe.c: the pipeline mode's set-up, step, the full model gathered into t->store (with
+ * optim: the AdamW states too; collective over the pipeline) and a resumed t->store scattered
+ * back to the stages. */
+hp_status hp__pipe_new(hp_trainer *t);
+void hp__pipe_free(hp_trainer *t);
+hp_status hp__pipe_step(hp_trainer *t, hp_step_metrics *m);
+hp_status hp__pipe_gather(hp_trainer *t, bool optim);
+hp_status hp__pipe_scatter(hp_trainer *t);
+void hp__pipe_report_memory(const hp_trainer *t, FILE *f);
 
 /* The per-rank storage of logical tensor t of a program. */
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t);

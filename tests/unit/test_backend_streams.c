@@ -55,6 +55,40 @@ static void test_cpu_streams_order_through_events(void **state) {
     free(c);
 }
 
+/* A stream freed while an event recorded on it and a wait for it on another stream are still
+ * around (CUDA allows both): the event stays usable and the wait still orders the copies. Under
+ * ASan this is the use-after-free check. */
+static void test_stream_freed_before_its_events(void **state) {
+    (void)state;
+    hp_backend_t be;
+    assert_ok(hp_backend_cpu_new(&be));
+    unsigned char *a = malloc(BYTES), *b = calloc(1, BYTES), *c = calloc(1, BYTES);
+    for (size_t i = 0; i < BYTES; i++) a[i] = (unsigned char)(i * 17u + 3u);
+    hp_backend_stream_t s1, s2;
+    hp_backend_event_t e1, e2;
+    assert_ok(hp_backend_stream_new(be, &s1));
+    assert_ok(hp_backend_stream_new(be, &s2));
+    assert_ok(hp_backend_event_new(be, &e1));
+    assert_ok(hp_backend_event_new(be, &e2));
+    assert_ok(hp_backend_memcpy_async(be, b, a, BYTES, HP_COPY_DEVICE_TO_DEVICE, s1));
+    assert_ok(hp_backend_event_record(be, e1, s1));
+    assert_ok(hp_backend_stream_wait_event(be, s2, e1));
+    hp_backend_stream_free(be, s1); /* drains s1; e1 and s2's wait still refer to it */
+    assert_ok(hp_backend_memcpy_async(be, c, b, BYTES, HP_COPY_DEVICE_TO_DEVICE, s2));
+    assert_ok(hp_backend_event_record(be, e2, s2));
+    assert_ok(hp_backend_event_synchronize(be, e1));
+    assert_ok(hp_backend_event_synchronize(be, e2));
+    assert_memory_equal(c, a, BYTES);
+    hp_backend_stream_free(be, s2); /* before its event, too */
+    assert_ok(hp_backend_event_synchronize(be, e2));
+    hp_backend_event_free(be, e1);
+    hp_backend_event_free(be, e2);
+    hp_backend_free(be);
+    free(a);
+    free(b);
+    free(c);
+}
+
 /* A backend with only the required methods: the wrappers copy at once and events are complete. */
 static hp_status copy_fn(hp_backend_t b, void *dst, const void *src, size_t bytes) {
     (void)b;
@@ -105,6 +139,7 @@ static void test_workspace_query(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_streams_order_through_events),
+        cmocka_unit_test(test_stream_freed_before_its_events),
         cmocka_unit_test(test_defaults_without_stream_methods),
         cmocka_unit_test(test_workspace_query),
     };

@@ -481,6 +481,23 @@ static void test_dropout_block_offsets(void **state) {
     drop_free(&whole);
 }
 
+/* The step is an f32 count: only integers in [0, 2^24) give distinct masks, others are refused. */
+static void test_dropout_step_range(void **state) {
+    (void)state;
+    drop_prog d = drop_build(4, 8, 0.5f, DROP_KEY);
+    hp_test_fill_uniform(hp_program_data(d.p, d.x), 32, 3, 0.5f, 2.0f);
+    float *step = hp_program_data(d.p, d.step);
+    *step = 16777215.0f;
+    assert_ok(hp_program_run(d.p));
+    const float bad[] = {16777216.0f, 2.5f, -1.0f};
+    for (int k = 0; k < 3; k++) {
+        *step = bad[k];
+        assert_int_equal(hp_program_run(d.p), HP_STATUS_INVALID_ARGUMENT);
+        hp_test_assert_error_contains("is not an integer in [0, 2^24)");
+    }
+    drop_free(&d);
+}
+
 static void test_dropout_builder(void **state) {
     (void)state;
     hp_graph *g = hp_graph_new();
@@ -519,6 +536,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_mask),
         cmocka_unit_test(test_dropout_block_offsets),
         cmocka_unit_test(test_dropout_builder),
+        cmocka_unit_test(test_dropout_step_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

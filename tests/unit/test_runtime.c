@@ -590,6 +590,30 @@ static void test_errors(void **state) {
     hp_graph_free(g);
 }
 
+/* HP_PROGRESS: a known name is taken, anything else is an error naming it (never a silent auto). */
+static void test_progress_env(void **state) {
+    (void)state;
+    hp_progress pr;
+    setenv("HP_PROGRESS", "sleep", 1);
+    assert_ok(hp_progress_auto(&pr));
+    assert_int_equal(pr, HP_PROGRESS_SLEEP);
+    setenv("HP_PROGRESS", "yeild", 1);
+    assert_int_equal(hp_progress_auto(&pr), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("HP_PROGRESS='yeild'");
+    hp_graph *g = hp_graph_new();
+    hp_tid y = hp_scale(g, hp_param(g, "a", HP_SHAPE(3)), 2.f);
+    hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+    o.keep = &y;
+    o.n_keep = 1;
+    hp_program *p = (hp_program *)&p;
+    assert_int_equal(hp_program_new(g, &o, &p), HP_STATUS_INVALID_ARGUMENT);
+    assert_null(p);
+    unsetenv("HP_PROGRESS");
+    assert_ok(hp_progress_auto(&pr));
+    assert_true(pr != HP_PROGRESS_AUTO);
+    hp_graph_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_liveness_hand_built),
@@ -601,6 +625,7 @@ int main(void) {
         cmocka_unit_test(test_team_error_names_node),
         cmocka_unit_test(test_program_api),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_progress_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include "hp/comm.h"
 #include "hp/nn.h"
 #include "hp/offload_plan.h"
+#include "hp/redistribute.h"
 #include "hp/ops.h"
 #include "hp/runtime.h"
 #include "hp/store.h"
@@ -254,6 +255,7 @@ static hp_status view_rank(hp_comm *comm, int rank, void *user) {
     HP_CHECK_GOTO(hp_mesh_new(1, (int[]){n}, (const char *[]){"dp"}, NULL, 0, &mesh), st, out);
     HP_CHECK_GOTO(hp_mesh_attach(mesh, comm), st, out);
     HP_CHECK_GOTO(hp_store_new(mesh, NULL, &s), st, out);
+    hp_store_set_redistribute(s, hp_redistribute_tensor);
     hp_shape s54 = HP_SHAPE(5, 4);
     hp_layout rows;
     hp_layout_init(&rows, 2);

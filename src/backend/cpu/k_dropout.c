@@ -43,8 +43,11 @@ hp_status hp__cpu_dropout(const hp_kernel_args *a) {
     const hp_attrs *at = &a->node->attr;
     const hp_shape *ls = hp__in_shape(a, 0);
     float step = *(const float *)a->in[1];
-    if (!(step >= 0.0f && step < 9007199254740992.0f))
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "dropout: step %g is not a nonnegative integer below 2^53",
+    /* The step is the optimizer's f32 counter: exact, so a distinct key per step, only below 2^24. */
+    if (!(step >= 0.0f && step < 16777216.0f && step == (float)(int32_t)step))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                        "dropout: step %.9g is not an integer in [0, 2^24) (an f32 step count is exact, "
+                        "and every step's mask distinct, only below 2^24 = 16777216 steps)",
                         (double)step);
     float p = at->f[0];
     dropout_job j = {.x = a->in[0], .y = a->out[0], .nd = ls->ndim,

@@ -1,0 +1,158 @@
+/*
+ * hp/pipeline.h — HyperMPMD pipeline parallelism: one rank's stages of a GPT, run micro-batch by
+ * micro-batch in the order of a schedule (hp/schedule.h), with gradient accumulation, the global
+ * gradient-norm clip across every stage and one AdamW step per training step.
+ *
+ *     hp_schedule s;
+ *     HP_CHECK(hp_schedule_build(HP_SCHED_KIND_1F1B, 2, 4, 0, &s));   // 2 pipeline ranks, m = 4
+ *     hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+ *     o.model = &gpt_cfg; o.batch = 8; o.seq = 64; o.schedule = &s; o.optim = &optim; o.comm = world;
+ *     hp_pipeline *pp;
+ *     HP_CHECK(hp_pipeline_new(&o, &pp));                             // this rank's stages
+ *     HP_CHECK(hp_pipeline_init_params(pp, seed));                    // GPT-2 init, as one device
+ *     float loss;
+ *     HP_CHECK(hp_pipeline_step(pp, tokens, targets, lr, &loss));     // the whole (8, 64) batch
+ *
+ * How a stage is built. Virtual stage k holds blocks [first_layer, last_layer) (the embeddings on
+ * stage 0, the final LayerNorm, head and loss on the last; hp_gpt_build_stage) for one micro-batch
+ * of batch/m rows. Its backward is the autodiff of a surrogate scalar: on the last stage the loss
+ * divided by m (the step's loss is the mean of the micro-batches' means), elsewhere
+ * sum(y * dy) with dy the output gradient received from the next stage (its gradient with respect
+ * to y is exactly dy). The nodes are then ordered by phase: F (forward), B (the backward nodes the
+ * input gradient depends on: what the previous stage waits for) and W (the other backward nodes,
+ * the weight gradients, and their accumulation into "grad_acc.<param>"), Zero Bubble's split (Qi et
+ * al., ICLR 2024): W depends on B, never the other way, so the order is valid and hp_program_run_nodes
+ * runs each phase when the schedule says. A full backward (B with HP_SCHED_FLAG_FULL_BACKWARD) runs
+ * B and W together.
+ *
+ * Micro-batches in flight. A stage program's arena holds one micro-batch's activations, so each
+ * chunk has as many program instances ("slots") as the schedule keeps micro-batches in flight on
+ * it (F done, W not yet): GPipe m, 1F1B p - r. The instances bind their parameters and gradient
+ * accumulators by name to one state store per rank (hp/store.h), so weights are held once and the
+ * accumulators are shared; chunks of one rank that hold the same parameter (the tied embedding and
+ * head of a V schedule's rank 0) share it too.
+ *
+ * Transfers. Activations and input gradients move with non-blocking point-to-point calls
+ * (hp_comm_isend / hp_comm_irecv) tagged by (kind, stage, micro-batch), so their order across
+ * ranks never matters; a receive is posted as soon as its slot is free, ahead of its place in the
+ * list, and completed only when a compute action reads it, so transfers overlap compute. Stages of
+ * one rank hand over by copy. There is no barrier in the step.
+ *
+ * Optimizer. After the last action: a tied head on another rank than the embedding sums the two
+ * gradient copies (one exchange between those two ranks), each rank computes the squared norm of
+ * the accumulators it owns (a tied copy counted once), one all-reduce gives the global norm, and
+ * each rank runs clipping and AdamW over its parameters, then zeroes the accumulators.
+ *
+ * Not built yet: data, tensor or sequence parallelism inside a stage, stages over unequal rank
+ * counts, offload inside a stage, dropout (its masks are keyed by the element's index in the
+ * micro-batch, not the batch).
+ */
+#ifndef HP_PIPELINE_H
+#define HP_PIPELINE_H
+
+#include "hp/comm.h"
+#include "hp/config.h"
+#include "hp/liveness.h"
+#include "hp/nn.h"
+#include "hp/schedule.h"
+#include "hp/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hp_pipeline hp_pipeline;
+
+typedef struct hp_pipeline_opts {
+    const hp_gpt_config *model;     /* the whole model (borrowed for the call) */
+    int batch, seq;                 /* the global batch: (batch, seq) tokens per step */
+    const hp_schedule *schedule;    /* p ranks, m micro-batches, n_stages (borrowed; must outlive the pipeline) */
+    /* Layer ranges per virtual stage: first_layer[k] for k < n_stages (the last stage ends at
+     * model->layers); NULL: layers split as evenly as possible, the earlier stages one more. */
+    const int *first_layer;
+    const hp_optim_config *optim;   /* AdamW and clipping (borrowed for the call) */
+    hp_comm *comm;                  /* the pipeline's ranks: rank r runs the schedule's rank r (borrowed) */
+} hp_pipeline_opts;
+
+#define HP_PIPELINE_OPTS_INIT ((hp_pipeline_opts){.batch = 0})
+
+/*
+ * Builds this rank's stage programs (one per chunk and slot), the optimizer programs and the
+ * state store. Not collective (nothing is sent). Errors (HP_STATUS_INVALID_ARGUMENT naming the
+ * value): a batch not divisible by the schedule's m, a communicator whose size is not the
+ * schedule's p, a stage with no layer, embedding or head, dropout > 0, layer ranges out of order;
+ * the schedule's own problems (hp_schedule_validate); the model builder's and autodiff's errors;
+ * HP_STATUS_OUT_OF_MEMORY. On failure *out is NULL.
+ */
+hp_status hp_pipeline_new(const hp_pipeline_opts *opts, hp_pipeline **out);
+void hp_pipeline_free(hp_pipeline *pp);
+
+/* Initialises every parameter this rank holds with hp_gpt_init_param(seed) (the values the
+ * single-device model gets), the accumulators and AdamW states with zeros. */
+hp_status hp_pipeline_init_params(hp_pipeline *pp, uint64_t seed);
+
+/*
+ * One training step over the global batch: tokens and targets (batch, seq) i32, the same on every
+ * rank (each reads the rows of its micro-batches); lr the learning rate for this step. Runs this
+ * rank's schedule, then the optimizer. *loss (may be NULL) gets the step's mean loss on every rank,
+ * *grad_norm (may be NULL) the global gradient norm before clipping. Collective over opts.comm.
+ * Errors: kernel and communicator errors, naming the action (op, stage, micro-batch) that failed.
+ */
+hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float lr, float *loss,
+                           float *grad_norm);
+
+/*
+ * The two halves of hp_pipeline_step. forward_backward runs this rank's schedule and leaves the
+ * step's gradients in the store's "grad_acc.<name>" entries (a tied embedding's two copies already
+ * summed); *loss (may be NULL) gets the step's mean loss on every rank. update takes the global
+ * gradient norm (one all-reduce), clips, runs AdamW with step count + 1 and zeroes the
+ * accumulators; *grad_norm (may be NULL) gets the norm before clipping. Both are collective over
+ * opts.comm. Errors: as hp_pipeline_step.
+ */
+hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss);
+hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
+
+/* The state store of this rank: parameters by their whole-model names, "grad_acc.<name>" (zero
+ * between steps), "exp_avg.<name>", "exp_avg_sq.<name>". Owned by the pipeline. */
+hp_store *hp_pipeline_store(hp_pipeline *pp);
+
+/* Sets the optimizer steps taken (AdamW's bias correction counts from it): after loading a
+ * checkpoint of `step` steps into the store. */
+void hp_pipeline_set_step(hp_pipeline *pp, int64_t step);
+
+/*
+ * The schedule of a run config with `groups:` (cfg->groups.n_stages ranks) and `pipeline:`:
+ * hp_schedule_build of the named kind with micro_batches and chunks, or the table file loaded
+ * (hp_schedule_load) and checked against them (HP_STATUS_CONFIG naming the file). Free *out with
+ * hp_schedule_free.
+ */
+hp_status hp_pipeline_schedule_from_config(const hp_run_config *cfg, hp_schedule *out);
+
+/* The first block of every virtual stage of `s` (n_stages ints, malloc'ed into *out: free it), from
+ * the groups' modules; hp_pipeline_opts.first_layer takes it. HP_STATUS_OUT_OF_MEMORY. */
+hp_status hp_pipeline_first_layers(const hp_run_config *cfg, const hp_schedule *s, int **out);
+
+/* What one stage costs per micro-batch, for planning (hp plan) and the schedule simulator. */
+typedef struct hp_pipeline_stage_plan {
+    double f_seconds, b_seconds, w_seconds; /* the F, B and W phases under the machine model */
+    size_t activation_bytes;                /* one micro-batch in flight: arena + workspace (hp_program_plan) */
+    size_t persistent_bytes;                /* parameters, gradient accumulators, inputs and kept tensors */
+} hp_pipeline_stage_plan;
+
+/*
+ * Builds the stage graph the pipeline would (hp_pipeline_new) for `part` with micro-batches of
+ * `rows` rows of `seq` tokens (m of them), without allocating: the seconds of each phase by
+ * hp_node_seconds under `mm` and the bytes by hp_program_plan. Errors: the model builder's,
+ * autodiff's and the planner's.
+ */
+hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                 const hp_machine_model *mm, hp_pipeline_stage_plan *out);
+
+/* The virtual stages this rank holds, and stage k's layer range and parts. */
+int hp_pipeline_n_chunks(const hp_pipeline *pp);
+hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, hp_gpt_stage *info, int *n_slots);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HP_PIPELINE_H */

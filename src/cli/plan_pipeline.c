@@ -1,0 +1,85 @@
+/*
+ * `hp plan` for a run config with `groups:` and `pipeline:` (HyperMPMD): the stages, the schedule
+ * drawn as text (one row per rank, one column per time slot), the theoretical and simulated bubble
+ * fraction, the peak activation memory per stage and the predicted step time. Per-stage F, B and W
+ * times come from the stage graphs the pipeline would build, under the flat machine model
+ * (HP_MACHINE_MODEL_DEFAULT) until a calibrated one replaces it.
+ */
+#include "cli/cli.h"
+
+#include "hp/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
+    hp_status st = hp_groups_config_check_world(&cfg->groups, ranks ? ranks : cfg->groups.n_ranks);
+    if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
+    hp_schedule s;
+    st = hp_pipeline_schedule_from_config(cfg, &s);
+    if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
+    int n = s.n_stages, p = s.p, m = s.m, rows = (int)(cfg->train.batch / s.m), seq = (int)cfg->model.context;
+    hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = seq, .layers = (int)cfg->model.layers,
+                        .heads = (int)cfg->model.heads, .width = (int)cfg->model.width,
+                        .tied_head = cfg->model.tied_head};
+    double *f = calloc((size_t)n, sizeof *f), *b = calloc((size_t)n, sizeof *b), *w = calloc((size_t)n, sizeof *w);
+    size_t *act = calloc((size_t)n, sizeof *act);
+    int *peak = calloc((size_t)p, sizeof *peak);
+    char *text = NULL;
+    hp_sched_timeline tl = {0};
+    bool have_tl = false;
+    if (!f || !b || !w || !act || !peak) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory planning the pipeline");
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    printf("== pipeline: %s, %d ranks, %d virtual stages, m = %d micro-batches of %d rows\n",
+           hp_sched_kind_name(s.kind), p, n, m, rows);
+    for (int i = 0; st == HP_STATUS_OK && i < cfg->groups.n_groups; i++) {
+        const hp_group_config *g = &cfg->groups.groups[i];
+        for (int c = 0; st == HP_STATUS_OK && c < g->n_chunks; c++) {
+            const hp_module_chunk *mc = &g->chunks[c];
+            int k = mc->virtual_stage;
+            if (k < 0 || k >= n) continue;
+            hp_gpt_stage part = {.first_layer = mc->first, .last_layer = mc->last, .embedding = mc->embedding,
+                                 .head = mc->head};
+            hp_pipeline_stage_plan sp;
+            st = hp_pipeline_plan_stage(&gc, &part, rows, seq, m, &mm, &sp);
+            if (st != HP_STATUS_OK) break;
+            f[k] = sp.f_seconds, b[k] = sp.b_seconds, w[k] = sp.w_seconds, act[k] = sp.activation_bytes;
+            printf("  stage %d: group %s (rank %d), blocks %d-%d%s%s: F %.2f ms, B %.2f ms, W %.2f ms per "
+                   "micro-batch; %.2f MiB activations each, %.2f MiB persistent\n",
+                   k, g->name, g->ranks[0], mc->first, mc->last - 1, mc->embedding ? " + embedding" : "",
+                   mc->head ? " + head" : "", 1e3 * f[k], 1e3 * b[k], 1e3 * w[k],
+                   (double)act[k] / (1 << 20), (double)sp.persistent_bytes / (1 << 20));
+        }
+    }
+    hp_sched_check_opts co = HP_SCHED_CHECK_OPTS_INIT;
+    if (st == HP_STATUS_OK) st = hp_schedule_validate(&s, &co, peak, NULL);
+    hp_sched_costs costs = HP_SCHED_COSTS_INIT;
+    costs.f_stage = f, costs.b_stage = b, costs.w_stage = w;
+    costs.p2p_latency = 0;
+    if (st == HP_STATUS_OK) st = hp_schedule_simulate(&s, &costs, &tl);
+    have_tl = st == HP_STATUS_OK;
+    if (st == HP_STATUS_OK) st = hp_schedule_render(&s, &tl, &text);
+    if (st == HP_STATUS_OK) {
+        printf("\n== schedule (one row per rank, one column per time slot; B input gradient, W weight gradient, "
+               "BW both)\n%s\n", text);
+        double fu = 0, bu = 0, wu = 0;
+        for (int k = 0; k < n; k++) fu += f[k], bu += b[k], wu += w[k];
+        hp_sched_bubble th = hp_schedule_bubble_formula(s.kind, p, m, s.v, fu / n, bu / n, wu / n);
+        printf("== bubble: simulated %.3f (each rank's own span: %.3f); formula %.3f at the mean stage times\n",
+               tl.bubble, tl.bubble_span, th.sync);
+        for (int r = 0; r < p; r++) {
+            size_t bytes = 0;
+            for (int k = 0; k < n; k++)
+                if (s.stage_rank[k] == r && act[k] > bytes) bytes = act[k];
+            printf("  rank %d: peak %d micro-batch activations in flight, about %.2f MiB\n", r, peak[r],
+                   (double)peak[r] * (double)bytes / (1 << 20));
+        }
+        printf("== predicted step: %.3f s (simulated schedule at %.0f GFLOP/s, %.0f GB/s, point-to-point not "
+               "counted; the optimizer step not counted)\n", tl.step_time, mm.flops_per_s / 1e9, mm.bytes_per_s / 1e9);
+    }
+    free(text);
+    if (have_tl) hp_sched_timeline_free(&tl);
+    free(f), free(b), free(w), free(act), free(peak);
+    hp_schedule_free(&s);
+    return st == HP_STATUS_OK ? 0 : hp_cli_fail(st, NULL);
+}

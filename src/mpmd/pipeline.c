@@ -1,0 +1,385 @@
+/*
+ * Building one rank's pipeline (hp/pipeline.h): the stage graphs with their surrogate backward and
+ * phase order (F, B, W), the program instances per micro-batch in flight, and the optimizer
+ * programs, all bound to one state store.
+ */
+#include "mpmd/pipeline_internal.h"
+
+#include "hp/liveness.h"
+#include "hp/ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OOM(what) hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for %s", what)
+
+/* The parts of virtual stage k: its layers, the embedding on the first, the head on the last. */
+static hp_status stage_part(const hp_pipeline_opts *o, int k, hp_gpt_stage *out) {
+    int n = o->schedule->n_stages, L = o->model->layers;
+    int first, last;
+    if (o->first_layer) {
+        first = o->first_layer[k];
+        last = k + 1 < n ? o->first_layer[k + 1] : L;
+    } else { /* as even as possible, the earlier stages one more */
+        first = k * (L / n) + (k < L % n ? k : L % n);
+        last = (k + 1) * (L / n) + (k + 1 < L % n ? k + 1 : L % n);
+    }
+    if (first < 0 || last > L || first > last)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: stage %d's layers [%d, %d) are not within [0, %d) in order",
+                        k, first, last, L);
+    *out = (hp_gpt_stage){.first_layer = first, .last_layer = last, .embedding = k == 0, .head = k == n - 1};
+    if (first == last && !out->embedding && !out->head)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                        "pipeline: stage %d has no layer (%d layers over %d stages), no embedding and no head", k, L, n);
+    return HP_STATUS_OK;
+}
+
+/* Phase of every node: F (forward, not reading the output gradient), B (the backward nodes the
+ * input gradient depends on), W (the rest); then the nodes reordered F, B, W. */
+static hp_status order_phases(pp_chunk *c) {
+    hp_graph *g = c->g;
+    int nn = hp_graph_n_nodes(g), nt = hp_graph_n_tensors(g);
+    bool *taint = calloc((size_t)nt + 1, 1), *need = calloc((size_t)nt + 1, 1);
+    int8_t *phase = malloc((size_t)nn + 1);
+    int *order = malloc(sizeof *order * ((size_t)nn + 1));
+    if (!taint || !need || !phase || !order) {
+        free(taint), free(need), free(phase), free(order);
+        return OOM("the phase order");
+    }
+    if (c->dy != HP_TID_NONE) taint[c->dy] = true;
+    for (int i = 0; i < nn; i++) {
+        const hp_node *n = hp_graph_node(g, i);
+        bool t = (n->flags & HP_NODE_FLAG_BACKWARD) != 0;
+        for (int k = 0; k < n->n_in && !t; k++) t = n->in[k] != HP_TID_NONE && taint[n->in[k]];
+        for (int j = 0; j < n->n_out; j++) taint[n->out[j]] = t;
+        phase[i] = t ? 2 : 0; /* backward: W until shown to feed dx */
+    }
+    if (c->dx != HP_TID_NONE) need[c->dx] = true;
+    for (int i = nn - 1; i >= 0; i--) {
+        const hp_node *n = hp_graph_node(g, i);
+        bool feeds = false;
+        for (int j = 0; j < n->n_out; j++) feeds |= need[n->out[j]];
+        if (!feeds || phase[i] == 0) continue;
+        phase[i] = 1;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] != HP_TID_NONE) need[n->in[k]] = true;
+    }
+    int at = 0;
+    for (int ph = 0; ph < 3; ph++) {
+        for (int i = 0; i < nn; i++)
+            if (phase[i] == ph) order[at++] = i;
+        if (ph == 0) c->f_end = at;
+        if (ph == 1) c->b_end = at;
+    }
+    c->n_nodes = nn;
+    hp_status st = hp_graph_permute_nodes(g, order);
+    if (st == HP_STATUS_OK) st = hp_graph_verify(g);
+    free(taint), free(need), free(phase), free(order);
+    return st;
+}
+
+/* The stage graph for one micro-batch of `rows` rows (of m): forward, surrogate backward, gradient
+ * accumulation, nodes in phase order. */
+static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int m_count, pp_chunk *c) {
+    c->g = hp_graph_new();
+    if (!c->g) return OOM("a graph");
+    hp_graph *g = c->g;
+    HP_CHECK(hp_gpt_build_stage(g, model, &c->part, rows, seq, c->part.head, &c->gpt));
+    const hp_gpt *m = &c->gpt;
+    c->dy = HP_TID_NONE;
+    c->act_bytes = (size_t)rows * (size_t)seq * (size_t)model->width * sizeof(float);
+    hp_tid root;
+    if (c->part.head) {
+        root = hp_scale(g, m->loss, 1.0f / (float)m_count); /* the step's loss: the mean of the m means */
+    } else {
+        c->dy = hp_input(g, "stage.dy", HP_DTYPE_F32, HP_SHAPE(rows, seq, model->width));
+        root = hp_sum(g, hp_mul(g, m->x_out, c->dy), -1); /* d root / d x_out = dy exactly */
+    }
+    HP_CHECK(hp_graph_status(g));
+    int np = hp_graph_params(g, NULL, 0), nw = np + (m->x_in != HP_TID_NONE);
+    hp_tid *wrt = malloc(sizeof *wrt * (size_t)(nw + 1)), *grads = malloc(sizeof *grads * (size_t)(nw + 1));
+    if (!wrt || !grads) {
+        free(wrt), free(grads);
+        return OOM("the gradients");
+    }
+    hp_graph_params(g, wrt, np);
+    if (m->x_in != HP_TID_NONE) wrt[np] = m->x_in;
+    hp_status st = hp_autodiff(g, root, wrt, nw, grads);
+    c->dx = st == HP_STATUS_OK && m->x_in != HP_TID_NONE ? grads[np] : HP_TID_NONE;
+    if (st == HP_STATUS_OK && m->x_in != HP_TID_NONE && c->dx == HP_TID_NONE)
+        st = hp_error(HP_STATUS_INTERNAL, "pipeline: stage %d's input does not influence its output", c->stage);
+    hp_graph_set_node_flags(g, HP_NODE_FLAG_BACKWARD);
+    for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
+        const hp_tensor *pt = hp_graph_tensor(g, wrt[i]);
+        if (grads[i] == HP_TID_NONE) {
+            st = hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: parameter '%s' does not influence stage %d's loss",
+                          pt->name, c->stage);
+            break;
+        }
+        char name[600];
+        snprintf(name, sizeof name, "grad_acc.%s", pt->name);
+        hp_shape shape = pt->shape;
+        hp_tid acc = hp_leaf(g, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
+        hp_tid in[2] = {acc, hp_add(g, acc, grads[i])};
+        hp_graph_add_node(g, HP_OP_ASSIGN, in, 2, NULL);
+        st = hp_graph_status(g);
+    }
+    hp_graph_set_node_flags(g, 0);
+    free(wrt), free(grads);
+    HP_CHECK(st);
+    return order_phases(c);
+}
+
+/* The kept tensors of a stage program: its output, its input gradient, its loss. */
+static int stage_keep(const pp_chunk *c, hp_tid *keep) {
+    int nk = 0;
+    if (c->gpt.x_out != HP_TID_NONE) keep[nk++] = c->gpt.x_out;
+    if (c->dx != HP_TID_NONE) keep[nk++] = c->dx;
+    if (c->gpt.loss != HP_TID_NONE) keep[nk++] = c->gpt.loss;
+    return nk;
+}
+
+static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
+    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp->m, c));
+    hp_tid keep[3];
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = keep;
+    po.n_keep = stage_keep(c, keep);
+    po.store = pp->store;
+    for (int s = 0; s < c->n_slots; s++) HP_CHECK(hp_program_new(c->g, &po, &c->slots[s].p));
+    return HP_STATUS_OK;
+}
+
+hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                 const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
+    memset(out, 0, sizeof *out);
+    pp_chunk c = {.part = *part};
+    hp_status st = stage_graph(model, rows, seq, m, &c);
+    for (int i = 0; st == HP_STATUS_OK && i < c.n_nodes; i++) {
+        double s = hp_node_seconds(c.g, i, mm);
+        if (i < c.f_end) out->f_seconds += s;
+        else if (i < c.b_end) out->b_seconds += s;
+        else out->w_seconds += s;
+    }
+    hp_tid keep[3];
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = keep;
+    po.n_keep = stage_keep(&c, keep);
+    hp_program_stats ps;
+    if (st == HP_STATUS_OK) st = hp_program_plan(c.g, &po, &ps);
+    if (st == HP_STATUS_OK) {
+        out->activation_bytes = ps.arena_bytes + ps.workspace_bytes;
+        out->persistent_bytes = ps.persistent_bytes;
+    }
+    hp_graph_free(c.g);
+    return st;
+}
+
+/* A name this rank's optimizer owns: each parameter once; a tied embedding's copy on the last stage
+ * is left to the norm of the rank holding stage 0 (it is summed into both copies first). */
+static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
+    return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, "wte.weight"));
+}
+
+/* The norm program (squared norm of the owned accumulators) and the update program (clip, AdamW,
+ * zero the accumulators) over every parameter of this rank's chunks, deduplicated by name. */
+static hp_status build_optimizer(hp_pipeline *pp) {
+    pp->norm_g = hp_graph_new();
+    pp->opt_g = hp_graph_new();
+    if (!pp->norm_g || !pp->opt_g) return OOM("the optimizer graphs");
+    hp_graph *ng = pp->norm_g, *og = pp->opt_g;
+    int cap = 0;
+    for (int c = 0; c < pp->n_chunks; c++) cap += hp_graph_params(pp->chunks[c].g, NULL, 0);
+    hp_tid *sq = malloc(sizeof *sq * (size_t)(cap + 1)), *ids = malloc(sizeof *ids * (size_t)(cap + 1));
+    if (!sq || !ids) {
+        free(sq), free(ids);
+        return OOM("the optimizer");
+    }
+    int n_sq = 0;
+    pp->opt_lr = hp_input(og, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    pp->opt_step = hp_input(og, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    pp->opt_grad_sq = hp_input(og, "opt.grad_sq", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    hp_tid scale = pp->optim.grad_clip > 0 ? hp_clip_scale(og, pp->opt_grad_sq, (float)pp->optim.grad_clip) : HP_TID_NONE;
+    hp_tid *accs = malloc(sizeof *accs * (size_t)(cap + 1));
+    int n_acc = 0;
+    hp_status st = accs ? HP_STATUS_OK : OOM("the optimizer");
+    hp_graph_set_node_flags(og, HP_NODE_FLAG_OPTIMIZER);
+    for (int c = 0; c < pp->n_chunks && st == HP_STATUS_OK; c++) {
+        hp_graph *g = pp->chunks[c].g;
+        int np = hp_graph_params(g, ids, cap);
+        for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
+            const hp_tensor *pt = hp_graph_tensor(g, ids[i]);
+            if (hp_graph_find(og, pt->name) != HP_TID_NONE) continue; /* another chunk's copy */
+            hp_shape shape = pt->shape;
+            bool nwd = pt->no_weight_decay;
+            char name[600];
+            snprintf(name, sizeof name, "grad_acc.%s", pt->name);
+            if (counts_in_norm(pp, pt->name)) sq[n_sq++] = hp_leaf(ng, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
+            hp_tid acc = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
+            hp_tid param = hp_leaf(og, pt->name, HP_TENSOR_KIND_PARAM, HP_DTYPE_F32, shape);
+            hp_graph_tensor(og, param)->no_weight_decay = nwd;
+            snprintf(name, sizeof name, "exp_avg.%s", pt->name);
+            hp_tid mm = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
+            snprintf(name, sizeof name, "exp_avg_sq.%s", pt->name);
+            hp_tid vv = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
+            hp_adamw_params ap = {.beta1 = (float)pp->optim.beta1, .beta2 = (float)pp->optim.beta2,
+                                  .eps = (float)pp->optim.eps, .weight_decay = nwd ? 0.0f : (float)pp->optim.weight_decay};
+            st = hp_adamw(og, param, acc, mm, vv, pp->opt_lr, pp->opt_step, scale, &ap);
+            accs[n_acc++] = acc;
+        }
+    }
+    for (int i = 0; i < n_acc && st == HP_STATUS_OK; i++) { /* after every update has read its gradient */
+        hp_tid in[2] = {accs[i], hp_fill(og, hp_graph_tensor(og, accs[i])->shape, 0.0f)};
+        hp_graph_add_node(og, HP_OP_ASSIGN, in, 2, NULL);
+        st = hp_graph_status(og);
+    }
+    hp_graph_set_node_flags(og, 0);
+    if (st == HP_STATUS_OK) {
+        /* one sum of squares per gradient, then a chain of scalar adds (as hp_train_step_build) */
+        hp_tid total = n_sq ? HP_TID_NONE : hp_fill(ng, HP_SHAPE_SCALAR, 0.0f);
+        for (int i = 0; i < n_sq; i++) {
+            hp_tid one = hp_sumsq(ng, &sq[i], 1);
+            total = total == HP_TID_NONE ? one : hp_add(ng, total, one);
+        }
+        pp->norm_out = total;
+        st = hp_graph_status(ng);
+    }
+    free(sq), free(ids), free(accs);
+    HP_CHECK(st);
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.store = pp->store;
+    po.keep = &pp->norm_out;
+    po.n_keep = 1;
+    HP_CHECK(hp_program_new(ng, &po, &pp->norm_p));
+    po.keep = NULL;
+    po.n_keep = 0;
+    return hp_program_new(og, &po, &pp->opt_p);
+}
+
+hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
+    *out = NULL;
+    const hp_schedule *s = o->schedule;
+    if (!o->model || !s || !o->optim || !o->comm)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model, schedule, optim and comm are required");
+    HP_CHECK(hp_gpt_config_check(o->model));
+    if (o->model->dropout > 0.0f)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model.dropout %g is not supported with a pipeline yet "
+                        "(dropout masks are keyed by the element's index in the batch)", (double)o->model->dropout);
+    if (hp_comm_size(o->comm) != s->p)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: the communicator has %d ranks, the schedule %d",
+                        hp_comm_size(o->comm), s->p);
+    if (o->batch < 1 || o->batch % s->m)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: batch %d is not a positive multiple of the %d micro-batches",
+                        o->batch, s->m);
+    if (s->n_stages > o->model->layers + 2)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: %d stages for %d layers", s->n_stages, o->model->layers);
+    hp_sched_check_opts co = HP_SCHED_CHECK_OPTS_INIT;
+    HP_CHECK(hp_schedule_validate(s, &co, NULL, NULL));
+    hp_pipeline *pp = calloc(1, sizeof *pp);
+    if (!pp) return OOM("the pipeline");
+    pp->model = *o->model;
+    pp->optim = *o->optim;
+    pp->sched = s;
+    pp->comm = o->comm;
+    pp->rank = hp_comm_rank(o->comm);
+    pp->p = s->p;
+    pp->m = s->m;
+    pp->rows = o->batch / s->m;
+    pp->seq = o->seq;
+    hp_status st = hp_store_new(NULL, NULL, &pp->store);
+    pp->chunk_of_stage = malloc(sizeof(int) * (size_t)s->n_stages);
+    if (st == HP_STATUS_OK && !pp->chunk_of_stage) st = OOM("the stage map");
+    for (int k = 0; st == HP_STATUS_OK && k < s->n_stages; k++) {
+        pp->chunk_of_stage[k] = -1;
+        if (s->stage_rank[k] == pp->rank) pp->n_chunks++;
+    }
+    if (st == HP_STATUS_OK && !(pp->chunks = calloc((size_t)pp->n_chunks + 1, sizeof *pp->chunks))) st = OOM("the chunks");
+    for (int k = 0; st == HP_STATUS_OK && k < s->n_stages; k++) {
+        if (s->stage_rank[k] != pp->rank) continue;
+        int c = s->stage_chunk[k];
+        if (c < 0 || c >= pp->n_chunks || pp->chunks[c].g) {
+            st = hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: stage %d has chunk %d on rank %d", k, c, pp->rank);
+            break;
+        }
+        pp->chunk_of_stage[k] = c;
+        pp->chunks[c].stage = k;
+        st = stage_part(o, k, &pp->chunks[c].part);
+    }
+    if (st == HP_STATUS_OK) {
+        int first = s->stage_rank[0], last = s->stage_rank[s->n_stages - 1];
+        pp->tied_exchange = pp->model.tied_head && first != last && (pp->rank == first || pp->rank == last);
+        pp->tied_peer = pp->rank == first ? last : first;
+    }
+    if (st == HP_STATUS_OK) st = hp__pp_plan_actions(pp);
+    for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
+    if (st == HP_STATUS_OK) st = build_optimizer(pp);
+    if (st != HP_STATUS_OK) {
+        hp_pipeline_free(pp);
+        return st;
+    }
+    *out = pp;
+    return HP_STATUS_OK;
+}
+
+void hp_pipeline_free(hp_pipeline *pp) {
+    if (!pp) return;
+    hp_store_closing(pp->store);
+    for (int c = 0; c < pp->n_chunks; c++) {
+        pp_chunk *ch = &pp->chunks[c];
+        for (int s = 0; s < ch->n_slots && ch->slots; s++) {
+            pp_slot *sl = &ch->slots[s];
+            if (sl->recv) (void)hp_comm_wait(sl->recv);
+            if (sl->send_f) (void)hp_comm_wait(sl->send_f);
+            if (sl->send_b) (void)hp_comm_wait(sl->send_b);
+            hp_program_free(sl->p);
+        }
+        free(ch->slots);
+        hp_graph_free(ch->g);
+    }
+    hp_program_free(pp->norm_p);
+    hp_program_free(pp->opt_p);
+    hp_graph_free(pp->norm_g);
+    hp_graph_free(pp->opt_g);
+    hp_store_free(pp->store);
+    free(pp->chunks);
+    free(pp->chunk_of_stage);
+    free(pp->plan);
+    free(pp->posted);
+    free(pp);
+}
+
+hp_status hp_pipeline_init_params(hp_pipeline *pp, uint64_t seed) {
+    for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
+        const char *name = hp_store_name(pp->store, i);
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(pp->store, name, &e));
+        float *d = hp_store_data(pp->store, name);
+        if (!d) return hp_error(HP_STATUS_INTERNAL, "pipeline: store entry '%s' has no data", name);
+        int64_t n = hp_shape_numel(&e.local_shape);
+        bool param = strncmp(name, "grad_acc.", 9) && strncmp(name, "exp_avg.", 8) && strncmp(name, "exp_avg_sq.", 11);
+        if (param)
+            HP_CHECK(hp_gpt_init_param(&pp->model, name, seed, 0, n, d));
+        else
+            memset(d, 0, (size_t)n * sizeof *d);
+        HP_CHECK(hp_store_touch(pp->store, name));
+    }
+    pp->step = 0;
+    return HP_STATUS_OK;
+}
+
+hp_store *hp_pipeline_store(hp_pipeline *pp) { return pp->store; }
+
+void hp_pipeline_set_step(hp_pipeline *pp, int64_t step) { pp->step = step; }
+
+int hp_pipeline_n_chunks(const hp_pipeline *pp) { return pp->n_chunks; }
+
+hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, hp_gpt_stage *info, int *n_slots) {
+    if (chunk < 0 || chunk >= pp->n_chunks)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: chunk %d is outside [0, %d)", chunk, pp->n_chunks);
+    const pp_chunk *c = &pp->chunks[chunk];
+    if (stage) *stage = c->stage;
+    if (info) *info = c->part;
+    if (n_slots) *n_slots = c->n_slots;
+    return HP_STATUS_OK;
+}

@@ -1,0 +1,164 @@
+/*
+ * The trainer's pipeline mode (a run config with `groups:` and `pipeline:`): the training step is
+ * a HyperMPMD pipeline (hp/pipeline.h) over the stage groups. Evaluation, sampling and checkpoints
+ * use the single-device programs and code of the other modes over a full copy of the model in the
+ * trainer's store (t->store, one device): the stages' parameters (and, for a checkpoint, optimizer
+ * states) are broadcast from the rank holding each into it first, and a resume loads into it and
+ * scatters to the stages. So a pipeline checkpoint is the single-device format and resumes into any
+ * strategy, and any checkpoint resumes into a pipeline. Every rank holds that copy: a model that
+ * does not fit one device's memory needs the sharded gather this does not do yet.
+ */
+#include "train/trainer_internal.h"
+
+#include "hp/pipeline.h"
+#include "hp/schedule.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+hp_status hp__pipe_new(hp_trainer *t) {
+    const hp_run_config *cfg = &t->cfg;
+    const hp_groups_config *g = &cfg->groups;
+    HP_CHECK(hp_groups_config_check_world(g, hp_comm_size(t->world)));
+    hp_group_placement pl;
+    HP_CHECK(hp_groups_config_place(g, hp_comm_rank(t->world), &pl));
+    for (int i = 0; i < g->n_groups; i++) {
+        const hp_group_config *gr = &g->groups[i];
+        if (gr->kind != HP_GROUP_KIND_STAGE)
+            return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: kind %s is not built yet", g->file, gr->line,
+                            gr->column, gr->name, hp_group_kind_name(gr->kind));
+        if (gr->n_ranks != 1)
+            return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: a stage over %d ranks (data or tensor "
+                            "parallelism inside a stage) is not built yet: give each stage one rank",
+                            g->file, gr->ranks_line, gr->ranks_column, gr->name, gr->n_ranks);
+    }
+    if (cfg->offload.present)
+        return hp_error(HP_STATUS_UNSUPPORTED, "offload: with groups: (offload inside a pipeline stage) is not built yet");
+    if (cfg->strategy.present)
+        return hp_error(HP_STATUS_CONFIG, "strategy: and groups: together: a pipeline's strategies are per group "
+                        "(groups.NAME.strategy)");
+    /* the pipeline's communicator: rank = stage index */
+    HP_CHECK(hp_comm_split(t->world, 0, pl.stage, &t->pipe_comm));
+    hp_schedule *s = calloc(1, sizeof *s);
+    if (!s) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the schedule");
+    t->sched = s;
+    HP_CHECK(hp_pipeline_schedule_from_config(cfg, s));
+    int *first;
+    HP_CHECK(hp_pipeline_first_layers(cfg, s, &first));
+    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+    o.model = &t->gcfg;
+    o.batch = (int)cfg->train.batch;
+    o.seq = (int)cfg->model.context;
+    o.schedule = s;
+    o.first_layer = first;
+    o.optim = &cfg->optim;
+    o.comm = t->pipe_comm;
+    hp_status st = hp_pipeline_new(&o, &t->pipe);
+    free(first);
+    HP_CHECK(st);
+    return hp_pipeline_init_params(t->pipe, (uint64_t)cfg->train.seed);
+}
+
+void hp__pipe_free(hp_trainer *t) {
+    hp_pipeline_free(t->pipe);
+    t->pipe = NULL;
+    if (t->sched) hp_schedule_free(t->sched);
+    free(t->sched);
+    t->sched = NULL;
+    hp_comm_free(t->pipe_comm);
+    t->pipe_comm = NULL;
+}
+
+hp_status hp__pipe_step(hp_trainer *t, hp_step_metrics *m) {
+    double t0 = hp_now_seconds();
+    int64_t s = t->steps_done;
+    HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
+    double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
+    float loss = 0, gn = 0;
+    HP_CHECK(hp_pipeline_step(t->pipe, t->tok_buf, t->tgt_buf, (float)lr, &loss, &gn));
+    t->steps_done++;
+    double dt = hp_now_seconds() - t0;
+    m->step = t->steps_done;
+    m->loss = loss;
+    m->lr = lr;
+    m->grad_norm = gn;
+    m->seconds = dt;
+    m->tokens_per_s = (double)t->cfg.train.batch * (double)t->cfg.model.context / dt;
+    return HP_STATUS_OK;
+}
+
+/* The full model's entries that t->store holds: the parameters, with optimizer states also
+ * "exp_avg." and "exp_avg_sq." + name (3n names, in checkpoint order). */
+static const char *full_name(const hp_trainer *t, int k, char *buf, size_t cap) {
+    int n = t->train.step.n_params;
+    const char *p = hp_graph_tensor(t->train.lg, t->train.step.params[k % n])->name;
+    const char *pre = k < n ? "" : k < 2 * n ? "exp_avg." : "exp_avg_sq.";
+    snprintf(buf, cap, "%s%s", pre, p);
+    return buf;
+}
+
+/* Every rank's t->store gets the stages' values (params; with optim also AdamW's states), each
+ * broadcast from the lowest pipeline rank holding it. Collective over the pipeline. */
+hp_status hp__pipe_gather(hp_trainer *t, bool optim) {
+    int n = t->train.step.n_params, total = optim ? 3 * n : n;
+    hp_store *ps = hp_pipeline_store(t->pipe);
+    int me = hp_comm_rank(t->pipe_comm);
+    int *have = malloc(sizeof(int) * (size_t)(total + 1)), *owner = malloc(sizeof(int) * (size_t)(total + 1));
+    hp_status st = have && owner ? HP_STATUS_OK : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory gathering the model");
+    char name[600];
+    for (int k = 0; st == HP_STATUS_OK && k < total; k++)
+        have[k] = hp_store_data(ps, full_name(t, k, name, sizeof name)) ? me : INT_MAX;
+    if (st == HP_STATUS_OK) st = hp_comm_all_reduce(t->pipe_comm, have, owner, (size_t)total, HP_DTYPE_I32, HP_REDUCE_MIN);
+    for (int k = 0; st == HP_STATUS_OK && k < total; k++) {
+        full_name(t, k, name, sizeof name);
+        if (owner[k] == INT_MAX) {
+            st = hp_error(HP_STATUS_INTERNAL, "pipeline: no stage holds '%s'", name);
+            break;
+        }
+        hp_store_entry_info e;
+        st = hp_store_info(t->store, name, &e);
+        float *buf = st == HP_STATUS_OK ? malloc(e.bytes + 4) : NULL;
+        if (st == HP_STATUS_OK && !buf) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory gathering '%s'", name);
+        if (st == HP_STATUS_OK && owner[k] == me) memcpy(buf, hp_store_data(ps, name), e.bytes);
+        if (st == HP_STATUS_OK) st = hp_comm_broadcast(t->pipe_comm, buf, e.bytes / sizeof(float), HP_DTYPE_F32, owner[k]);
+        if (st == HP_STATUS_OK) st = hp_store_write(t->store, name, buf, e.bytes);
+        free(buf);
+    }
+    free(have);
+    free(owner);
+    return st;
+}
+
+/* After a resume into t->store: each stage takes its entries from it (its optimizer states too). */
+hp_status hp__pipe_scatter(hp_trainer *t) {
+    int n = t->train.step.n_params;
+    hp_store *ps = hp_pipeline_store(t->pipe);
+    char name[600];
+    for (int k = 0; k < 3 * n; k++) {
+        full_name(t, k, name, sizeof name);
+        if (!hp_store_data(ps, name)) continue;
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(t->store, name, &e));
+        HP_CHECK(hp_store_write(ps, name, hp_store_data(t->store, name), e.bytes));
+    }
+    hp_pipeline_set_step(t->pipe, t->steps_done);
+    return HP_STATUS_OK;
+}
+
+void hp__pipe_report_memory(const hp_trainer *t, FILE *f) {
+    int nc = hp_pipeline_n_chunks(t->pipe);
+    fprintf(f, "memory: pipeline rank %d of %d (%s, m=%d):", hp_comm_rank(t->pipe_comm), hp_comm_size(t->pipe_comm),
+            hp_sched_kind_name(t->sched->kind), t->sched->m);
+    for (int c = 0; c < nc; c++) {
+        int stage = 0, slots = 0;
+        hp_gpt_stage part;
+        if (hp_pipeline_stage_info(t->pipe, c, &stage, &part, &slots) != HP_STATUS_OK) continue;
+        fprintf(f, " stage %d (blocks %d-%d%s%s, %d micro-batch%s in flight)", stage, part.first_layer,
+                part.last_layer - 1, part.embedding ? ", embedding" : "", part.head ? ", head" : "", slots,
+                slots == 1 ? "" : "es");
+    }
+    fprintf(f, "\n");
+    hp_store_report_memory(hp_pipeline_store(t->pipe), f);
+}

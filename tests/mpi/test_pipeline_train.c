@@ -1,0 +1,195 @@
+/* ranks: 2 4 */
+/*
+ * `hp train` with `groups:` and `pipeline:` (the trainer's pipeline mode, src/train/trainer_pipe.c)
+ * over real MPI processes: for every schedule, one stage per rank, the 50-step loss trajectory
+ * equals the single-rank run's within 1e-4 (relative) and the first step's loss and gradient norm
+ * within 1e-5; with uneven layers (5 layers) and a tied head too. A checkpoint the pipeline saves
+ * resumes on one rank, and a single-rank checkpoint resumes into the pipeline, with the same
+ * losses afterwards; evaluation gives the single-rank validation loss.
+ */
+#include "hp/comm_mpi.h"
+#include "hp/config.h"
+#include "hp/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 50
+
+static int g_rank, g_failed;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__);                 \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            g_failed = 1;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        hp_status st_ = (expr);                                                                    \
+        if (st_ != HP_STATUS_OK) {                                                                 \
+            fprintf(stderr, "[rank %d] FAIL %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #expr,   \
+                    hp_error_message());                                                           \
+            g_failed = 1;                                                                          \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* The run config: no groups (schedule NULL), or p one-rank stages under `schedule` with m
+ * micro-batches; `layers` blocks split as evenly as the config's auto split does. */
+static hp_status load(const char *schedule, int p, int m, int layers, bool tied, const char *ckdir, hp_run_config *cfg) {
+    char corpus[1024], text[8192];
+    const char *root = getenv("HP_SOURCE_DIR");
+    snprintf(corpus, sizeof corpus, "%s/data/kjv.txt", root ? root : ".");
+    int off = snprintf(text, sizeof text,
+                       "model: {vocab: 256, context: 32, layers: %d, heads: 4, width: 32, tied_head: %s}\n"
+                       "data: {corpus: \"%s\", val_fraction: 0.05}\n"
+                       "train: {steps: %d, batch: 8, seed: 3, eval_batches: 2, checkpoint_dir: \"%s\"}\n"
+                       "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5, weight_decay: 0.1, grad_clip: 1.0}\n",
+                       layers, tied ? "true" : "false", corpus, STEPS, ckdir);
+    if (schedule) {
+        off += snprintf(text + off, sizeof text - (size_t)off,
+                        "pipeline: {schedule: %s, micro_batches: %d, split: auto}\ngroups:\n", schedule, m);
+        for (int s = 0; s < p; s++)
+            off += snprintf(text + off, sizeof text - (size_t)off, "  stage%d: {ranks: [%d]}\n", s, s);
+    }
+    return hp_run_config_load_string(text, strlen(text), schedule ? schedule : "single", cfg);
+}
+
+static void run(hp_trainer *t, int steps, double *loss, double *gnorm) {
+    for (int i = 0; i < steps; i++) {
+        hp_step_metrics m;
+        OK(hp_trainer_step(t, &m));
+        loss[i] = m.loss;
+        if (gnorm) gnorm[i] = m.grad_norm;
+    }
+}
+
+static bool close_rel(double a, double b, double rtol) { return fabs(a - b) <= rtol * fabs(b) + 1e-7; }
+
+/* The single-rank trajectory (every process alone) of the model with `layers` and `tied`. */
+static void reference(int layers, bool tied, double *loss, double *gn, double *val) {
+    hp_run_config cfg;
+    hp_trainer *t = NULL;
+    OK(load(NULL, 1, 1, layers, tied, "/tmp/unused", &cfg));
+    OK(hp_trainer_new_dist(&cfg, NULL, &t));
+    run(t, STEPS, loss, gn);
+    OK(hp_trainer_eval(t, val));
+    hp_trainer_free(t);
+    hp_run_config_free(&cfg);
+}
+
+static void check_schedule(hp_comm *world, const char *schedule, int m, int layers, bool tied, const double *ref_loss,
+                           const double *ref_gn, double ref_val) {
+    int p = hp_comm_size(world);
+    hp_run_config cfg;
+    hp_trainer *t = NULL;
+    double loss[STEPS], gn[STEPS], val = 0;
+    OK(load(schedule, p, m, layers, tied, "/tmp/unused", &cfg));
+    OK(hp_trainer_new_dist(&cfg, world, &t));
+    run(t, STEPS, loss, gn);
+    OK(hp_trainer_eval(t, &val));
+    hp_trainer_free(t);
+    hp_run_config_free(&cfg);
+    CHECK(close_rel(loss[0], ref_loss[0], 1e-5) && close_rel(gn[0], ref_gn[0], 1e-5),
+          "%s m=%d layers=%d: step 1 loss %.9g gnorm %.9g, single rank %.9g %.9g", schedule, m, layers, loss[0], gn[0],
+          ref_loss[0], ref_gn[0]);
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) worst = fmax(worst, fabs(loss[i] - ref_loss[i]) / fabs(ref_loss[i]));
+    CHECK(worst <= 1e-4, "%s m=%d layers=%d: %d-step trajectory differs by %.3g (relative)", schedule, m, layers, STEPS,
+          worst);
+    CHECK(close_rel(val, ref_val, 1e-4), "%s: val loss %.9g, single rank %.9g", schedule, val, ref_val);
+    if (g_rank == 0)
+        printf("%-11s p=%d m=%d layers=%d%s: step 50 loss %.6f (single rank %.6f), worst relative %.2g\n", schedule, p,
+               m, layers, tied ? " tied" : "", loss[STEPS - 1], ref_loss[STEPS - 1], worst);
+}
+
+/* pipeline -> one rank, and one rank -> pipeline, through checkpoints at step 4. */
+static void check_resume(hp_comm *world) {
+    int p = hp_comm_size(world);
+    char dir[64] = "/tmp/hp-ppresume-XXXXXX";
+    if (g_rank == 0 && !mkdtemp(dir)) dir[0] = 0;
+    OK(hp_comm_broadcast(world, dir, sizeof dir / 4, HP_DTYPE_I32, 0));
+    char d1[96], d2[96];
+    snprintf(d1, sizeof d1, "%s/pp", dir);
+    snprintf(d2, sizeof d2, "%s/single", dir);
+    hp_run_config cp, c1p, cs, c1s;
+    OK(load("1f1b", p, 4, 4, false, d1, &cp));
+    OK(load(NULL, 1, 1, 4, false, d1, &c1p));
+    OK(load(NULL, 1, 1, 4, false, d2, &cs));
+    OK(load("1f1b", p, 4, 4, false, d2, &c1s));
+    hp_trainer *t = NULL;
+    double a[8], b[4], c[8], d[4];
+    /* the pipeline saves at step 4; one rank resumes it */
+    OK(hp_trainer_new_dist(&cp, world, &t));
+    run(t, 4, a, NULL);
+    OK(hp_trainer_save(t, NULL, 0));
+    run(t, 4, a + 4, NULL);
+    hp_trainer_free(t);
+    OK(hp_comm_barrier(world)); /* rank 0 wrote it */
+    OK(hp_trainer_new_dist(&c1p, NULL, &t));
+    OK(hp_trainer_resume(t, d1));
+    run(t, 4, b, NULL);
+    hp_trainer_free(t);
+    /* one rank (rank 0 alone) saves at step 4; the pipeline resumes it */
+    if (g_rank == 0) {
+        OK(hp_trainer_new_dist(&cs, NULL, &t));
+        run(t, 4, c, NULL);
+        OK(hp_trainer_save(t, NULL, 0));
+        run(t, 4, c + 4, NULL);
+        hp_trainer_free(t);
+    }
+    OK(hp_comm_broadcast(world, c, 16, HP_DTYPE_I32, 0));
+    OK(hp_trainer_new_dist(&c1s, world, &t));
+    OK(hp_trainer_resume(t, d2));
+    run(t, 4, d, NULL);
+    hp_trainer_free(t);
+    for (int i = 0; i < 4; i++) {
+        CHECK(close_rel(b[i], a[4 + i], 1e-5), "pipeline checkpoint resumed on one rank, step %d: %.9g vs %.9g", 5 + i,
+              b[i], a[4 + i]);
+        CHECK(close_rel(d[i], c[4 + i], 1e-5), "one-rank checkpoint resumed in the pipeline, step %d: %.9g vs %.9g",
+              5 + i, d[i], c[4 + i]);
+    }
+    if (g_rank == 0) printf("resume: pipeline -> 1 rank and 1 rank -> pipeline, steps 5-8 match (%.6f %.6f)\n", b[3], d[3]);
+    OK(hp_comm_barrier(world));
+    if (g_rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) g_failed = 1;
+    }
+    hp_run_config_free(&cp);
+    hp_run_config_free(&c1p);
+    hp_run_config_free(&cs);
+    hp_run_config_free(&c1s);
+}
+
+int main(int argc, char **argv) {
+    if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
+    hp_comm *world;
+    if (hp_comm_mpi_world(&world) != HP_STATUS_OK) return 1;
+    g_rank = hp_comm_rank(world);
+    int p = hp_comm_size(world);
+    double ref_loss[STEPS], ref_gn[STEPS], ref_val = 0;
+    /* 2p layers: one per virtual stage of the two-chunk schedules, two per stage otherwise */
+    reference(2 * p, false, ref_loss, ref_gn, &ref_val);
+    const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"};
+    for (size_t k = 0; k < sizeof schedules / sizeof schedules[0]; k++)
+        check_schedule(world, schedules[k], 2 * p, 2 * p, false, ref_loss, ref_gn, ref_val);
+    /* uneven layers (2p + 1 over p stages), a tied head, micro-batches not a multiple of p */
+    reference(2 * p + 1, true, ref_loss, ref_gn, &ref_val);
+    check_schedule(world, "1f1b", 8, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
+    check_schedule(world, "gpipe", p == 4 ? 2 : 1, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
+    check_resume(world);
+    int failed = g_failed, any = 0;
+    hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
+    if (g_rank == 0) printf("%s\n", any ? "FAILED" : "every pipeline schedule trains as the single rank does");
+    hp_comm_free(world);
+    hp_comm_mpi_finalize();
+    return any ? 1 : 0;
+}
