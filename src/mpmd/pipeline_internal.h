@@ -53,6 +53,9 @@ struct hp_pipeline {
     bool tied_exchange;     /* this rank holds one of the two copies of a tied embedding on two ranks */
     int tied_peer;          /* the rank holding the other copy */
     int64_t step;           /* optimizer steps taken */
+    hp_trace *trace;        /* hp_pipeline_set_trace; NULL: off */
+    int trace_track;        /* the compute thread's track */
+    int32_t trace_name[6];  /* "send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq" */
 };
 
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */

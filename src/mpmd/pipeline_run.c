@@ -124,12 +124,52 @@ static pp_slot *local_slot(hp_pipeline *pp, int stage, int mb, int before, pp_ch
     return NULL;
 }
 
+/* With a trace: the span of a transfer of action a (k: send F, send B, recv F, recv B) from t0. */
+static void trace_p2p(hp_pipeline *pp, const hp_sched_action *a, const pp_chunk *c, int k, double t0) {
+    hp_trace_span s = HP_TRACE_SPAN_INIT;
+    s.name = pp->trace_name[k];
+    s.kind = HP_TRACE_KIND_P2P;
+    s.stage = (int16_t)a->stage;
+    s.microbatch = (int16_t)a->mb;
+    s.phase = k % 2 ? HP_TRACE_PHASE_B : HP_TRACE_PHASE_F;
+    s.bytes = (double)c->act_bytes;
+    hp_trace_end(pp->trace, pp->trace_track, t0, &s);
+}
+
+/* With a trace: the span of the step's all-reduce k (4: the loss, 5: the squared gradient norm). */
+static void trace_all_reduce(hp_pipeline *pp, int k, double t0) {
+    hp_trace_span s = HP_TRACE_SPAN_INIT;
+    s.name = pp->trace_name[k];
+    s.kind = HP_TRACE_KIND_COMM;
+    s.phase = k == 4 ? HP_TRACE_PHASE_NONE : HP_TRACE_PHASE_OPT;
+    s.bytes = sizeof(float);
+    hp_trace_end(pp->trace, pp->trace_track, t0, &s);
+}
+
+/* Waits for the receive into a slot, recorded as "recv F" / "recv B" (k = 2, 3) with a trace. */
+static hp_status wait_recv(hp_pipeline *pp, const hp_sched_action *a, const pp_chunk *c, pp_slot *sl, int k) {
+    if (!pp->trace || !sl->recv) return wait_req(&sl->recv);
+    double t0 = hp_trace_begin(pp->trace);
+    hp_status st = wait_req(&sl->recv);
+    trace_p2p(pp, a, c, k, t0);
+    return st;
+}
+
+/* With a trace: tags the slot's program with the action's stage, micro-batch and phase. */
+static hp_status trace_tags(hp_pipeline *pp, const hp_sched_action *a, pp_slot *sl, hp_trace_phase phase) {
+    if (!pp->trace) return HP_STATUS_OK;
+    hp_trace_tags t = {.stage = a->stage, .microbatch = a->mb, .phase = phase};
+    return hp_program_set_trace(sl->p, pp->trace, &t);
+}
+
 static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const int32_t *targets, double *loss_sum) {
     const hp_schedule *s = pp->sched;
     const hp_sched_action *a = &s->actions[pp->rank][i];
     pp_chunk *c = &pp->chunks[pp->plan[i].chunk];
     pp_slot *sl = &c->slots[pp->plan[i].slot];
     size_t rows_bytes = (size_t)pp->rows * (size_t)pp->seq * sizeof(int32_t);
+    double t0 = hp_trace_begin(pp->trace);
+    hp_status st;
     switch ((hp_sched_op)a->op) {
     case HP_SCHED_OP_RECV_F:
     case HP_SCHED_OP_RECV_B:
@@ -139,11 +179,15 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
         }
         return HP_STATUS_OK;
     case HP_SCHED_OP_SEND_F:
-        return hp_comm_isend(pp->comm, hp_program_data(sl->p, c->gpt.x_out), c->act_bytes / sizeof(float), HP_DTYPE_F32,
-                             a->peer, tag_of(pp, 0, a->stage, a->mb), &sl->send_f);
+        st = hp_comm_isend(pp->comm, hp_program_data(sl->p, c->gpt.x_out), c->act_bytes / sizeof(float), HP_DTYPE_F32,
+                           a->peer, tag_of(pp, 0, a->stage, a->mb), &sl->send_f);
+        if (pp->trace) trace_p2p(pp, a, c, 0, t0);
+        return st;
     case HP_SCHED_OP_SEND_B:
-        return hp_comm_isend(pp->comm, hp_program_data(sl->p, c->dx), c->act_bytes / sizeof(float), HP_DTYPE_F32,
-                             a->peer, tag_of(pp, 1, a->stage, a->mb), &sl->send_b);
+        st = hp_comm_isend(pp->comm, hp_program_data(sl->p, c->dx), c->act_bytes / sizeof(float), HP_DTYPE_F32,
+                           a->peer, tag_of(pp, 1, a->stage, a->mb), &sl->send_b);
+        if (pp->trace) trace_p2p(pp, a, c, 1, t0);
+        return st;
     case HP_SCHED_OP_F:
         HP_CHECK(wait_req(&sl->send_f)); /* the slot's last activation has left */
         if (c->part.embedding) {
@@ -154,10 +198,11 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
             if (!ps) return hp_error(HP_STATUS_INTERNAL, "pipeline: F of stage %d mb %d before its input", a->stage, a->mb);
             memcpy(hp_program_data(sl->p, c->gpt.x_in), hp_program_data(ps->p, pc->gpt.x_out), c->act_bytes);
         } else {
-            HP_CHECK(wait_req(&sl->recv));
+            HP_CHECK(wait_recv(pp, a, c, sl, 2));
         }
         if (c->part.head)
             HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + (size_t)a->mb * pp->rows * pp->seq, rows_bytes));
+        HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_F));
         HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));
         if (c->part.head) *loss_sum += *(const float *)hp_program_data(sl->p, c->gpt.loss);
         return HP_STATUS_OK;
@@ -170,12 +215,14 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
                 if (!ns) return hp_error(HP_STATUS_INTERNAL, "pipeline: B of stage %d mb %d before its gradient", a->stage, a->mb);
                 memcpy(hp_program_data(sl->p, c->dy), hp_program_data(ns->p, nc->dx), c->act_bytes);
             } else {
-                HP_CHECK(wait_req(&sl->recv));
+                HP_CHECK(wait_recv(pp, a, c, sl, 3));
             }
         }
+        HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_B));
         return hp_program_run_nodes(sl->p, c->f_end,
                                     (a->flags & HP_SCHED_FLAG_FULL_BACKWARD) ? c->n_nodes : c->b_end);
     case HP_SCHED_OP_W:
+        HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_W));
         return hp_program_run_nodes(sl->p, c->b_end, c->n_nodes);
     default:
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: action op %d", a->op);
@@ -227,7 +274,9 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     HP_CHECK(st);
     if (pp->tied_exchange) HP_CHECK(exchange_tied(pp));
     float mine = (float)(loss_sum / pp->m), total = 0; /* only the last stage's rank has a loss */
+    double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
+    if (pp->trace) trace_all_reduce(pp, 4, t0);
     if (loss) *loss = total;
     return HP_STATUS_OK;
 }
@@ -235,7 +284,9 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
 hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm) {
     HP_CHECK(hp_program_run(pp->norm_p));
     float mine = *(const float *)hp_program_data(pp->norm_p, pp->norm_out), grad_sq = 0;
+    double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &grad_sq, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
+    if (pp->trace) trace_all_reduce(pp, 5, t0);
     pp->step++;
     float step_f = (float)pp->step;
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_lr, &lr, sizeof lr));

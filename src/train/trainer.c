@@ -6,6 +6,7 @@
 #include "train/trainer_internal.h"
 
 #include "hp/ops.h"
+#include "hp/pipeline.h"
 #include "hp/redistribute.h"
 #include "hp/rng.h"
 
@@ -253,16 +254,21 @@ hp_status hp_trainer_set_trace(hp_trainer *t, hp_trace *tr) {
     }
     for (int k = 0; k < 3; k++)
         if (progs[k]) HP_CHECK(hp_program_set_trace(progs[k], tr, NULL));
+    if (t->pipe) HP_CHECK(hp_pipeline_set_trace(t->pipe, tr));
     t->trace = tr;
     return HP_STATUS_OK;
 }
 
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
-    if (t->pipe) return hp__pipe_step(t, m);
     double t0 = hp_now_seconds();
+    if (t->trace) hp_trace_set_step(t->trace, t->steps_done + 1);
+    if (t->pipe) {
+        HP_CHECK(hp__pipe_step(t, m));
+        hp__trainer_trace(t, &t->trace_step, t0);
+        return HP_STATUS_OK;
+    }
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
-    if (t->trace) hp_trace_set_step(t->trace, s + 1);
     HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
     scatter_batch(t, pr);
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
