@@ -5,10 +5,13 @@
 #      (scripts/test-install.sh: `cmake --install` into a temporary prefix, examples/c built
 #      against it through pkg-config and run on 1 rank and under mpirun with 2);
 #   2. sanitizer build (build-sanitize/: ASan + UBSan, leak checking on), same ctest, except tests
-#      labelled `slow` (ctest -LE slow; set HP_TEST_SANITIZE_SLOW=1 to run them too).
+#      labelled `slow` (ctest -LE slow; set HP_TEST_SANITIZE_SLOW=1 to run them too);
+#   3. fuzzing build (build-fuzz/: clang-14, libFuzzer, ASan + UBSan; tests/fuzz/README.md): each
+#      harness replays its regressions and seed corpus, then fuzzes for HP_TEST_FUZZ_SECONDS seconds
+#      (default 5). Without clang-14 this step fails (scripts/setup.sh installs it); it is not skipped.
 # Prints one summary line at the end and exits non-zero if any step failed.
 #
-#   scripts/test.sh [all|release|sanitize]     (default: all)
+#   scripts/test.sh [all|release|sanitize|fuzz]     (default: all)
 #
 # Tests run in parallel with -j$(nproc) (override with HP_TEST_JOBS); mpirun tests reserve the
 # processors they need through their CTest PROCESSORS property.
@@ -18,8 +21,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 what="${1:-all}"
 case "$what" in
-    all|release|sanitize) ;;
-    *) echo "usage: scripts/test.sh [all|release|sanitize]" >&2; exit 2 ;;
+    all|release|sanitize|fuzz) ;;
+    *) echo "usage: scripts/test.sh [all|release|sanitize|fuzz]" >&2; exit 2 ;;
 esac
 jobs="${HP_TEST_JOBS:-$(nproc)}"
 start=$SECONDS
@@ -74,12 +77,27 @@ if ! run setup bash scripts/setup.sh; then
     echo "test.sh: FAIL: setup failed after $((SECONDS - start))s" >&2
     exit 1
 fi
-if [[ "$what" != sanitize ]]; then
+# The fuzz tests: regressions first, then the short runs (one at a time: each is timed).
+fuzz_ctest() {
+    local rc=0 regress_note
+    ctest_in build-fuzz ctest-regressions.log --no-tests=error -R '_regressions$' || rc=$?
+    regress_note="$note"
+    ctest_in build-fuzz ctest-run.log --no-tests=error -R '_run$' -j 1 || rc=$?
+    grep -hE '^fuzz [a-z]+: ' build-fuzz/Testing/Temporary/LastTest.log 2>/dev/null  # executions per harness
+    note="regressions: $regress_note; runs of ${HP_TEST_FUZZ_SECONDS:-5}s: $note"
+    return "$rc"
+}
+
+if [[ "$what" == all || "$what" == release ]]; then
     run "release build" bash scripts/build.sh release && run "release ctest" ctest_in build ctest.log --no-tests=error
     [[ -d build ]] && run "install + examples/c" bash scripts/test-install.sh build
 fi
-if [[ "$what" != release ]]; then
+if [[ "$what" == all || "$what" == sanitize ]]; then
     run "sanitize build" bash scripts/build.sh sanitize && run "sanitize ctest" sanitize_ctest
+fi
+if [[ "$what" == all || "$what" == fuzz ]]; then
+    run "fuzz build" bash scripts/build.sh fuzz "-DHP_FUZZ_SECONDS=${HP_TEST_FUZZ_SECONDS:-5}" &&
+        run "fuzz ctest" fuzz_ctest
 fi
 
 echo

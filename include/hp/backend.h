@@ -110,6 +110,18 @@ struct hp_backend {
 /* The CPU backend: host memory counted against HP_TIER_DEVICE, kernels of src/backend/cpu/. */
 hp_status hp_backend_cpu_new(hp_backend_t *out);
 
+/*
+ * The CPU backend's compute threads: the OpenMP team that runs a program's kernels, which also sets
+ * how many threads OpenBLAS uses (its OpenMP build sizes itself by omp_get_max_threads()). Sets
+ * `n` (>= 1) threads for programs run by the CALLING thread (OpenMP's nthreads-var is per thread;
+ * the trainer calls it on the thread that runs its steps) and for programs built after the call
+ * (kernel workspaces are sized for the thread count at build). Returns the previous count.
+ * Errors: HP_STATUS_INVALID_ARGUMENT for n < 1 or n > 4096 (nothing is changed).
+ */
+hp_status hp_backend_cpu_set_threads(int n, int *previous);
+/* The compute threads programs run by the calling thread get (omp_get_max_threads()). */
+int hp_backend_cpu_threads(void);
+
 /* Public wrappers (they check arguments and supply the defaults of optional methods). */
 const char *hp_backend_name(hp_backend_t b);
 /* Frees the backend; NULL is allowed. Buffers must have been freed first. */

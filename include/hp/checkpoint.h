@@ -16,8 +16,12 @@
  *     <dir>/latest                    text: the newest step directory's name + "\n"
  *     <dir>/step_00000200/
  *         model.safetensors           weights by hierarchical name ("blocks.3.attn.q.weight");
- *                                     metadata {"format": "pt", "step": "200"}
+ *                                     metadata {"format": "pt", "step": "200", "role": "model",
+ *                                     "rank": "0", "world_size": "1", "model": "vocab=256 context=64
+ *                                     layers=4 heads=4 width=128 tied_head=false" (when saved with a
+ *                                     config), plus the checksums of hp/safetensors.h}
  *         optim.safetensors           AdamW moments "exp_avg.<param>" and "exp_avg_sq.<param>"
+ *                                     (metadata as above, "role": "optim")
  *         state.json                  {"format": "hyperparallel-checkpoint", "format_version": 1,
  *                                      "step": 200, "seed": "1" (a decimal string: exact for any
  *                                      uint64), "config": {...hp_run_config_to_json...},
@@ -31,7 +35,11 @@
  * stored once), under the tensor's own name, in its own files; rank 0 writes an index:
  *
  *     <dir>/step_00000200/
- *         model-r00000.safetensors    rank 0's blocks of the weights ("wte.weight" = its slice)
+ *         model-r00000.safetensors    rank 0's blocks of the weights ("wte.weight" = its slice);
+ *                                     metadata as above with "rank", "world_size" (the mesh size),
+ *                                     "mesh": "device_matrix [2, 2] alias_name [dp, tp]" and, per
+ *                                     block, "block.wte.weight": "layout [dp, tp] start [0, 0]
+ *                                     len [3, 2]"
  *         model-r00001.safetensors    ... one per rank (possibly holding no tensor)
  *         optim-r00000.safetensors    rank 0's blocks of the optimizer state, ...
  *         index.json                  {"format": "hyperparallel-checkpoint-index", "format_version": 2,
@@ -43,7 +51,9 @@
  *                                                            "key": "wte.weight",
  *                                                            "start": [0, 0], "len": [3, 2]}, ...]},
  *                                                ...},
- *                                      "optim": {...same form...}}
+ *                                      "optim": {...same form...},
+ *                                      "files": [{"file": "model-r00000.safetensors", "role": "model",
+ *                                                 "rank": 0}, ... every rank's model and optim file]}
  *         state.json                  as above, "format_version": 2, "index_file": "index.json"
  *
  * A block's "start"/"len" are its box in the global tensor (elements); its file entry is that box,
@@ -52,6 +62,20 @@
  * checkpoint saved under one strategy and rank count loads under any other, and a single-device
  * step directory (format_version 1) loads through the same path as one full block per tensor.
  * Each file is a plain safetensors file (its blocks open in the Python ecosystem).
+ *
+ * Integrity (docs/reliability.md, "Checkpoint integrity"). Every tensor file is written with
+ * hp_safetensors_write_checked: a CRC-32 per tensor, computed as its bytes are written, and one of
+ * the header. Its metadata binds it to the checkpoint: the step, the role, the rank that wrote it,
+ * the world size, the mesh and each block's layout and box; index.json lists every rank's files.
+ * Every load checks, for each file it opens and each tensor (block) it reads: the header checksum,
+ * the binding against state.json's step and index.json (a file swapped between ranks or copied from
+ * another step names itself and what it records), the tensor's checksum and that every F32/BF16
+ * value is finite. A tensor file without checksums is refused when it carries metadata of ours (a
+ * checkpoint saved before checksums were recorded, or whose checksums were stripped); a single-
+ * device model.safetensors or optim.safetensors with no metadata of ours (one imported from
+ * another tool) loads unverified, still checked for finite values. hp_checkpoint_check_config
+ * checks the saved config against the tensors (resume and generation call it);
+ * hp_checkpoint_verify checks all of the above without loading (`hp ckpt verify`).
  *
  * Atomicity: a save writes everything into <dir>/.tmp-step_<N>-<pid>/, fsyncs each file and the
  * directory, renames it to step_<N> (an existing step_<N> is replaced), fsyncs <dir>, then replaces
@@ -127,20 +151,24 @@ typedef struct hp_checkpoint_state {
 
 /*
  * Reads <step_dir>/state.json. Errors name the file: HP_STATUS_IO (unreadable), HP_STATUS_CORRUPT
- * (bad JSON, missing or mistyped step/seed/format_version), HP_STATUS_UNSUPPORTED (a
- * format_version newer than HP_CHECKPOINT_FORMAT_VERSION), HP_STATUS_CONFIG (the saved config does
- * not validate). The caller frees *out with hp_checkpoint_state_free.
+ * (bad JSON, missing or mistyped step/seed/format_version, a step that is not a whole number in
+ * [0, 2^53), a "format" other than "hyperparallel-checkpoint"), HP_STATUS_UNSUPPORTED (a
+ * format_version that is not a whole number from 1 to HP_CHECKPOINT_FORMAT_VERSION),
+ * HP_STATUS_CONFIG (the saved config does not validate). A missing config is not an error here
+ * (has_config false); hp_checkpoint_check_config and hp_checkpoint_verify refuse it. The caller
+ * frees *out with hp_checkpoint_state_free.
  */
 hp_status hp_checkpoint_read_state(const char *step_dir, hp_checkpoint_state *out);
 void hp_checkpoint_state_free(hp_checkpoint_state *s);
 
 /*
- * Fill the caller's buffers, by name, from <step_dir>/model.safetensors or optim.safetensors
- * (hp_safetensors_load_into): HP_STATUS_NOT_FOUND for a missing tensor, HP_STATUS_SHAPE for a
- * shape mismatch (naming the tensor, expected and found shapes), HP_STATUS_INVALID_ARGUMENT for a
- * dtype mismatch, HP_STATUS_CORRUPT for a damaged file, HP_STATUS_IO; all name the file.
- * A sharded step directory (index.json) works too: the buffers receive the full tensors
- * (hp_checkpoint_load_sharded on a one-device mesh), with the errors listed there.
+ * Fill the caller's buffers, by name, from <step_dir>/model.safetensors or optim.safetensors,
+ * or from a sharded step directory (index.json): the full tensors, through
+ * hp_checkpoint_load_sharded on a one-device mesh, with its checks and errors: HP_STATUS_NOT_FOUND
+ * for a missing tensor, HP_STATUS_SHAPE for a shape mismatch (naming the tensor, expected and found
+ * shapes), HP_STATUS_INVALID_ARGUMENT for a dtype mismatch, HP_STATUS_CORRUPT for a damaged or
+ * unverifiable file, a checksum mismatch, a binding mismatch or a non-finite value, HP_STATUS_IO;
+ * all name the file.
  */
 hp_status hp_checkpoint_load_model(const char *step_dir, hp_named_tensor *tensors, size_t n);
 hp_status hp_checkpoint_load_optim(const char *step_dir, hp_named_tensor *tensors, size_t n);
@@ -191,16 +219,103 @@ hp_status hp_checkpoint_save_sharded(const hp_checkpoint_save_args *a, hp_comm *
  * (optim true) tensors of `step_dir`: a sharded step directory (index.json) or a single-device one
  * (model.safetensors / optim.safetensors holding full tensors). Pure file reads, no communication:
  * each needed file is mapped once and the intersections of the slice with the saved blocks are
- * copied (hp_copy_box). Errors: HP_STATUS_NOT_FOUND for a tensor the checkpoint lacks; HP_STATUS_SHAPE
+ * copied (hp_copy_box). Before a saved block is used, its file is checked once (header checksum;
+ * "role", "step" against state.json, "rank" against index.json's "files", "world_size" and "mesh"
+ * against index.json's mesh) and so is the block (its "block.<name>" metadata against the index's
+ * layout and box, its checksum, every F32/BF16 value finite); index.json's step must be
+ * state.json's. Errors: HP_STATUS_NOT_FOUND for a tensor the checkpoint lacks; HP_STATUS_SHAPE
  * for a global shape mismatch (the tensor, the saved and the requested shapes);
  * HP_STATUS_INVALID_ARGUMENT for a dtype mismatch, an invalid or partial layout, an index outside
  * the mesh, a NULL non-empty local block; HP_STATUS_CORRUPT for a slice the saved blocks do not
- * cover (the tensor and the uncovered box), overlapping blocks, a malformed index.json or a file
- * whose entry does not match the index (naming the file); HP_STATUS_IO for a file that cannot be
- * read (naming it). Local blocks of tensors before the failing one may already be written.
+ * cover (the tensor and the uncovered box), overlapping blocks, a malformed index.json or
+ * state.json, a file whose entry does not match the index, a file without checksums (see
+ * Integrity above), a checksum mismatch (the file, the tensor, both CRCs), a binding mismatch (the
+ * file, the key, what it records and what the index or state.json says) or a non-finite value (the
+ * tensor, the value, its element in the block and the file); HP_STATUS_IO for a file that cannot
+ * be read (naming it). Local blocks of tensors before the failing one may already be written.
  */
 hp_status hp_checkpoint_load_sharded(const char *step_dir, bool optim, const hp_mesh *mesh, int index,
                                      hp_sharded_tensor *tensors, size_t n);
+
+/* ---------------------------------------------------------------- integrity */
+
+/*
+ * Checks that the config in a step directory's state.json (s, from hp_checkpoint_read_state)
+ * describes its tensors, without loading them: the model metadata the tensor files were saved with
+ * against s's model section (vocab, context, layers, heads, width, tied_head; names the first field
+ * that differs), then the GPT that section builds (hp_gpt_build): every parameter present with its
+ * shape and dtype among the model tensors and as exp_avg.<name> and exp_avg_sq.<name> among the
+ * optimizer tensors, and no other tensor. hp_trainer_resume and hp_generate_from_checkpoint call
+ * it; the plain loaders (hp_checkpoint_load_*) load any tensors and do not. Errors:
+ * HP_STATUS_CORRUPT naming the step directory and the field or tensor that disagrees (and both
+ * values), or that s has no config; the errors of hp_checkpoint_load_sharded opening the files.
+ */
+hp_status hp_checkpoint_check_config(const char *step_dir, const hp_checkpoint_state *s);
+
+/* One file that hp_checkpoint_verify checked. */
+typedef struct hp_checkpoint_file_report {
+    char name[64];    /* file name within the step directory (truncated if longer) */
+    char role[8];     /* "state", "index", "model" or "optim" */
+    int rank;         /* the rank that wrote it; -1 for state.json and index.json */
+    int64_t tensors;  /* tensors (blocks) it holds; 0 for the JSON files */
+    int64_t bytes;    /* its size */
+    bool checksummed; /* it records checksums and every one matched (false for the JSON files and for an
+                       * imported single-device file without checksums) */
+} hp_checkpoint_file_report;
+
+/* What hp_checkpoint_verify found; free with hp_checkpoint_report_free. */
+typedef struct hp_checkpoint_report {
+    int format_version; /* 0 until state.json was read */
+    int64_t step;       /* -1 until state.json was read */
+    int world_size;     /* ranks that wrote the tensor files (1: single-device format) */
+    bool has_config;
+    char model[256];    /* the config's model section, "vocab=256 context=64 ..." */
+    bool incomplete;    /* the fault is a missing file (state.json, index.json or a tensor file) */
+    int n_files;
+    hp_checkpoint_file_report *files; /* the files checked and found good, in order (malloc'd) */
+    int64_t n_tensors, n_bytes;       /* over the good tensor files */
+} hp_checkpoint_report;
+
+/*
+ * Checks a step directory of either format without loading it into a model: state.json (readable,
+ * a whole step, a config); index.json (its step, mesh and files); every tensor file of every rank:
+ * present, structure, header checksum, bound to this step, role, rank, world size and mesh, every
+ * tensor listed in the index at the block its metadata names, every tensor's checksum, every
+ * F32/BF16 value finite; every tensor's blocks disjoint and covering it; and the config against the
+ * tensors (hp_checkpoint_check_config). Stops at the first fault and returns it (the message names
+ * the file and, where there is one, the tensor); *r holds what was checked before it (r->files)
+ * and whether the fault is a missing file (r->incomplete). Errors: HP_STATUS_IO (a missing or
+ * unreadable file), HP_STATUS_CORRUPT, HP_STATUS_UNSUPPORTED (a newer format),
+ * HP_STATUS_OUT_OF_MEMORY. Free *r with hp_checkpoint_report_free whatever it returns.
+ */
+hp_status hp_checkpoint_verify(const char *step_dir, hp_checkpoint_report *r);
+void hp_checkpoint_report_free(hp_checkpoint_report *r);
+
+/* The health of one step directory (hp_checkpoint_list). */
+typedef enum hp_checkpoint_health {
+    HP_CHECKPOINT_HEALTH_OK = 0,    /* hp_checkpoint_verify passed */
+    HP_CHECKPOINT_HEALTH_CORRUPT,   /* it failed on what the files hold */
+    HP_CHECKPOINT_HEALTH_INCOMPLETE /* a file is missing, or it is a save that did not finish */
+} hp_checkpoint_health;
+
+typedef struct hp_checkpoint_listing {
+    char name[256];  /* "step_00000200", or a leftover ".tmp-step_00000300-<tag>" / ".old-step_..." */
+    int64_t step;    /* from the name; -1 when it names none */
+    hp_checkpoint_health health;
+    bool latest;     /* `latest` names it */
+    char *fault;     /* why it is not ok (malloc'd); NULL when ok */
+} hp_checkpoint_listing;
+
+/*
+ * Lists the checkpoints of a run directory, sorted by step: every step_<N> directory verified
+ * (hp_checkpoint_verify; every file is read, so this costs a read of the whole run directory), every
+ * temporary or moved-aside step directory a crashed save left (incomplete), and the name `latest`
+ * holds when no such directory exists (incomplete, latest). *out (n entries) is freed with
+ * hp_checkpoint_listing_free. Errors: HP_STATUS_IO naming run_dir when it cannot be listed;
+ * HP_STATUS_OUT_OF_MEMORY.
+ */
+hp_status hp_checkpoint_list(const char *run_dir, hp_checkpoint_listing **out, int *n);
+void hp_checkpoint_listing_free(hp_checkpoint_listing *l, int n);
 
 /* ---------------------------------------------------------------- run directories */
 

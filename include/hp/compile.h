@@ -66,7 +66,9 @@ typedef struct hp_train_step {
 
 /*
  * Appends backward, clipping (when o->grad_clip > 0) and AdamW to a forward graph whose scalar
- * loss is `loss`. Optimizer states are named "exp_avg.<param>" and "exp_avg_sq.<param>". Weight
+ * loss is `loss`. A guard (hp_clip_scale_guarded, always present) feeds every AdamW update: a step
+ * whose loss or gradient norm is NaN or Inf changes no parameter and no optimizer state, and the
+ * caller sees the non-finite loss / grad_sq (the trainer stops or skips: hp_trainer_step). Optimizer states are named "exp_avg.<param>" and "exp_avg_sq.<param>". Weight
  * decay applies to parameters without the no_weight_decay flag. The driver's autodiff pass; call
  * it directly only to test the step graph alone. The step input is the graph's "opt.step" when the
  * forward graph already has one (dropout reads it), else a new input. Errors: autodiff's errors; a

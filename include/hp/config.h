@@ -15,13 +15,13 @@
  *     data:     {corpus: data/kjv.txt, val_fraction: 0.05}
  *     train:    {steps: 1000, batch: 8, seed: 1, log_every: 10, eval_every: 100, eval_batches: 8,
  *                checkpoint_dir: runs/kjv, checkpoint_every: 200, sample_every: 0, sample_tokens: 200,
- *                sample_prompt: "And God said", threads: 0}
+ *                sample_prompt: "And God said", threads: 0, skip_nonfinite: 0}
  *     optim:    {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 50, weight_decay: 0.1, beta1: 0.9, beta2: 0.95,
  *                eps: 1.0e-8, grad_clip: 1.0}
  *     strategy: {mesh: {device_matrix: [..], alias_name: [..], ranks: [..]}, inputs: {NAME: TENSOR_MAP},
  *                params: [{match: GLOB, tensor_map: TENSOR_MAP}, ...], optimizer: {shard: [AXIS, ...]},
  *                bucket_size: 25MiB}                          (absent: one device; see hp/strategy.h)
- *     offload:  {device_budget: 0, host_budget: 0, disk_dir: "", disk_budget: 0,
+ *     offload:  {device_budget: (none), host_budget: 0, disk_dir: "", disk_budget: 0,
  *                policy: {params: host, grads: host, optimizer: host, activations: host},
  *                bandwidth: {host: 1.0e10, disk: 1.0e9}, machine: {flops: (model), bytes: (model)},
  *                chunk: 1MiB, read_ahead: true, async_update: true}   (absent: no offload; see hp/offload_plan.h)
@@ -89,8 +89,10 @@
  * Integer ranges (checked in 64 bits before anything narrows to the int the model uses):
  *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1];
  *   train.batch, eval_batches [1, 2^31-1]; train.sample_tokens [0, 2^31-1]; train.threads [0, 4096];
- *   train.steps [1, 2^62]; train.seed, log_every, eval_every, checkpoint_every, sample_every and
- *   optim.warmup [0, 2^62]; strategy.mesh.device_matrix entries [1, 2^20] (product <= 2^30).
+ *   train.steps [1, 10^15 - 1]; train.seed, log_every, eval_every, checkpoint_every, sample_every,
+ *   skip_nonfinite and optim.warmup [0, 10^15 - 1] (integers of 15 digits: written exactly as JSON
+ *   numbers, so the config survives JSON, as in state.json); strategy.mesh.device_matrix entries
+ *   [1, 2^20] (product <= 2^30).
  * Every tensor the model builds stays under 2^48 elements: the products vocab*width,
  * context*width, 4*width^2, batch*context*vocab, batch*context*4*width and
  * batch*heads*context^2 are checked.
@@ -101,7 +103,12 @@
  * Meanings: batch is the global batch in rows (sequences) per step; context is T, tokens per row;
  * width is the embedding size C; seed keys data shuffling and initialization; *_every are in steps
  * (0 turns the action off; checkpoint_every 0 still writes the final checkpoint); eval_batches is the
- * number of validation batches per evaluation; threads 0 lets the runtime choose; lr/min_lr are the
+ * number of validation batches per evaluation; threads is the number of CPU compute threads (the
+ * OpenMP team that runs the kernels, and so OpenBLAS's threads; hp_backend_cpu_set_threads), 0
+ * keeping the process's default (OMP_NUM_THREADS, else one per CPU); skip_nonfinite is how many
+ * steps in a row with a non-finite loss or gradient norm are skipped (the update not applied, the
+ * weights and optimizer state untouched) before the run stops, 0 stopping at the first (hp/train.h,
+ * hp_trainer_step); lr/min_lr are the
  * peak and final learning rates of warmup (linear, `warmup` steps) then cosine decay; grad_clip is a
  * global-norm clip (0 turns it off).
  *
@@ -118,7 +125,8 @@
  * as well: unknown aliases in a tensor_map, an alias used twice in one tensor_map, duplicate or
  * invalid alias names, mesh dimensions < 1, a ranks list that is not a permutation of the mesh's
  * devices, bad glob patterns, unknown policy values, bad sizes and rates (hp/strategy.h and
- * hp/offload_plan.h list each). The strategy against the world size is checked by hp_strategy_new.
+ * hp/offload_plan.h list each), and offload.device_budget written as 0 bytes (leave the key out for
+ * no device budget). The strategy against the world size is checked by hp_strategy_new.
  */
 #ifndef HP_CONFIG_H
 #define HP_CONFIG_H
@@ -158,7 +166,8 @@ typedef struct hp_train_config {
     int64_t sample_every;     /* steps; >= 0 (0: never) */
     int64_t sample_tokens;    /* tokens to generate per sample; >= 0 */
     char sample_prompt[HP_CONFIG_STR_MAX];
-    int64_t threads;          /* CPU threads; >= 0 (0: the runtime chooses) */
+    int64_t threads;          /* CPU compute threads; >= 0 (0: the process's default) */
+    int64_t skip_nonfinite;   /* non-finite steps in a row that are skipped; >= 0 (0: stop at the first) */
 } hp_train_config;
 
 typedef struct hp_optim_config {

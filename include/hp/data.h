@@ -62,7 +62,9 @@ typedef struct hp_corpus hp_corpus;
 
 /*
  * Reads the whole file at `path` (any bytes; UTF-8 expected) and tokenizes it byte-level. Errors
- * name the path: HP_STATUS_IO when it cannot be opened or read (with strerror), HP_STATUS_CORRUPT
+ * name the path: HP_STATUS_IO when it is not a regular file (a directory, FIFO or device: checked
+ * with stat before opening, so a FIFO fails at once instead of blocking) or cannot be opened or
+ * read (with strerror), HP_STATUS_CORRUPT
  * when it is empty, HP_STATUS_OUT_OF_MEMORY. The caller frees *out with hp_corpus_free.
  */
 hp_status hp_corpus_load(const char *path, hp_corpus **out);

@@ -59,5 +59,6 @@
 #include "hp/data.h"
 #include "hp/safetensors.h"
 #include "hp/checkpoint.h"
+#include "hp/run_dir.h"
 
 #endif /* HP_HP_H */

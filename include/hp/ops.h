@@ -42,8 +42,14 @@ hp_tid hp_mean(hp_graph *g, hp_tid a, int axis);
 /* Scalar sum of squares of all elements of all n tensors (global gradient norm). n <= 8.
  * Accumulated in double over fixed chunks: the result does not depend on the thread count. */
 hp_tid hp_sumsq(hp_graph *g, const hp_tid *xs, int n);
-/* Scalar min(1, max_norm / (sqrt(sumsq) + 1e-6)): the global-norm clipping factor. */
+/* Scalar min(1, max_norm / (sqrt(sumsq) + 1e-6)): the global-norm clipping factor. It is NaN
+ * when sumsq is not finite (a NaN scale makes ADAMW skip its update: see hp_adamw). max_norm may be
+ * INFINITY: no clipping, the factor is 1 for a finite sumsq. */
 hp_tid hp_clip_scale(hp_graph *g, hp_tid sumsq, float max_norm);
+/* The same with a second scalar input, the loss: the factor is NaN when the loss is not finite
+ * either. The training step's guard (hp_train_step_build): a step whose loss or gradient norm is
+ * NaN or Inf applies no update at all. Sharding rule: both inputs replicated. */
+hp_tid hp_clip_scale_guarded(hp_graph *g, hp_tid sumsq, hp_tid loss, float max_norm);
 
 /* ---------------------------------------------------------------- data movement (shape_ops.c) */
 
@@ -127,7 +133,9 @@ typedef struct hp_adamw_params {
 /*
  * In place: m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
  * + wd p), where g' = grad * scale. lr and step are scalar f32 INPUT tensors fed every step (step
- * t counts from 1); scale is a scalar (the clipping factor) or HP_TID_NONE for 1. m and v are
+ * t counts from 1); scale is a scalar (the clipping factor) or HP_TID_NONE for 1; a NaN scale
+ * means "skip this step": param, m and v are left exactly as they are (hp_clip_scale_guarded makes
+ * it NaN for a non-finite loss or gradient norm), an infinite scale or lr is a kernel error. m and v are
  * OPT_STATE tensors shaped like param. A param whose tensor has no_weight_decay set is updated with
  * weight_decay 0. The ADAMW node has no outputs and carries HP_NODE_FLAG_INPLACE. A step value
  * below 1 is a kernel error. Returns HP_STATUS_OK or the graph's sticky error status.

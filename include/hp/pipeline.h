@@ -43,9 +43,15 @@
  * the accumulators it owns (a tied copy counted once), one all-reduce gives the global norm, and
  * each rank runs clipping and AdamW over its parameters, then zeroes the accumulators.
  *
- * Not built yet: data, tensor or sequence parallelism inside a stage, stages over unequal rank
- * counts, offload inside a stage, dropout (its masks are keyed by the element's index in the
- * micro-batch, not the batch).
+ * Stage groups. Each schedule rank may be a group of processes (hp_pipeline_opts.group_size), the
+ * data-parallel replicas of its stages: replica j of a group of d takes rows [j R/d, (j+1) R/d) of
+ * every micro-batch of R rows (the first R % d one more), an activation moves between two groups
+ * as the blocks of rows each pair of ranks shares (so groups of unequal sizes work, e.g. 3 stages
+ * on 1, 2 and 1 ranks), each rank's loss is scaled by its share of the rows, and the gradients are
+ * summed over the group (one all-reduce per tensor) before the update.
+ *
+ * Not built yet: tensor or sequence parallelism and FSDP/ZeRO inside a stage, offload inside a
+ * stage, dropout (its masks are keyed by the element's index in the micro-batch, not the batch).
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
@@ -72,7 +78,14 @@ typedef struct hp_pipeline_opts {
      * model->layers); NULL: layers split as evenly as possible, the earlier stages one more. */
     const int *first_layer;
     const hp_optim_config *optim;   /* AdamW and clipping (borrowed for the call) */
-    hp_comm *comm;                  /* the pipeline's ranks: rank r runs the schedule's rank r (borrowed) */
+    /* The processes: comm holds every rank of every stage group (borrowed). The schedule's rank r
+     * is a group of group_size[r] processes (NULL: one each), the comm ranks
+     * group_ranks[off_r .. off_r + group_size[r]) with off_r the sizes before r (NULL: 0, 1, ...
+     * in order). The processes of a group are data-parallel replicas of its stages: each takes an
+     * even share of every micro-batch's rows, and their gradients are summed before the update. */
+    hp_comm *comm;
+    const int *group_size;
+    const int *group_ranks;
 } hp_pipeline_opts;
 
 #define HP_PIPELINE_OPTS_INIT ((hp_pipeline_opts){.batch = 0})
@@ -107,7 +120,9 @@ hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t
  * step's gradients in the store's "grad_acc.<name>" entries (a tied embedding's two copies already
  * summed); *loss (may be NULL) gets the step's mean loss on every rank. update takes the global
  * gradient norm (one all-reduce), clips, runs AdamW with step count + 1 and zeroes the
- * accumulators; *grad_norm (may be NULL) gets the norm before clipping. Both are collective over
+ * accumulators; *grad_norm (may be NULL) gets the norm before clipping. A NaN or Inf norm (or, in
+ * hp_pipeline_step, loss) skips the update: weights, AdamW states and the step count stay as they
+ * were, the accumulators are zeroed, and the call returns HP_STATUS_OK (the caller decides). Both are collective over
  * opts.comm. Errors: as hp_pipeline_step.
  */
 hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss);
@@ -118,8 +133,9 @@ hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
  * action's nodes on the track "compute" tagged with the action's stage, micro-batch and phase (F,
  * B, W; a full backward is B), each send as a "send F" / "send B" span (kind p2p: the non-blocking
  * send's issue, with its bytes) and each receive the compute thread waits for as "recv F" /
- * "recv B" (kind p2p, the time blocked, with the bytes), the step's two scalar all-reduces (loss,
- * squared gradient norm; kind comm) and the optimizer's programs with phase opt. Call it between steps; `tr` (borrowed) must outlive the pipeline or a later call with NULL.
+ * "recv B" (kind p2p, the time blocked, with the bytes), the step's all-reduces (the gradient
+ * accumulators over the stage's group and the tied copies, the loss, the squared gradient norm;
+ * kind comm) and the optimizer's programs with phase opt. Call it between steps; `tr` (borrowed) must outlive the pipeline or a later call with NULL.
  * Errors: the recorder's.
  */
 hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr);

@@ -232,6 +232,14 @@ const hp_liveness *hp_program_liveness(const hp_program *p);
  */
 bool hp_program_arena_offset(const hp_program *p, hp_tid t, size_t *offset);
 
+/*
+ * For diagnostics only: the arena bytes of planned activation t as the last run left them (after
+ * hp_program_sync), or NULL when t is not planned. Once t died in that run its bytes may hold a
+ * later tensor's (the plan reuses them), so a reader must treat what it finds as a hint: the
+ * trainer names the first non-finite gradient of a failed step this way.
+ */
+void *hp_program_arena_peek(hp_program *p, hp_tid t);
+
 typedef struct hp_program_stats {
     size_t persistent_bytes; /* params, optimizer state, inputs, kept tensors: the program's own buffers
                                 (tensors bound to opts.store are in store_bytes instead) */

@@ -42,6 +42,9 @@ typedef struct hp_step_metrics {
     double grad_norm;   /* global gradient norm before clipping */
     double seconds;     /* wall time of the step */
     double tokens_per_s;
+    bool skipped;       /* the loss or gradient norm was NaN/Inf: no update was applied (train.skip_nonfinite) */
+    int64_t skipped_in_row; /* non-finite steps in a row, this one included (0 when this one was finite) */
+    int64_t skipped_total;  /* steps skipped so far by this trainer */
 } hp_step_metrics;
 
 typedef struct hp_trainer hp_trainer;
@@ -50,11 +53,13 @@ typedef struct hp_trainer hp_trainer;
  * A trainer for the run config `cfg` (copied shallowly: cfg must not be freed while the trainer
  * lives, its arena holds the strategy rules the checkpoints write out): loads the corpus,
  * builds the step graph and an evaluation graph, compiles programs, initialises parameters from
- * train.seed (GPT-2 init). With HyperMPMD `groups:` and `pipeline:` the step is a pipeline
- * (hp/pipeline.h) over one-rank stages; evaluation, sampling and checkpoints then use a full copy
- * of the model gathered on every rank. Errors: config, data and allocation errors with their
- * messages; HP_STATUS_UNSUPPORTED naming the group for what a pipeline does not do yet (a stage over
- * several ranks, a non-stage group kind, offload, dropout).
+ * train.seed (GPT-2 init). With train.threads > 0 it sets the calling thread's compute threads
+ * (hp_backend_cpu_set_threads) before building, and hp_trainer_free restores the previous count.
+ * With HyperMPMD `groups:` and `pipeline:` the step is a pipeline (hp/pipeline.h) over the stage
+ * groups (each one rank or data-parallel replicas); evaluation, sampling and checkpoints use a
+ * full copy of the model gathered on every rank. Errors: config, data and allocation errors with
+ * their messages; HP_STATUS_UNSUPPORTED naming the group for what a pipeline does not do yet
+ * (tensor parallelism or FSDP inside a stage, a non-stage group kind, offload, dropout).
  */
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
 
@@ -82,7 +87,18 @@ int hp_trainer_rank(const hp_trainer *t);
 const hp_mesh *hp_trainer_mesh(const hp_trainer *t);
 const hp_partition *hp_trainer_partition(const hp_trainer *t);
 
-/* Runs one optimizer step on the next batch. On error the parameters are unchanged. */
+/*
+ * Runs one optimizer step on the next batch. On error the parameters are unchanged.
+ *
+ * Non-finite steps: when the step's loss or global gradient norm is NaN or Inf, the step's guard
+ * (hp_train_step_build) has applied no update: every parameter and optimizer state is as it was.
+ * Up to train.skip_nonfinite such steps in a row are skipped: HP_STATUS_OK with m->skipped set
+ * (the batch is consumed and the step counts toward train.steps). The next one in a row (the first
+ * when skip_nonfinite is 0) is HP_STATUS_NONFINITE naming the step, the loss and gradient norm,
+ * the first tensor found non-finite (a parameter, else the gradient the backward pass computed
+ * first, by name; this rank's block), and the last good checkpoint (the last one this trainer
+ * saved or resumed from, or that there is none); the step is then not counted as done.
+ */
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
 /* Mean loss over train.eval_batches validation batches (the same batches every call). */
 hp_status hp_trainer_eval(hp_trainer *t, double *val_loss);
@@ -98,7 +114,18 @@ double hp_trainer_unigram_entropy(const hp_trainer *t);
  * nothing, so the last checkpoint stays the last good state.
  */
 hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap);
-/* Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir). */
+/*
+ * Restores parameters, optimizer state and the step counter from a checkpoint (run dir or step dir),
+ * checked as hp/checkpoint.h describes: the path must be a directory and every file of the step
+ * directory a regular file (checked with stat before anything is opened, so a FIFO there fails at
+ * once); the saved config against the saved tensors (hp_checkpoint_check_config; a checkpoint
+ * without a config is refused), every block's checksum, binding and finite values, then the run's
+ * model section against the saved one (vocab, context, layers, heads, width, tied_head). Errors:
+ * the checkpoint errors, naming the file and the tensor or field; HP_STATUS_SHAPE for a tensor whose
+ * shape differs from the run's; HP_STATUS_INVALID_ARGUMENT for a model that differs only where the
+ * shapes cannot tell (heads, a tied head) or a step beyond train.steps. On an error the step
+ * counter is unchanged, though some parameters may already hold the checkpoint's values.
+ */
 hp_status hp_trainer_resume(hp_trainer *t, const char *path);
 
 /*
@@ -109,8 +136,11 @@ hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, flo
                             uint64_t seed, char **text_out);
 
 /*
- * Rebuilds the model from a checkpoint's saved config and weights (path: a run dir or a step dir)
- * and samples as hp_trainer_sample does. Errors: checkpoint errors naming the file.
+ * Rebuilds the model from a checkpoint's saved config and weights (path: a run dir or a step dir;
+ * the path checks of hp_trainer_resume, the config checked against the tensors, the weights loaded
+ * with their checksums, bindings and finite values checked, as hp/checkpoint.h describes) and
+ * samples as hp_trainer_sample does. Errors: checkpoint errors naming the file and the tensor or
+ * field.
  */
 hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int n_tokens, float temp, int top_k,
                                       uint64_t seed, char **text_out);

@@ -17,15 +17,11 @@
 
 int hp_cli_check(int argc, char **argv) {
     const char *config = NULL;
-    long ranks = 0;
+    int64_t ranks = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
-            char *end;
-            ranks = strtol(argv[++i], &end, 10);
-            if (*end || ranks < 1 || ranks > (1L << 30)) {
-                fprintf(stderr, "hp: error: --ranks wants a positive integer, got '%s'\n", argv[i]);
+        if (!strcmp(argv[i], "--ranks")) {
+            if (!hp_cli_has_value(argc, argv, i) || !hp_cli_int("--ranks", argv[++i], 1, HP_CLI_MAX_RANKS, &ranks))
                 return 2;
-            }
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "hp: error: unknown option '%s' for check\n", argv[i]);
             return 2;

@@ -11,6 +11,7 @@ int hp_cli_plan(int argc, char **argv);
 /* hp plan for a config with groups: (plan_pipeline.c); ranks 0: the groups' own count. */
 int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks);
 int hp_cli_check(int argc, char **argv);
+int hp_cli_ckpt(int argc, char **argv);
 int hp_cli_trace_view(int argc, char **argv);
 
 /* main's argc/argv (MPI_Init may consume arguments) and this process's rank (-1: one process). */
@@ -20,5 +21,19 @@ extern int hp_cli_rank;
 
 /* Prints "[rank R] hp: error: <what>: <message> (<status>)" to stderr and returns 1. */
 int hp_cli_fail(hp_status st, const char *what);
+
+/* Command-line numbers: every value an option takes is range-checked before use. Each parses the
+ * whole of `text` (decimal; no sign for the unsigned one, a finite number for the double) into *out
+ * and returns true when it lies in [lo, hi]; otherwise prints "hp: error: OPT wants ..., got 'TEXT'"
+ * and returns false (the caller exits 2). */
+/* The most ranks a job may have: a strategy's mesh holds at most 2^30 devices (hp/strategy.h). */
+#define HP_CLI_MAX_RANKS ((int64_t)1 << 30)
+
+bool hp_cli_int(const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *out);
+bool hp_cli_u64(const char *opt, const char *text, uint64_t *out);
+bool hp_cli_double(const char *opt, const char *text, double lo, double hi, double *out);
+
+/* True when option argv[i] has a value after it; otherwise prints "hp: error: OPT needs a value". */
+bool hp_cli_has_value(int argc, char **argv, int i);
 
 #endif

@@ -9,27 +9,35 @@
 
 int hp_cli_generate(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "";
-    long tokens = 200, top_k = 40;
+    int64_t tokens = 200, top_k = 40;
     double temp = 0.8;
-    unsigned long long seed = 1;
+    uint64_t seed = 1;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
+        const char *o = argv[i];
+        bool takes = !strcmp(o, "--prompt") || !strcmp(o, "--tokens") || !strcmp(o, "--temp") || !strcmp(o, "--top-k") ||
+                     !strcmp(o, "--seed");
+        if (takes && !hp_cli_has_value(argc, argv, i)) return 2;
+        if (!strcmp(o, "--prompt"))
             prompt = argv[++i];
-        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
-            tokens = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--temp") && i + 1 < argc)
-            temp = strtod(argv[++i], NULL);
-        else if (!strcmp(argv[i], "--top-k") && i + 1 < argc)
-            top_k = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-            seed = strtoull(argv[++i], NULL, 10);
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "hp: error: unknown option '%s' for generate\n", argv[i]);
+        else if (!strcmp(o, "--tokens")) {
+            if (!hp_cli_int(o, argv[++i], 0, INT32_MAX, &tokens)) return 2;
+        } else if (!strcmp(o, "--temp")) {
+            if (!hp_cli_double(o, argv[++i], 0.0, 1e6, &temp)) return 2;
+        } else if (!strcmp(o, "--top-k")) {
+            if (!hp_cli_int(o, argv[++i], 0, INT32_MAX, &top_k)) return 2;
+        } else if (!strcmp(o, "--seed")) {
+            if (!hp_cli_u64(o, argv[++i], &seed)) return 2;
+        } else if (o[0] == '-') {
+            fprintf(stderr, "hp: error: unknown option '%s' for generate\n", o);
             return 2;
-        } else
-            ckpt = argv[i];
+        } else if (!ckpt) {
+            ckpt = o;
+        } else {
+            fprintf(stderr, "hp: error: unexpected argument '%s'\n", o);
+            return 2;
+        }
     }
-    if (!ckpt || tokens < 0) {
+    if (!ckpt) {
         fprintf(stderr, "usage: hp generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n");
         return 2;
     }

@@ -1,7 +1,12 @@
-/* The `hp` command: train, generate, plan, check, trace-view. Only this layer prints and chooses exit codes. */
+/* The `hp` command: train, generate, plan, check, ckpt, trace-view. Only this layer prints and chooses exit
+ * codes. */
 #include "cli/cli.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -14,7 +19,8 @@ static void usage(FILE *f) {
             "                       train.checkpoint_dir, which must not hold another run's checkpoints\n"
             "                       unless --resume continues from them (from CKPT, default the dir's\n"
             "                       latest) or --overwrite deletes them (latest and every step_*; other\n"
-            "                       files stay) before the first step\n"
+            "                       files stay) before the first step; one run per directory at a\n"
+            "                       time (a lock on its .lock file, naming the holder's pid)\n"
             "        [--trace FILE.json [--trace-capacity SPANS]]\n"
             "                       record a timeline of the training steps (every rank and stream:\n"
             "                       compute, communication queues, copy engines) as Chrome trace-event\n"
@@ -30,6 +36,12 @@ static void usage(FILE *f) {
             "                       validate the config (and its strategy or groups for N ranks) without\n"
             "                       building anything; prints nothing and exits 0 when it is good, else\n"
             "                       the error with file:line and exits 1\n"
+            "  ckpt verify CKPT     check a checkpoint (a step dir, or a run dir's latest) without loading\n"
+            "                       it into a model: every file's checksums, its binding to the step,\n"
+            "                       rank and mesh, finite values, the config against the tensors; prints\n"
+            "                       each file and exits 0, or names the fault and exits 1\n"
+            "  ckpt list RUN_DIR    the run dir's checkpoints, each verified: ok, corrupt or incomplete,\n"
+            "                       and which one latest names (exit 1 when that one is not ok)\n"
             "  trace-view FILE.json -o TIMELINE.svg [--step N] [--from MS] [--to MS] [--width PX]\n"
             "                       draw a trace (hp train --trace) as an SVG timeline: one row per\n"
             "                       rank and stream, spans coloured by kind (F, B, W, optimizer,\n"
@@ -59,6 +71,51 @@ int hp_cli_fail(hp_status st, const char *what) {
     return 1;
 }
 
+bool hp_cli_int(const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = text[0] && !isspace((unsigned char)text[0]) ? strtoll(text, &end, 10) : 0;
+    if (!text[0] || isspace((unsigned char)text[0]) || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "hp: error: %s wants an integer in [%lld, %lld], got '%s'\n", opt, (long long)lo, (long long)hi,
+                text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool hp_cli_u64(const char *opt, const char *text, uint64_t *out) {
+    char *end;
+    errno = 0;
+    bool digit = isdigit((unsigned char)text[0]);
+    unsigned long long v = digit ? strtoull(text, &end, 10) : 0;
+    if (!digit || *end || errno == ERANGE) {
+        fprintf(stderr, "hp: error: %s wants an integer in [0, %llu], got '%s'\n", opt, (unsigned long long)UINT64_MAX,
+                text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool hp_cli_double(const char *opt, const char *text, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = text[0] && !isspace((unsigned char)text[0]) ? strtod(text, &end) : NAN;
+    if (!text[0] || isspace((unsigned char)text[0]) || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "hp: error: %s wants a number in [%g, %g], got '%s'\n", opt, lo, hi, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool hp_cli_has_value(int argc, char **argv, int i) {
+    if (i + 1 < argc) return true;
+    fprintf(stderr, "hp: error: %s needs a value\n", argv[i]);
+    return false;
+}
+
 int main(int argc, char **argv) {
     hp_log_set_sink(log_sink, NULL);
     hp_cli_argc = &argc;
@@ -72,6 +129,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return hp_cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return hp_cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return hp_cli_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return hp_cli_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace-view")) return hp_cli_trace_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

@@ -132,24 +132,36 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dum
 }
 int hp_cli_plan(int argc, char **argv) {
     const char *config = NULL;
-    long ranks = 0, rank = 0;
+    int64_t ranks = 0, rank = 0;
     hp_pass dump = HP_PASS_NONE;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
-            ranks = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--rank") && i + 1 < argc)
-            rank = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--dump-after") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--ranks")) {
+            if (!hp_cli_has_value(argc, argv, i) || !hp_cli_int("--ranks", argv[++i], 1, HP_CLI_MAX_RANKS, &ranks))
+                return 2;
+        } else if (!strcmp(argv[i], "--rank")) {
+            if (!hp_cli_has_value(argc, argv, i) || !hp_cli_int("--rank", argv[++i], 0, HP_CLI_MAX_RANKS - 1, &rank))
+                return 2;
+        } else if (!strcmp(argv[i], "--dump-after")) {
+            if (!hp_cli_has_value(argc, argv, i)) return 2;
             hp_status st = hp_pass_parse(argv[++i], &dump);
             if (st != HP_STATUS_OK) return hp_cli_fail(st, "--dump-after");
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "hp: error: unknown option '%s' for plan\n", argv[i]);
             return 2;
-        } else
+        } else if (!config) {
             config = argv[i];
+        } else {
+            fprintf(stderr, "hp: error: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
     }
-    if (!config || ranks < 0) {
+    if (!config) {
         fprintf(stderr, "usage: hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]\n");
+        return 2;
+    }
+    if (ranks > 0 && rank >= ranks) {
+        fprintf(stderr, "hp: error: --rank %lld is not a rank of --ranks %lld (ranks are 0 to %lld)\n", (long long)rank,
+                (long long)ranks, (long long)ranks - 1);
         return 2;
     }
     hp_run_config cfg;

@@ -30,8 +30,8 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
     bool have_tl = false;
     if (!f || !b || !w || !act || !peak) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory planning the pipeline");
     hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
-    printf("== pipeline: %s, %d ranks, %d virtual stages, m = %d micro-batches of %d rows\n",
-           hp_sched_kind_name(s.kind), p, n, m, rows);
+    printf("== pipeline: %s, %d stage groups on %d ranks, %d virtual stages, m = %d micro-batches of %d rows\n",
+           hp_sched_kind_name(s.kind), p, cfg->groups.n_ranks, n, m, rows);
     for (int i = 0; st == HP_STATUS_OK && i < cfg->groups.n_groups; i++) {
         const hp_group_config *g = &cfg->groups.groups[i];
         for (int c = 0; st == HP_STATUS_OK && c < g->n_chunks; c++) {
@@ -40,13 +40,15 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
             if (k < 0 || k >= n) continue;
             hp_gpt_stage part = {.first_layer = mc->first, .last_layer = mc->last, .embedding = mc->embedding,
                                  .head = mc->head};
-            hp_pipeline_stage_plan sp;
-            st = hp_pipeline_plan_stage(&gc, &part, rows, seq, m, &mm, &sp);
+            hp_pipeline_stage_plan sp; /* a group's replicas split the rows: the largest share */
+            int share = (rows + g->n_ranks - 1) / g->n_ranks;
+            st = hp_pipeline_plan_stage(&gc, &part, share, seq, m, &mm, &sp);
             if (st != HP_STATUS_OK) break;
             f[k] = sp.f_seconds, b[k] = sp.b_seconds, w[k] = sp.w_seconds, act[k] = sp.activation_bytes;
-            printf("  stage %d: group %s (rank %d), blocks %d-%d%s%s: F %.2f ms, B %.2f ms, W %.2f ms per "
-                   "micro-batch; %.2f MiB activations each, %.2f MiB persistent\n",
-                   k, g->name, g->ranks[0], mc->first, mc->last - 1, mc->embedding ? " + embedding" : "",
+            printf("  stage %d: group %s (%d rank%s, %d rows each), blocks %d-%d%s%s: F %.2f ms, B %.2f ms, W %.2f ms "
+                   "per micro-batch; %.2f MiB activations each, %.2f MiB persistent\n",
+                   k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", share, mc->first, mc->last - 1,
+                   mc->embedding ? " + embedding" : "",
                    mc->head ? " + head" : "", 1e3 * f[k], 1e3 * b[k], 1e3 * w[k],
                    (double)act[k] / (1 << 20), (double)sp.persistent_bytes / (1 << 20));
         }

@@ -1,8 +1,10 @@
 /* `hp train RUN.yaml`: progress lines, validation, metrics JSON lines, checkpoints, a sample. */
 #include "cli/cli.h"
 
+#include "hp/backend.h"
 #include "hp/checkpoint.h"
 #include "hp/config.h"
+#include "hp/run_dir.h"
 #include "hp/core.h"
 #include "hp/trace.h"
 #include "hp/train.h"
@@ -10,6 +12,7 @@
 #include "hp/comm_mpi.h"
 #endif
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,35 +46,53 @@ static void fmt_duration(double s, char *buf, size_t n) {
         snprintf(buf, n, "%lds", t);
 }
 
+/* Whether any rank of `world` (NULL: this process alone) failed: every rank calls it with its own
+ * status, and all then go on or stop together (no rank is left waiting in a collective). */
+static bool any_failed(hp_comm *world, hp_status mine) {
+    if (!world || hp_comm_size(world) < 2) return mine != HP_STATUS_OK;
+    int32_t f = mine != HP_STATUS_OK, all = f;
+    if (hp_comm_all_reduce(world, &f, &all, 1, HP_DTYPE_I32, HP_REDUCE_MAX) != HP_STATUS_OK) return true;
+    return all != 0;
+}
+
+/* One metrics line; false (errno set) when it cannot be written: a full disk is an error, never
+ * silence. */
+static bool write_metrics(FILE *f, const hp_step_metrics *m, double val) {
+    int n = fprintf(f, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"step_s\": %.6f, "
+                       "\"tokens_per_s\": %.1f", (long long)m->step, m->loss, m->lr, m->grad_norm, m->seconds,
+                    m->tokens_per_s);
+    if (n >= 0 && val >= 0) n = fprintf(f, ", \"val_loss\": %.6f", val);
+    if (n >= 0 && m->skipped) n = fprintf(f, ", \"skipped\": true");
+    if (n >= 0 && m->skipped_total > 0) n = fprintf(f, ", \"skipped_steps\": %lld", (long long)m->skipped_total);
+    if (n >= 0) n = fprintf(f, "}\n");
+    return n >= 0 && fflush(f) == 0 && !ferror(f);
+}
+
 int hp_cli_train(int argc, char **argv) {
     const char *config = NULL, *metrics_path = NULL, *resume = NULL, *trace_path = NULL;
-    long long trace_capacity = 0;
+    int64_t trace_capacity = 0;
     bool want_resume = false, want_overwrite = false;
-    long long steps_override = 0;
+    int64_t steps_override = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--metrics") && i + 1 < argc)
+        if (!strcmp(argv[i], "--metrics")) {
+            if (!hp_cli_has_value(argc, argv, i)) return 2;
             metrics_path = argv[++i];
-        else if (!strcmp(argv[i], "--resume")) {
+        } else if (!strcmp(argv[i], "--resume")) {
             want_resume = true;
             if (i + 1 < argc && argv[i + 1][0] != '-') resume = argv[++i];
-        } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--trace")) {
+            if (!hp_cli_has_value(argc, argv, i)) return 2;
             trace_path = argv[++i];
-        } else if (!strcmp(argv[i], "--trace-capacity") && i + 1 < argc) {
-            char *end;
-            trace_capacity = strtoll(argv[++i], &end, 10);
-            if (*end || trace_capacity < 1) {
-                fprintf(stderr, "hp: error: --trace-capacity wants a positive integer, got '%s'\n", argv[i]);
+        } else if (!strcmp(argv[i], "--trace-capacity")) {
+            if (!hp_cli_has_value(argc, argv, i) ||
+                !hp_cli_int("--trace-capacity", argv[++i], 1, (int64_t)1 << 40, &trace_capacity))
                 return 2;
-            }
         } else if (!strcmp(argv[i], "--overwrite")) {
             want_overwrite = true;
-        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-            char *end;
-            steps_override = strtoll(argv[++i], &end, 10);
-            if (*end || steps_override < 1) {
-                fprintf(stderr, "hp: error: --steps wants a positive integer, got '%s'\n", argv[i]);
+        } else if (!strcmp(argv[i], "--steps")) {
+            /* train.steps' own range (hp/config.h) */
+            if (!hp_cli_has_value(argc, argv, i) || !hp_cli_int("--steps", argv[++i], 1, (int64_t)1 << 62, &steps_override))
                 return 2;
-            }
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "hp: error: unknown option '%s' for train\n", argv[i]);
             return 2;
@@ -96,7 +117,8 @@ int hp_cli_train(int argc, char **argv) {
     hp_trainer *t = NULL;
     hp_trace *trace = NULL;
     hp_comm *world = NULL;
-    bool mpi = false, same_verdict = false; /* same_verdict: a failure every rank meets alike */
+    hp_run_dir_lock *lock = NULL;
+    bool mpi = false, together = false; /* together: every rank stops with the same error (no abort) */
     int rc = 1;
     st = world_comm(&world, &mpi);
     if (st != HP_STATUS_OK) {
@@ -112,19 +134,37 @@ int hp_cli_train(int argc, char **argv) {
     if (cfg.groups.present) {
         /* HyperMPMD groups: checked against the world size first. Every rank reaches the same
          * verdict, so rank 0 alone reports it and no rank needs to abort the others. */
-        same_verdict = true;
         st = hp_groups_config_check_world(&cfg.groups, world ? hp_comm_size(world) : 1);
         if (st != HP_STATUS_OK) {
             if (lead) hp_cli_fail(st, NULL);
+            together = true;
             goto out;
         }
     }
-    st = hp_trainer_new_dist(&cfg, world, &t);
+    /* Before anything slow: the run directory is this run's alone (rank 0 locks it, every rank
+     * learns the outcome), and every output path exists and is writable. */
+    st = hp_run_dir_lock_acquire(cfg.train.checkpoint_dir, world, &lock);
     if (st != HP_STATUS_OK) {
-        if (lead || !same_verdict) hp_cli_fail(st, same_verdict ? NULL : config); /* the message names the file */
+        if (lead) hp_cli_fail(st, NULL);
+        together = true;
         goto out;
     }
-    same_verdict = false;
+    if (lead && hp_run_dir_lock_removed(lock) > 0)
+        fprintf(stderr, "run directory %s: removed %d temporary step director%s left by a save that did not finish\n",
+                cfg.train.checkpoint_dir, hp_run_dir_lock_removed(lock), hp_run_dir_lock_removed(lock) == 1 ? "y" : "ies");
+    st = HP_STATUS_OK;
+    if (cfg.offload.present && cfg.offload.disk_dir[0]) st = hp_output_dir_prepare("offload.disk_dir", cfg.offload.disk_dir);
+    if (st == HP_STATUS_OK && lead && metrics_path) st = hp_output_file_check("--metrics", metrics_path);
+    if (st != HP_STATUS_OK) hp_cli_fail(st, NULL);
+    if (any_failed(world, st)) {
+        together = true;
+        goto out;
+    }
+    st = hp_trainer_new_dist(&cfg, world, &t);
+    if (st != HP_STATUS_OK) {
+        hp_cli_fail(st, config);
+        goto out;
+    }
     if (want_resume) {
         const char *from = resume ? resume : cfg.train.checkpoint_dir;
         st = hp_trainer_resume(t, from);
@@ -162,17 +202,18 @@ int hp_cli_train(int argc, char **argv) {
     if (metrics_path && lead) {
         metrics = fopen(metrics_path, want_resume ? "a" : "w");
         if (!metrics) {
-            fprintf(stderr, "hp: error: cannot open metrics file '%s'\n", metrics_path);
+            fprintf(stderr, "hp: error: cannot open metrics file '%s': %s\n", metrics_path, strerror(errno));
             goto out;
         }
     }
     if (lead)
         fprintf(stderr,
-            "model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld | batch %lld | steps %lld\n"
+            "model: %lld layers, %lld heads, width %lld, context %lld, vocab %lld | batch %lld | steps %lld | "
+            "threads %d\n"
             "data: %s | unigram entropy %.3f nats/token\n",
             (long long)cfg.model.layers, (long long)cfg.model.heads, (long long)cfg.model.width,
             (long long)cfg.model.context, (long long)cfg.model.vocab, (long long)cfg.train.batch,
-            (long long)cfg.train.steps, cfg.data.corpus, hp_trainer_unigram_entropy(t));
+            (long long)cfg.train.steps, hp_backend_cpu_threads(), cfg.data.corpus, hp_trainer_unigram_entropy(t));
     if (lead && cfg.groups.present) {
         fprintf(stderr, "pipeline: %s over %d stages, %lld micro-batches of %lld rows, %lld chunk%s per stage\n",
                 hp_pipeline_schedule_name(cfg.pipeline.schedule), cfg.groups.n_stages,
@@ -192,7 +233,9 @@ int hp_cli_train(int argc, char **argv) {
         hp_step_metrics m;
         st = hp_trainer_step(t, &m);
         if (st != HP_STATUS_OK) {
-            hp_cli_fail(st, "training step");
+            /* a non-finite step is seen by every rank alike (the loss and norm are replicated) */
+            together = st == HP_STATUS_NONFINITE;
+            if (lead || !together) hp_cli_fail(st, "training step");
             goto out;
         }
         double val = -1;
@@ -215,14 +258,15 @@ int hp_cli_train(int argc, char **argv) {
                     (long long)m.step, (long long)cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, el, eta);
         }
         if (lead && val >= 0) fprintf(stderr, "step %6lld | val loss %.4f\n", (long long)m.step, val);
-        if (metrics) {
-            fprintf(metrics,
-                    "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"step_s\": %.6f, "
-                    "\"tokens_per_s\": %.1f",
-                    (long long)m.step, m.loss, m.lr, m.grad_norm, m.seconds, m.tokens_per_s);
-            if (val >= 0) fprintf(metrics, ", \"val_loss\": %.6f", val);
-            fprintf(metrics, "}\n");
-            fflush(metrics);
+        if (lead && m.skipped)
+            fprintf(stderr, "step %6lld | skipped: loss %g, gradient norm %g (not finite; no update applied) | %lld in a "
+                    "row of at most %lld (train.skip_nonfinite), %lld skipped in all\n", (long long)m.step, m.loss,
+                    m.grad_norm, (long long)m.skipped_in_row, (long long)cfg.train.skip_nonfinite,
+                    (long long)m.skipped_total);
+        if (metrics && !write_metrics(metrics, &m, val)) {
+            fprintf(stderr, "hp: error: cannot write metrics file '%s' at step %lld: %s\n", metrics_path,
+                    (long long)m.step, strerror(errno));
+            goto out;
         }
         if ((cfg.train.checkpoint_every > 0 && m.step % cfg.train.checkpoint_every == 0) || last) {
             char path[4096];
@@ -273,18 +317,31 @@ int hp_cli_train(int argc, char **argv) {
     if (lead) hp_trainer_report_memory(t, stderr);
     if (lead && last_val >= 0)
         fprintf(stderr, "done: final val loss %.4f (unigram entropy %.4f)\n", last_val, hp_trainer_unigram_entropy(t));
+    if (metrics) {
+        FILE *f = metrics;
+        metrics = NULL;
+        if (fclose(f) != 0) {
+            fprintf(stderr, "hp: error: cannot write metrics file '%s' at its close: %s\n", metrics_path,
+                    strerror(errno));
+            goto out;
+        }
+    }
     rc = 0;
 out:
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
+    hp_run_dir_lock_release(lock); /* after the last save */
     hp_trace_free(trace); /* after the programs that record into it */
     hp_run_config_free(&cfg);
 #ifdef HP_HAVE_MPI
     if (world) hp_comm_free(world);
     if (mpi) {
-        if (rc != 0 && !same_verdict) hp_comm_mpi_abort(rc); /* one failed rank must not leave the others waiting */
+        /* one failed rank must not leave the others waiting; ranks that all stop together need not abort */
+        if (rc != 0 && !together) hp_comm_mpi_abort(rc);
         hp_comm_mpi_finalize();
     }
+#else
+    (void)together;
 #endif
     return rc;
 }

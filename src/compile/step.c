@@ -5,6 +5,7 @@
 #include "hp/compile.h"
 #include "hp/ops.h"
 
+#include <math.h>
 #include <stdio.h>
 
 hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o, hp_train_step *out) {
@@ -48,7 +49,10 @@ hp_status hp_train_step_build(hp_graph *g, hp_tid loss, const hp_optim_config *o
     }
     out->grad_sq = total;
     if (total != HP_TID_NONE) hp_graph_set_name(g, total, "opt.grad_sq");
-    hp_tid scale = o->grad_clip > 0 ? hp_clip_scale(g, total, (float)o->grad_clip) : HP_TID_NONE;
+    /* The step's guard and clipping factor: NaN when the loss or the gradient norm is not finite,
+     * which makes every AdamW update skip (the step changes nothing); without clipping it is 1. */
+    hp_tid scale = total == HP_TID_NONE ? HP_TID_NONE
+                   : hp_clip_scale_guarded(g, total, loss, o->grad_clip > 0 ? (float)o->grad_clip : INFINITY);
     for (int i = 0; i < n; i++) {
         const hp_tensor *p = hp_graph_tensor(g, out->params[i]);
         char name[600];

@@ -53,6 +53,12 @@ hp_status hp_corpus_from_text(const char *text, size_t len, const char *name, hp
 
 hp_status hp_corpus_load(const char *path, hp_corpus **out) {
     *out = NULL;
+    /* stat before open: opening a FIFO (or a device) would block until a writer appears */
+    struct stat pre;
+    if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode))
+        return hp_error(HP_STATUS_IO, "corpus '%s' is %s, not a regular file", path,
+                        S_ISDIR(pre.st_mode) ? "a directory" : S_ISFIFO(pre.st_mode) ? "a FIFO (named pipe)"
+                        : S_ISCHR(pre.st_mode) || S_ISBLK(pre.st_mode) ? "a device" : "a special file");
     FILE *f = fopen(path, "rb");
     if (!f)
         return hp_error(HP_STATUS_IO, "cannot open corpus '%s': %s (run scripts/get-data.sh for the default corpus)",

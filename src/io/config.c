@@ -2,6 +2,7 @@
 #include "hp/config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,10 @@ typedef struct field {
 } field;
 
 #define I32 ((int64_t)INT_MAX)
-#define BIG ((int64_t)1 << 62)
+/* 10^15 - 1: a config must survive JSON (state.json keeps it as JSON), and cJSON writes a number
+ * with 15 significant digits whenever that reads back within a relative 2^-52: 9007199254740991
+ * would be written 9.00719925474099e+15, which is not an integer. Below 10^15 every integer is exact. */
+#define BIG ((int64_t)999999999999999)
 #define FLD(sec, key, type) {#key, type, offsetof(sec, key), 0, 0}
 #define INT(sec, key, lo, hi) {#key, F_INT, offsetof(sec, key), lo, hi}
 
@@ -38,6 +42,7 @@ static const field train_fields[] = {
     FLD(hp_train_config, checkpoint_dir, F_STR), INT(hp_train_config, checkpoint_every, 0, BIG),
     INT(hp_train_config, sample_every, 0, BIG),  INT(hp_train_config, sample_tokens, 0, I32),
     FLD(hp_train_config, sample_prompt, F_STR),  INT(hp_train_config, threads, 0, 4096),
+    INT(hp_train_config, skip_nonfinite, 0, BIG),
 };
 static const field optim_fields[] = {
     FLD(hp_optim_config, lr, F_DOUBLE),    FLD(hp_optim_config, min_lr, F_DOUBLE),       INT(hp_optim_config, warmup, 0, BIG),
@@ -99,6 +104,7 @@ hp_run_config hp_run_config_defaults(void) {
     t->sample_tokens = 200;
     snprintf(t->sample_prompt, sizeof t->sample_prompt, "And God said");
     t->threads = 0;
+    t->skip_nonfinite = 0;
     c.optim = (hp_optim_config){.lr = 3.0e-3, .min_lr = 3.0e-4, .warmup = 50, .weight_decay = 0.1,
                                 .beta1 = 0.9, .beta2 = 0.95, .eps = 1.0e-8, .grad_clip = 1.0};
     c.strategy.bucket_size = (size_t)25 << 20;
@@ -303,6 +309,28 @@ hp_status hp_run_config_load_string(const char *text, size_t len, const char *na
 
 /* ---------------------------------------------------------------- writing */
 
+/* The shortest of %.15g, %.16g, %.17g that reads back as exactly d (as the YAML writer below). */
+static void exact_double(char *buf, size_t n, double d) {
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, d);
+        if (strtod(buf, NULL) == d) return;
+    }
+}
+
+cJSON *hp__config_json_number(double v) {
+    if (!isfinite(v)) return cJSON_CreateNull();
+    char num[64];
+    exact_double(num, sizeof num, v);
+    return cJSON_CreateRaw(num);
+}
+
+/* An int64 as an exact JSON number (a double would round it above 2^53). */
+static cJSON *json_int(int64_t v) {
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)v);
+    return cJSON_CreateRaw(num);
+}
+
 static cJSON k_absent; /* typed_json's "section not present" */
 
 /* The typed section i of typed_sections as JSON; &k_absent when the section is absent, NULL on OOM. */
@@ -323,8 +351,8 @@ static cJSON *to_cjson(const hp_run_config *cfg) {
         for (size_t i = 0; ok && i < sections[s].n; i++) {
             const field *f = &sections[s].fields[i];
             const void *p = base + f->offset;
-            cJSON *v = f->type == F_INT      ? cJSON_CreateNumber((double)*(const int64_t *)p)
-                       : f->type == F_DOUBLE ? cJSON_CreateNumber(*(const double *)p)
+            cJSON *v = f->type == F_INT      ? json_int(*(const int64_t *)p)
+                       : f->type == F_DOUBLE ? hp__config_json_number(*(const double *)p)
                        : f->type == F_BOOL   ? cJSON_CreateBool(*(const bool *)p)
                                              : cJSON_CreateString((const char *)p);
             ok = v && cJSON_AddItemToObject(sec, f->key, v);
@@ -391,10 +419,8 @@ char *hp_run_config_to_yaml(const hp_run_config *cfg) {
             case F_INT: sb_printf(&b, "  %s: %lld\n", f->key, (long long)*(const int64_t *)p); break;
             case F_DOUBLE: {
                 char num[64];
-                double d = *(const double *)p;
-                snprintf(num, sizeof num, "%.15g", d);
-                if (strtod(num, NULL) != d) snprintf(num, sizeof num, "%.17g", d);
-                if (!strpbrk(num, ".eE")) strcat(num, ".0"); /* keep it a float to the eye */
+                exact_double(num, sizeof num, *(const double *)p);
+                if (!strpbrk(num, ".eEn")) strcat(num, ".0"); /* keep it a float to the eye (not nan/inf) */
                 sb_printf(&b, "  %s: %s\n", f->key, num);
                 break;
             }

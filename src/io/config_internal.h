@@ -29,6 +29,11 @@ hp_status hp__config_read_group_strategy(const hp_yaml_node *mesh, const hp_yaml
 /* Reads and checks the `offload:` value `node` (NULL or null: absent) into *out. */
 hp_status hp__config_read_offload(const hp_yaml_node *node, hp_offload_run_config *out);
 
+/* A JSON number that reads back as exactly `v` (cJSON_CreateNumber writes 15 significant digits when
+ * they read back within a relative 2^-52, which loses the last bit); null for a non-finite v. NULL
+ * when out of memory. */
+cJSON *hp__config_json_number(double v);
+
 /* The sections as cJSON objects, in the input syntax (NULL when out of memory). */
 cJSON *hp__config_strategy_json(const hp_strategy_config *s);
 cJSON *hp__config_offload_json(const hp_offload_run_config *o);

@@ -61,7 +61,14 @@ hp_status hp__config_read_offload(const hp_yaml_node *node, hp_offload_run_confi
                                        "bandwidth",     "machine",     "chunk",    "read_ahead",  "async_update"};
     HP_CHECK(hp_yaml_check_keys(node, keys, sizeof keys / sizeof keys[0], "offload"));
     out->present = true;
-    HP_CHECK(hp__config_read_size(hp_yaml_map_get(node, "device_budget"), "offload.device_budget", &out->device_budget));
+    const hp_yaml_node *db = hp_yaml_map_get(node, "device_budget");
+    HP_CHECK(hp__config_read_size(db, "offload.device_budget", &out->device_budget));
+    /* A fast tier of 0 bytes holds nothing: refused (no device budget is the key's absence). host_budget
+     * and disk_budget keep their documented 0 (unbounded, the disk store's default): configs saved in
+     * checkpoints before this check write them as 0. */
+    if (db && !hp_yaml_is_null(db) && out->device_budget == 0)
+        return hp__config_error(db, "offload.device_budget is 0 bytes, which can hold nothing: give a positive size, or "
+                                "leave the key out for no device budget (no offload)");
     HP_CHECK(hp__config_read_size(hp_yaml_map_get(node, "host_budget"), "offload.host_budget", &out->host_budget));
     HP_CHECK(hp__config_read_size(hp_yaml_map_get(node, "disk_budget"), "offload.disk_budget", &out->disk_budget));
     HP_CHECK(hp__config_read_size(hp_yaml_map_get(node, "chunk"), "offload.chunk", &out->chunk));
@@ -134,10 +141,12 @@ hp_status hp__config_read_offload(const hp_yaml_node *node, hp_offload_run_confi
 cJSON *hp__config_offload_json(const hp_offload_run_config *o) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
-    bool ok = cJSON_AddNumberToObject(root, "device_budget", (double)o->device_budget) &&
-              cJSON_AddNumberToObject(root, "host_budget", (double)o->host_budget) &&
+    /* No device budget (0) is written as null: an explicit 0 would not load back. */
+    bool ok = (o->device_budget ? cJSON_AddItemToObject(root, "device_budget", hp__config_json_number((double)o->device_budget))
+                                : cJSON_AddNullToObject(root, "device_budget") != NULL) &&
+              cJSON_AddItemToObject(root, "host_budget", hp__config_json_number((double)o->host_budget)) &&
               cJSON_AddStringToObject(root, "disk_dir", o->disk_dir) &&
-              cJSON_AddNumberToObject(root, "disk_budget", (double)o->disk_budget);
+              cJSON_AddItemToObject(root, "disk_budget", hp__config_json_number((double)o->disk_budget));
     cJSON *pol = ok ? cJSON_AddObjectToObject(root, "policy") : NULL;
     for (int c = 0; pol && c < 4; c++) ok = ok && cJSON_AddStringToObject(pol, k_classes[c], k_tier_names[o->policy[c]]);
     cJSON *bw = ok && pol ? cJSON_AddObjectToObject(root, "bandwidth") : NULL;
@@ -146,14 +155,15 @@ cJSON *hp__config_offload_json(const hp_offload_run_config *o) {
     const double bws[2] = {o->bandwidth_host, o->bandwidth_disk};
     static const char *const tiers[] = {"host", "disk"};
     for (int k = 0; ok && k < 2; k++)
-        ok = bws[k] > 0 ? cJSON_AddNumberToObject(bw, tiers[k], bws[k]) != NULL
+        ok = bws[k] > 0 ? cJSON_AddItemToObject(bw, tiers[k], hp__config_json_number(bws[k]))
                         : cJSON_AddStringToObject(bw, tiers[k], "measure") != NULL;
     if (ok && (o->machine_flops > 0 || o->machine_bytes > 0)) {
         cJSON *mm = cJSON_AddObjectToObject(root, "machine");
-        ok = mm && (!(o->machine_flops > 0) || cJSON_AddNumberToObject(mm, "flops", o->machine_flops)) &&
-             (!(o->machine_bytes > 0) || cJSON_AddNumberToObject(mm, "bytes", o->machine_bytes));
+        ok = mm &&
+             (!(o->machine_flops > 0) || cJSON_AddItemToObject(mm, "flops", hp__config_json_number(o->machine_flops))) &&
+             (!(o->machine_bytes > 0) || cJSON_AddItemToObject(mm, "bytes", hp__config_json_number(o->machine_bytes)));
     }
-    ok = ok && cJSON_AddNumberToObject(root, "chunk", (double)o->chunk) &&
+    ok = ok && cJSON_AddItemToObject(root, "chunk", hp__config_json_number((double)o->chunk)) &&
          cJSON_AddBoolToObject(root, "read_ahead", o->read_ahead) &&
          cJSON_AddBoolToObject(root, "async_update", o->async_update);
     if (!ok) {

@@ -414,7 +414,7 @@ cJSON *hp__config_strategy_json(const hp_strategy_config *s) {
     ok = ok && add(opt, "shard", shard);
     for (int k = 0; ok && k < s->n_opt_shard; k++)
         ok = cJSON_AddItemToArray(shard, cJSON_CreateString(s->alias_name[s->opt_shard[k]]));
-    ok = ok && add(root, "bucket_size", cJSON_CreateNumber((double)s->bucket_size));
+    ok = ok && add(root, "bucket_size", hp__config_json_number((double)s->bucket_size));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;

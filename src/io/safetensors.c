@@ -11,9 +11,37 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
+
+#include "io/safetensors_internal.h"
 
 #define MAX_HEADER (100u * 1000u * 1000u) /* bytes; the reference implementation's limit */
 #define META_KEY "__metadata__"
+#define CRC_CHUNK ((size_t)1 << 20) /* bytes checksummed (and written or copied) at a time */
+/* The header checksum's key and value as the writer prints them (cJSON, unformatted). */
+#define HEADER_CRC_PATTERN "\"" HP_SAFETENSORS_HEADER_CRC_KEY "\":\""
+
+static bool is_crc_key(const char *k) {
+    return !strcmp(k, HP_SAFETENSORS_CHECKSUM_KEY) || !strcmp(k, HP_SAFETENSORS_HEADER_CRC_KEY) ||
+           !strncmp(k, HP_SAFETENSORS_CRC_PREFIX, strlen(HP_SAFETENSORS_CRC_PREFIX));
+}
+
+/* 8 lowercase hex digits into *out. */
+static bool parse_crc(const char *s, uint32_t *out) {
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+static uint32_t crc_bytes(uint32_t crc, const void *p, size_t n) {
+    return (uint32_t)crc32_z(crc, (const Bytef *)p, n);
+}
 
 static const char *st_dtype_name(hp_dtype dt) {
     switch (dt) {
@@ -124,34 +152,165 @@ static bool write_all(int fd, const void *buf, size_t n) {
     return true;
 }
 
-hp_status hp_safetensors_write(const char *path, const hp_named_tensor *tensors, size_t n, const char *const *meta,
-                               size_t n_meta) {
-    char *header = NULL;
+/* The integrity metadata of a checked write: the caller's pairs, the marker, the header checksum
+ * and one checksum per tensor, the checksums' values "00000000" until they are known. */
+typedef struct crc_meta {
+    const char **kv; /* 2 * n pairs */
+    size_t n;
+    char **keys;     /* "hp.crc32.<name>", one per tensor */
+    char (*vals)[9]; /* tensor i's value, then the header's */
+    uint32_t *crc;
+} crc_meta;
+
+static void crc_meta_free(crc_meta *c, size_t n_tensors) {
+    for (size_t i = 0; c->keys && i < n_tensors; i++) free(c->keys[i]);
+    free(c->keys);
+    free(c->kv);
+    free(c->vals);
+    free(c->crc);
+}
+
+static hp_status crc_meta_init(const char *path, const hp_named_tensor *t, size_t n, const char *const *meta,
+                               size_t n_meta, crc_meta *c) {
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < n_meta; i++)
+        if (is_crc_key(meta[2 * i]))
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "writing '%s': metadata key '%s' is reserved for checksums", path,
+                            meta[2 * i]);
+    c->n = n_meta + 2 + n;
+    c->kv = calloc(2 * c->n, sizeof *c->kv);
+    c->keys = calloc(n ? n : 1, sizeof *c->keys);
+    c->vals = calloc(n + 1, sizeof *c->vals);
+    c->crc = calloc(n ? n : 1, sizeof *c->crc);
+    if (!c->kv || !c->keys || !c->vals || !c->crc) goto oom;
+    for (size_t i = 0; i < 2 * n_meta; i++) c->kv[i] = meta[i];
+    size_t k = 2 * n_meta;
+    c->kv[k++] = HP_SAFETENSORS_CHECKSUM_KEY;
+    c->kv[k++] = "crc32";
+    c->kv[k++] = HP_SAFETENSORS_HEADER_CRC_KEY;
+    c->kv[k++] = c->vals[n];
+    memcpy(c->vals[n], "00000000", 9);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = t[i].name ? t[i].name : "";
+        size_t len = strlen(HP_SAFETENSORS_CRC_PREFIX) + strlen(name) + 1;
+        if (!(c->keys[i] = malloc(len))) goto oom;
+        snprintf(c->keys[i], len, "%s%s", HP_SAFETENSORS_CRC_PREFIX, name);
+        memcpy(c->vals[i], "00000000", 9);
+        c->kv[k++] = c->keys[i];
+        c->kv[k++] = c->vals[i];
+    }
+    return HP_STATUS_OK;
+oom:
+    crc_meta_free(c, n);
+    return hp_error(HP_STATUS_OUT_OF_MEMORY, "writing '%s': out of memory", path);
+}
+
+/* The final header of a checked write: the tensors' checksums filled in, then the checksum of the
+ * 8 length bytes and the header with its own value read as "00000000". Same length as the first. */
+static hp_status final_header(const char *path, const hp_named_tensor *t, size_t n, crc_meta *c, const unsigned char *len8,
+                              size_t hlen, char **out) {
+    for (size_t i = 0; i < n; i++) snprintf(c->vals[i], 9, "%08x", (unsigned)c->crc[i]);
+    char *h = NULL;
+    size_t len = 0;
+    HP_CHECK(build_header(path, t, n, c->kv, c->n, &h, &len));
+    char *at = len == hlen ? memmem(h, len, HEADER_CRC_PATTERN, strlen(HEADER_CRC_PATTERN)) : NULL;
+    if (!at) {
+        free(h);
+        return hp_error(HP_STATUS_INTERNAL, "writing '%s': the header changed length when its checksums were filled in",
+                        path);
+    }
+    uint32_t crc = crc_bytes(crc_bytes(0, len8, 8), h, len);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+    memcpy(at + strlen(HEADER_CRC_PATTERN), hex, 8);
+    *out = h;
+    return HP_STATUS_OK;
+}
+
+static bool pwrite_all(int fd, const void *buf, size_t n, off_t off) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return false;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return true;
+}
+
+/* Writes the file; with `checked`, each tensor's CRC-32 is computed chunk by chunk as its bytes are
+ * written, and the header is rewritten in place with the checksums at the end. */
+static hp_status write_file(const char *path, const hp_named_tensor *tensors, size_t n, const char *const *meta,
+                            size_t n_meta, bool checked) {
+    crc_meta c = {0};
+    if (checked) HP_CHECK(crc_meta_init(path, tensors, n, meta, n_meta, &c));
+    char *header = NULL, *final = NULL;
     size_t hlen = 0;
-    HP_CHECK(build_header(path, tensors, n, meta, n_meta, &header, &hlen));
+    hp_status st = build_header(path, tensors, n, checked ? c.kv : meta, checked ? c.n : n_meta, &header, &hlen);
+    if (st != HP_STATUS_OK) {
+        crc_meta_free(&c, n);
+        return st;
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
         free(header);
+        crc_meta_free(&c, n);
         return hp_error(HP_STATUS_IO, "cannot create '%s': %s", path, strerror(e));
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    int e = 0;
     bool ok = write_all(fd, len8, 8) && write_all(fd, header, hlen);
     for (size_t i = 0; ok && i < n; i++) {
         size_t nbytes = (size_t)hp_shape_numel(&tensors[i].shape) * hp_dtype_size(tensors[i].dtype);
-        if (nbytes) ok = write_all(fd, tensors[i].data, nbytes);
+        const unsigned char *p = tensors[i].data;
+        for (size_t off = 0; ok && off < nbytes; off += CRC_CHUNK) {
+            size_t k = nbytes - off < CRC_CHUNK ? nbytes - off : CRC_CHUNK;
+            if (checked) c.crc[i] = crc_bytes(c.crc[i], p + off, k);
+            ok = write_all(fd, p + off, k);
+        }
+    }
+    if (ok && checked) {
+        st = final_header(path, tensors, n, &c, len8, hlen, &final);
+        if (st != HP_STATUS_OK) {
+            close(fd);
+            unlink(path);
+            free(header);
+            crc_meta_free(&c, n);
+            return st;
+        }
+        ok = pwrite_all(fd, final, hlen, 8);
     }
     ok = ok && fsync(fd) == 0;
-    int e = errno;
-    ok = (close(fd) == 0) && ok;
-    if (!ok && !e) e = errno;
+    if (!ok) e = errno;
+    if (close(fd) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
     free(header);
+    free(final);
+    crc_meta_free(&c, n);
     if (!ok) {
         unlink(path);
-        return hp_error(HP_STATUS_IO, "cannot write '%s': %s", path, strerror(e));
+        return hp_error(HP_STATUS_IO, "cannot write '%s': %s", path, strerror(e ? e : EIO));
     }
     return HP_STATUS_OK;
+}
+
+hp_status hp_safetensors_write(const char *path, const hp_named_tensor *tensors, size_t n, const char *const *meta,
+                               size_t n_meta) {
+    return write_file(path, tensors, n, meta, n_meta, false);
+}
+
+hp_status hp_safetensors_write_checked(const char *path, const hp_named_tensor *tensors, size_t n,
+                                       const char *const *meta, size_t n_meta) {
+    return write_file(path, tensors, n, meta, n_meta, true);
 }
 
 /* ---------------------------------------------------------------- reader */
@@ -164,6 +323,9 @@ struct hp_safetensors {
     hp_safetensors_entry *entries;
     size_t n;
     const cJSON *meta;
+    bool checksummed;        /* the file records checksums (hp_safetensors_write_checked) */
+    unsigned char *verified; /* per entry: its checksum matched once (hp_safetensors_verify) */
+    bool borrowed; /* map is the caller's buffer (hp__safetensors_open_buffer), not an mmap */
 };
 
 #define CORRUPT(...) hp_error(HP_STATUS_CORRUPT, __VA_ARGS__)
@@ -219,10 +381,83 @@ static hp_status parse_entry(const hp_safetensors *f, const cJSON *j, hp_safeten
     return HP_STATUS_OK;
 }
 
+/*
+ * The header checksum, checked before the header is parsed, so that a damaged header is reported as
+ * such: the CRC-32 of the 8 length bytes and the n header bytes with the recorded value read as
+ * "00000000". A header without the key is checked later (check_crc_meta: a file recording tensor
+ * checksums must have it).
+ */
+static hp_status check_header_crc(hp_safetensors *f, size_t n) {
+    const char *h = (const char *)f->map + 8, *pat = HEADER_CRC_PATTERN;
+    size_t pl = strlen(pat);
+    const char *at = memmem(h, n, pat, pl);
+    if (!at) return HP_STATUS_OK;
+    if (at + pl + 8 > h + n || memmem(at + 1, (size_t)(h + n - at - 1), pat, pl))
+        return CORRUPT("'%s': the header checksum (%s) is cut short or repeated", f->path, HP_SAFETENSORS_HEADER_CRC_KEY);
+    const char *val = at + pl;
+    uint32_t want;
+    if (!parse_crc(val, &want))
+        return CORRUPT("'%s': the header checksum (%s) '%.8s' is not 8 lowercase hex digits", f->path,
+                       HP_SAFETENSORS_HEADER_CRC_KEY, val);
+    uint32_t crc = crc_bytes(0, f->map, (size_t)(val - (const char *)f->map));
+    crc = crc_bytes(crc, "00000000", 8);
+    crc = crc_bytes(crc, val + 8, (size_t)(h + n - val - 8));
+    if (crc != want)
+        return CORRUPT("'%s': header checksum mismatch (recorded %08x, computed %08x): the first %zu bytes changed after "
+                       "they were written", f->path, (unsigned)want, (unsigned)crc, 8 + n);
+    f->checksummed = true;
+    return HP_STATUS_OK;
+}
+
+/* The checksum metadata, once the header is parsed: none at all (a file from another writer), or
+ * the marker, the header checksum and one checksum per tensor, each naming a tensor of the file. */
+static hp_status check_crc_meta(hp_safetensors *f) {
+    const char *p = f->path, *pre = HP_SAFETENSORS_CRC_PREFIX;
+    size_t pl = strlen(pre);
+    bool any = false;
+    for (const cJSON *kv = f->meta ? f->meta->child : NULL; kv; kv = kv->next) any = any || is_crc_key(kv->string);
+    if (!any) return HP_STATUS_OK;
+    const char *algo = hp_safetensors_metadata(f, HP_SAFETENSORS_CHECKSUM_KEY);
+    if (!algo) return CORRUPT("'%s': records checksums but not the %s marker", p, HP_SAFETENSORS_CHECKSUM_KEY);
+    if (strcmp(algo, "crc32"))
+        return hp_error(HP_STATUS_UNSUPPORTED, "'%s': checksum algorithm '%s' is unknown (this build knows crc32)", p, algo);
+    if (!f->checksummed)
+        return CORRUPT("'%s': records checksums but no header checksum (%s)", p, HP_SAFETENSORS_HEADER_CRC_KEY);
+    for (size_t i = 0; i < f->n; i++) {
+        hp_safetensors_entry *e = &f->entries[i];
+        const cJSON *v = NULL;
+        for (const cJSON *kv = f->meta->child; kv && !v; kv = kv->next)
+            if (!strncmp(kv->string, pre, pl) && !strcmp(kv->string + pl, e->name)) v = kv;
+        if (!v || strlen(v->valuestring) != 8 || !parse_crc(v->valuestring, &e->crc32))
+            return CORRUPT("'%s': tensor '%s' has no valid checksum (%s%s)", p, e->name, pre, e->name);
+        e->has_crc32 = true;
+    }
+    for (const cJSON *kv = f->meta->child; kv; kv = kv->next)
+        if (!strncmp(kv->string, pre, pl) && !hp_safetensors_find(f, kv->string + pl))
+            return CORRUPT("'%s': records a checksum for tensor '%s', which the file does not hold", p, kv->string + pl);
+    return HP_STATUS_OK;
+}
+
 static int cmp_offset(const void *a, const void *b) {
     const hp_safetensors_entry *x = a, *y = b;
     if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
     return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Duplicate tensor names, by sorting: a header may hold millions of entries (checking each against
+ * all the others took a minute for 100k). */
+static hp_status check_unique_names(const hp_safetensors *f) {
+    const char **names = malloc((f->n ? f->n : 1) * sizeof *names);
+    if (!names) return hp_error(HP_STATUS_OUT_OF_MEMORY, "'%s': out of memory", f->path);
+    for (size_t i = 0; i < f->n; i++) names[i] = f->entries[i].name;
+    qsort(names, f->n, sizeof *names, cmp_name);
+    hp_status st = HP_STATUS_OK;
+    for (size_t i = 1; i < f->n && st == HP_STATUS_OK; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) st = CORRUPT("'%s': duplicate tensor '%s'", f->path, names[i]);
+    free(names);
+    return st;
 }
 
 static hp_status parse_file(hp_safetensors *f) {
@@ -235,6 +470,7 @@ static hp_status parse_file(hp_safetensors *f) {
         return CORRUPT("'%s': header length %llu is invalid for a %zu-byte file (truncated or not safetensors?)", p,
                        (unsigned long long)n, f->size);
     const char *h = (const char *)m + 8;
+    HP_CHECK(check_header_crc(f, (size_t)n));
     if (h[0] != '{') return CORRUPT("'%s': header does not start with '{'", p);
     const char *end = NULL;
     f->header = cJSON_ParseWithLengthOpts(h, (size_t)n, &end, 0);
@@ -257,12 +493,14 @@ static hp_status parse_file(hp_safetensors *f) {
             f->meta = c;
             continue;
         }
-        for (size_t i = 0; i < f->n; i++)
-            if (strcmp(f->entries[i].name, c->string) == 0) return CORRUPT("'%s': duplicate tensor '%s'", p, c->string);
         HP_CHECK(parse_entry(f, c, &f->entries[f->n], buf_size));
         f->n++;
     }
+    HP_CHECK(check_crc_meta(f));
+    HP_CHECK(check_unique_names(f));
     qsort(f->entries, f->n, sizeof *f->entries, cmp_offset);
+    f->verified = calloc(f->n ? f->n : 1, 1);
+    if (!f->verified) return hp_error(HP_STATUS_OUT_OF_MEMORY, "'%s': out of memory", p);
     size_t pos = 0;
     for (size_t i = 0; i < f->n; i++) {
         hp_safetensors_entry *e = &f->entries[i];
@@ -316,11 +554,31 @@ hp_status hp_safetensors_open(const char *path, hp_safetensors **out) {
     return HP_STATUS_OK;
 }
 
+hp_status hp__safetensors_open_buffer(const void *data, size_t size, const char *name, hp_safetensors **out) {
+    *out = NULL;
+    hp_safetensors *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name))) {
+        free(f);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "opening '%s': out of memory", name);
+    }
+    f->map = (void *)data;
+    f->size = size;
+    f->borrowed = true;
+    hp_status st = parse_file(f);
+    if (st != HP_STATUS_OK) {
+        hp_safetensors_close(f);
+        return st;
+    }
+    *out = f;
+    return HP_STATUS_OK;
+}
+
 void hp_safetensors_close(hp_safetensors *f) {
     if (!f) return;
-    if (f->map) munmap(f->map, f->size);
+    if (f->map && !f->borrowed) munmap(f->map, f->size);
     cJSON_Delete(f->header);
     free(f->entries);
+    free(f->verified);
     free(f->path);
     free(f);
 }
@@ -342,6 +600,24 @@ const char *hp_safetensors_metadata(const hp_safetensors *f, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+bool hp_safetensors_checksummed(const hp_safetensors *f) { return f->checksummed; }
+
+static hp_status crc_mismatch(const hp_safetensors *f, const hp_safetensors_entry *e, uint32_t got) {
+    return CORRUPT("'%s': tensor '%s': checksum mismatch (recorded crc32 %08x, data %08x): its %zu bytes at offset %zu "
+                   "changed after they were written", f->path, e->name, (unsigned)e->crc32, (unsigned)got, e->nbytes,
+                   e->offset);
+}
+
+hp_status hp_safetensors_verify(const hp_safetensors *f, const hp_safetensors_entry *e) {
+    size_t i = (size_t)(e - f->entries);
+    if (i >= f->n) return hp_error(HP_STATUS_INVALID_ARGUMENT, "'%s': verifying an entry of another file", f->path);
+    if (!e->has_crc32 || f->verified[i]) return HP_STATUS_OK;
+    uint32_t crc = crc_bytes(0, e->data, e->nbytes);
+    if (crc != e->crc32) return crc_mismatch(f, e, crc);
+    f->verified[i] = 1;
+    return HP_STATUS_OK;
+}
+
 hp_status hp_safetensors_read_into(const hp_safetensors *f, hp_named_tensor *tensors, size_t n) {
     for (size_t i = 0; i < n; i++) {
         hp_named_tensor *t = &tensors[i];
@@ -355,7 +631,20 @@ hp_status hp_safetensors_read_into(const hp_safetensors *f, hp_named_tensor *ten
             return hp_error(HP_STATUS_SHAPE, "'%s': tensor '%s' has shape %s, expected %s", f->path, t->name,
                             hp_shape_str(&e->shape, a, sizeof a), hp_shape_str(&t->shape, b, sizeof b));
         }
-        if (e->nbytes) memcpy(t->data, e->data, e->nbytes);
+        size_t k = (size_t)(e - f->entries);
+        if (!e->has_crc32 || f->verified[k]) {
+            if (e->nbytes) memcpy(t->data, e->data, e->nbytes);
+            continue;
+        }
+        /* copy and checksum chunk by chunk, while the chunk is in cache */
+        uint32_t crc = 0;
+        for (size_t off = 0; off < e->nbytes; off += CRC_CHUNK) {
+            size_t c = e->nbytes - off < CRC_CHUNK ? e->nbytes - off : CRC_CHUNK;
+            memcpy((char *)t->data + off, (const char *)e->data + off, c);
+            crc = crc_bytes(crc, (const char *)t->data + off, c);
+        }
+        if (crc != e->crc32) return crc_mismatch(f, e, crc);
+        f->verified[k] = 1;
     }
     return HP_STATUS_OK;
 }

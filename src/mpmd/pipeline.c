@@ -81,7 +81,7 @@ static hp_status order_phases(pp_chunk *c) {
 
 /* The stage graph for one micro-batch of `rows` rows (of m): forward, surrogate backward, gradient
  * accumulation, nodes in phase order. */
-static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int m_count, pp_chunk *c) {
+static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, float loss_scale, pp_chunk *c) {
     c->g = hp_graph_new();
     if (!c->g) return OOM("a graph");
     hp_graph *g = c->g;
@@ -91,7 +91,7 @@ static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int 
     c->act_bytes = (size_t)rows * (size_t)seq * (size_t)model->width * sizeof(float);
     hp_tid root;
     if (c->part.head) {
-        root = hp_scale(g, m->loss, 1.0f / (float)m_count); /* the step's loss: the mean of the m means */
+        root = hp_scale(g, m->loss, loss_scale); /* this rank's share of the step's mean loss */
     } else {
         c->dy = hp_input(g, "stage.dy", HP_DTYPE_F32, HP_SHAPE(rows, seq, model->width));
         root = hp_sum(g, hp_mul(g, m->x_out, c->dy), -1); /* d root / d x_out = dy exactly */
@@ -140,8 +140,12 @@ static int stage_keep(const pp_chunk *c, hp_tid *keep) {
     return nk;
 }
 
+/* The step's loss is the mean over the m micro-batches of their means over rows_mb rows; this
+ * rank's rows carry rows / rows_mb of its micro-batch's mean. */
+static float pp_loss_scale(const hp_pipeline *pp) { return (float)((double)pp->rows / pp->rows_mb / pp->m); }
+
 static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
-    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp->m, c));
+    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp_loss_scale(pp), c));
     hp_tid keep[3];
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
     po.keep = keep;
@@ -155,7 +159,7 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
     memset(out, 0, sizeof *out);
     pp_chunk c = {.part = *part};
-    hp_status st = stage_graph(model, rows, seq, m, &c);
+    hp_status st = stage_graph(model, rows, seq, 1.0f / (float)m, &c);
     for (int i = 0; st == HP_STATUS_OK && i < c.n_nodes; i++) {
         double s = hp_node_seconds(c.g, i, mm);
         if (i < c.f_end) out->f_seconds += s;
@@ -179,6 +183,7 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
 /* A name this rank's optimizer owns: each parameter once; a tied embedding's copy on the last stage
  * is left to the norm of the rank holding stage 0 (it is summed into both copies first). */
 static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
+    if (pp->replica != 0) return false; /* the group's replicas hold the same reduced gradients */
     return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, "wte.weight"));
 }
 
@@ -257,6 +262,47 @@ static hp_status build_optimizer(hp_pipeline *pp) {
     return hp_program_new(og, &po, &pp->opt_p);
 }
 
+/* Which group (pipeline rank) this process is, its replica index and rows, and the group's
+ * communicator (collective over comm). */
+static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
+    int p = pp->p, total = hp_comm_size(o->comm);
+    pp->me = hp_comm_rank(o->comm);
+    pp->grp_size = malloc(sizeof(int) * (size_t)p);
+    pp->grp_off = malloc(sizeof(int) * (size_t)p);
+    pp->grp_ranks = malloc(sizeof(int) * (size_t)total);
+    if (!pp->grp_size || !pp->grp_off || !pp->grp_ranks) return OOM("the groups");
+    int at = 0, maxd = 1;
+    pp->rank = -1;
+    for (int r = 0; r < p; r++) {
+        pp->grp_size[r] = o->group_size ? o->group_size[r] : 1;
+        pp->grp_off[r] = at;
+        if (pp->grp_size[r] > maxd) maxd = pp->grp_size[r];
+        for (int j = 0; j < pp->grp_size[r]; j++, at++) {
+            int w = o->group_ranks ? o->group_ranks[at] : at;
+            if (w < 0 || w >= total)
+                return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d's rank %d is outside the communicator's %d",
+                                r, w, total);
+            pp->grp_ranks[at] = w;
+            if (w == pp->me) pp->rank = r, pp->replica = j;
+        }
+    }
+    if (pp->rank < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: rank %d is in no stage group", pp->me);
+    for (int r = 0; r < p; r++)
+        if (pp->grp_size[r] > pp->rows_mb)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d has %d ranks for micro-batches of %d rows",
+                            r, pp->grp_size[r], pp->rows_mb);
+    int r1;
+    hp__pp_rows(pp->rows_mb, pp->grp_size[pp->rank], pp->replica, &pp->row0, &r1);
+    pp->rows = r1 - pp->row0;
+    pp->max_group = maxd;
+    /* every process splits (collective); a group of one keeps no communicator */
+    hp_comm *sc = NULL;
+    HP_CHECK(hp_comm_split(o->comm, pp->rank, pp->replica, &sc));
+    if (pp->grp_size[pp->rank] > 1) pp->stage_comm = sc;
+    else hp_comm_free(sc);
+    return HP_STATUS_OK;
+}
+
 hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     *out = NULL;
     const hp_schedule *s = o->schedule;
@@ -266,9 +312,16 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     if (o->model->dropout > 0.0f)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model.dropout %g is not supported with a pipeline yet "
                         "(dropout masks are keyed by the element's index in the batch)", (double)o->model->dropout);
-    if (hp_comm_size(o->comm) != s->p)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: the communicator has %d ranks, the schedule %d",
-                        hp_comm_size(o->comm), s->p);
+    int total = 0;
+    for (int r = 0; r < s->p; r++) {
+        int d = o->group_size ? o->group_size[r] : 1;
+        if (d < 1)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d has %d ranks", r, d);
+        total += d;
+    }
+    if (hp_comm_size(o->comm) != total)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: the communicator has %d ranks, the %d stage groups %d",
+                        hp_comm_size(o->comm), s->p, total);
     if (o->batch < 1 || o->batch % s->m)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: batch %d is not a positive multiple of the %d micro-batches",
                         o->batch, s->m);
@@ -282,12 +335,12 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     pp->optim = *o->optim;
     pp->sched = s;
     pp->comm = o->comm;
-    pp->rank = hp_comm_rank(o->comm);
     pp->p = s->p;
     pp->m = s->m;
-    pp->rows = o->batch / s->m;
+    pp->rows_mb = o->batch / s->m;
     pp->seq = o->seq;
-    hp_status st = hp_store_new(NULL, NULL, &pp->store);
+    hp_status st = setup_groups(pp, o);
+    if (st == HP_STATUS_OK) st = hp_store_new(NULL, NULL, &pp->store);
     pp->chunk_of_stage = malloc(sizeof(int) * (size_t)s->n_stages);
     if (st == HP_STATUS_OK && !pp->chunk_of_stage) st = OOM("the stage map");
     for (int k = 0; st == HP_STATUS_OK && k < s->n_stages; k++) {
@@ -306,10 +359,12 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
         pp->chunks[c].stage = k;
         st = stage_part(o, k, &pp->chunks[c].part);
     }
-    if (st == HP_STATUS_OK) {
+    if (st == HP_STATUS_OK) { /* a tied head on another group than the embedding: their gradients summed */
         int first = s->stage_rank[0], last = s->stage_rank[s->n_stages - 1];
-        pp->tied_exchange = pp->model.tied_head && first != last && (pp->rank == first || pp->rank == last);
-        pp->tied_peer = pp->rank == first ? last : first;
+        bool in = pp->rank == first || pp->rank == last;
+        pp->tied_exchange = pp->model.tied_head && first != last && in;
+        if (pp->model.tied_head && first != last) /* collective over comm */
+            st = hp_comm_split(pp->comm, in ? 1 : 2, pp->me, &pp->tied_comm);
     }
     if (st == HP_STATUS_OK) st = hp__pp_plan_actions(pp);
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
@@ -329,9 +384,10 @@ void hp_pipeline_free(hp_pipeline *pp) {
         pp_chunk *ch = &pp->chunks[c];
         for (int s = 0; s < ch->n_slots && ch->slots; s++) {
             pp_slot *sl = &ch->slots[s];
-            if (sl->recv) (void)hp_comm_wait(sl->recv);
-            if (sl->send_f) (void)hp_comm_wait(sl->send_f);
-            if (sl->send_b) (void)hp_comm_wait(sl->send_b);
+            (void)hp__pp_reqs_wait(&sl->recv);
+            (void)hp__pp_reqs_wait(&sl->send_f);
+            (void)hp__pp_reqs_wait(&sl->send_b);
+            free(sl->recv.r), free(sl->send_f.r), free(sl->send_b.r);
             hp_program_free(sl->p);
         }
         free(ch->slots);
@@ -342,6 +398,11 @@ void hp_pipeline_free(hp_pipeline *pp) {
     hp_graph_free(pp->norm_g);
     hp_graph_free(pp->opt_g);
     hp_store_free(pp->store);
+    hp_comm_free(pp->stage_comm);
+    hp_comm_free(pp->tied_comm);
+    free(pp->grp_size);
+    free(pp->grp_off);
+    free(pp->grp_ranks);
     free(pp->chunks);
     free(pp->chunk_of_stage);
     free(pp->plan);
@@ -373,8 +434,9 @@ hp_store *hp_pipeline_store(hp_pipeline *pp) { return pp->store; }
 hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr) {
     if (tr) {
         HP_CHECK(hp_trace_track(tr, "compute", 0, &pp->trace_track));
-        const char *names[6] = {"send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq"};
-        for (int k = 0; k < 6; k++)
+        const char *names[7] = {"send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
+                                "all_reduce grad"};
+        for (int k = 0; k < 7; k++)
             if ((pp->trace_name[k] = hp_trace_intern(tr, names[k])) < 0)
                 return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for trace names");
     }

@@ -5,12 +5,18 @@
 #include "hp/pipeline.h"
 #include "hp/runtime.h"
 
+/* Transfers in flight for one buffer: one per rank of the other stage's group whose rows overlap. */
+typedef struct pp_reqs {
+    hp_comm_request **r;
+    int n;
+} pp_reqs;
+
 /* One program instance of a chunk: the activations of one micro-batch in flight. */
 typedef struct pp_slot {
     hp_program *p;
-    hp_comm_request *recv;   /* pending receive into x_in (RECV_F) or dy (RECV_B) */
-    hp_comm_request *send_f; /* pending send of x_out */
-    hp_comm_request *send_b; /* pending send of dx */
+    pp_reqs recv;   /* pending receives into x_in (RECV_F) or dy (RECV_B) */
+    pp_reqs send_f; /* pending sends of x_out */
+    pp_reqs send_b; /* pending sends of dx */
 } pp_slot;
 
 /* One virtual stage held by this rank. */
@@ -39,7 +45,15 @@ struct hp_pipeline {
     hp_optim_config optim;
     const hp_schedule *sched;
     hp_comm *comm;
-    int rank, p, m, rows, seq; /* rows: batch rows per micro-batch */
+    int rank, p, m, rows, seq; /* rank: the pipeline rank (stage group); rows: this rank's rows of a micro-batch */
+    int rows_mb;            /* rows of a micro-batch (batch / m) */
+    int row0;               /* this rank's first row within a micro-batch */
+    int me;                 /* this process's rank in comm */
+    int *grp_size, *grp_off, *grp_ranks; /* [p], [p], [sum]: each pipeline rank's group, in comm ranks */
+    int replica;            /* this process's position in its group */
+    hp_comm *stage_comm;    /* the group (data-parallel replicas of the stage); NULL: one rank */
+    hp_comm *tied_comm;     /* the groups of the first and last stage (a tied head on other ranks) */
+    int max_group;          /* the largest group: transfers per buffer at most */
     hp_store *store;
     int n_chunks;
     pp_chunk *chunks;
@@ -50,15 +64,26 @@ struct hp_pipeline {
     hp_graph *norm_g, *opt_g;
     hp_program *norm_p, *opt_p;
     hp_tid norm_out, opt_grad_sq, opt_lr, opt_step;
-    bool tied_exchange;     /* this rank holds one of the two copies of a tied embedding on two ranks */
-    int tied_peer;          /* the rank holding the other copy */
+    bool tied_exchange;     /* this group holds one of the two copies of a tied embedding on two groups */
     int64_t step;           /* optimizer steps taken */
     hp_trace *trace;        /* hp_pipeline_set_trace; NULL: off */
     int trace_track;        /* the compute thread's track */
-    int32_t trace_name[6];  /* "send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq" */
+    int32_t trace_name[7];  /* "send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
+                               "all_reduce grad" */
 };
 
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */
 hp_status hp__pp_plan_actions(hp_pipeline *pp);
+
+/* Waits for every request of the set and empties it; the first error. */
+hp_status hp__pp_reqs_wait(pp_reqs *q);
+
+/* Rows [*r0, *r1) of a micro-batch of `rows` rows that replica j of a group of d takes (the first
+ * rows % d replicas one more). */
+static inline void hp__pp_rows(int rows, int d, int j, int *r0, int *r1) {
+    int base = rows / d, extra = rows % d;
+    *r0 = j * base + (j < extra ? j : extra);
+    *r1 = *r0 + base + (j < extra);
+}
 
 #endif

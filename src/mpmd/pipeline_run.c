@@ -78,11 +78,43 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp) {
     return st;
 }
 
-static hp_status wait_req(hp_comm_request **r) {
-    if (!*r) return HP_STATUS_OK;
-    hp_comm_request *q = *r;
-    *r = NULL;
-    return hp_comm_wait(q);
+hp_status hp__pp_reqs_wait(pp_reqs *q) {
+    hp_status st = HP_STATUS_OK;
+    for (int k = 0; k < q->n; k++) {
+        hp_status w = hp_comm_wait(q->r[k]);
+        if (st == HP_STATUS_OK) st = w;
+    }
+    q->n = 0;
+    return st;
+}
+
+static hp_status reqs_room(hp_pipeline *pp, pp_reqs *q) {
+    if (q->r) return HP_STATUS_OK;
+    q->r = calloc((size_t)pp->max_group, sizeof *q->r);
+    return q->r ? HP_STATUS_OK : hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for transfers");
+}
+
+/* One transfer of a (rows, seq, C) activation or gradient `buf` (this rank's rows) with the ranks
+ * of pipeline rank `peer`'s group whose rows overlap this rank's: a send of each overlap, or a
+ * receive into it. Every pair of ranks moves at most one block per (kind, stage, micro-batch). */
+static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int tag, pp_reqs *q) {
+    HP_CHECK(reqs_room(pp, q));
+    int d = pp->grp_size[peer];
+    size_t row = (size_t)pp->seq * (size_t)pp->model.width;
+    for (int j = 0; j < d; j++) {
+        int a0, a1;
+        hp__pp_rows(pp->rows_mb, d, j, &a0, &a1);
+        int lo = a0 > pp->row0 ? a0 : pp->row0, hi = a1 < pp->row0 + pp->rows ? a1 : pp->row0 + pp->rows;
+        if (lo >= hi) continue;
+        float *at = buf + (size_t)(lo - pp->row0) * row;
+        size_t count = (size_t)(hi - lo) * row;
+        int to = pp->grp_ranks[pp->grp_off[peer] + j];
+        hp_comm_request **r = &q->r[q->n];
+        HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, to, tag, r)
+                      : hp_comm_irecv(pp->comm, at, count, HP_DTYPE_F32, to, tag, r));
+        q->n++;
+    }
+    return HP_STATUS_OK;
 }
 
 /* Posts the receive of action i (its slot's buffer is free). */
@@ -91,11 +123,10 @@ static hp_status post_recv(hp_pipeline *pp, int i) {
     pp_chunk *c = &pp->chunks[pp->plan[i].chunk];
     pp_slot *sl = &c->slots[pp->plan[i].slot];
     bool fwd = a->op == HP_SCHED_OP_RECV_F;
-    hp_tid t = fwd ? c->gpt.x_in : c->dy;
-    void *buf = hp_program_data(sl->p, t);
+    float *buf = hp_program_data(sl->p, fwd ? c->gpt.x_in : c->dy);
     pp->posted[i] = true;
-    return hp_comm_irecv(pp->comm, buf, c->act_bytes / sizeof(float), HP_DTYPE_F32, a->peer,
-                         tag_of(pp, fwd ? 0 : 1, fwd ? a->stage - 1 : a->stage + 1, a->mb), &sl->recv);
+    return transfer(pp, false, buf, a->peer, tag_of(pp, fwd ? 0 : 1, fwd ? a->stage - 1 : a->stage + 1, a->mb),
+                    &sl->recv);
 }
 
 /* Posts every receive of the list not yet posted whose slot was freed before action `at`. */
@@ -106,7 +137,7 @@ static hp_status post_ready(hp_pipeline *pp, int at) {
         if (pp->posted[i] || (act[i].op != HP_SCHED_OP_RECV_F && act[i].op != HP_SCHED_OP_RECV_B)) continue;
         if (pp->plan[i].post_after >= at) continue;
         pp_slot *sl = &pp->chunks[pp->plan[i].chunk].slots[pp->plan[i].slot];
-        if (sl->recv) continue; /* its slot's earlier receive is still pending */
+        if (sl->recv.n) continue; /* its slot's earlier receive is still pending */
         HP_CHECK(post_recv(pp, i));
     }
     return HP_STATUS_OK;
@@ -136,21 +167,22 @@ static void trace_p2p(hp_pipeline *pp, const hp_sched_action *a, const pp_chunk 
     hp_trace_end(pp->trace, pp->trace_track, t0, &s);
 }
 
-/* With a trace: the span of the step's all-reduce k (4: the loss, 5: the squared gradient norm). */
-static void trace_all_reduce(hp_pipeline *pp, int k, double t0) {
+/* With a trace: the span of an all-reduce of `bytes` (k = 4: the loss, 5: the squared gradient
+ * norm, 6: a gradient accumulator over the stage's group or the tied copies). */
+static void trace_all_reduce(hp_pipeline *pp, int k, double t0, double bytes) {
     hp_trace_span s = HP_TRACE_SPAN_INIT;
     s.name = pp->trace_name[k];
     s.kind = HP_TRACE_KIND_COMM;
     s.phase = k == 4 ? HP_TRACE_PHASE_NONE : HP_TRACE_PHASE_OPT;
-    s.bytes = sizeof(float);
+    s.bytes = bytes;
     hp_trace_end(pp->trace, pp->trace_track, t0, &s);
 }
 
 /* Waits for the receive into a slot, recorded as "recv F" / "recv B" (k = 2, 3) with a trace. */
 static hp_status wait_recv(hp_pipeline *pp, const hp_sched_action *a, const pp_chunk *c, pp_slot *sl, int k) {
-    if (!pp->trace || !sl->recv) return wait_req(&sl->recv);
+    if (!pp->trace || !sl->recv.n) return hp__pp_reqs_wait(&sl->recv);
     double t0 = hp_trace_begin(pp->trace);
-    hp_status st = wait_req(&sl->recv);
+    hp_status st = hp__pp_reqs_wait(&sl->recv);
     trace_p2p(pp, a, c, k, t0);
     return st;
 }
@@ -170,28 +202,28 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
     size_t rows_bytes = (size_t)pp->rows * (size_t)pp->seq * sizeof(int32_t);
     double t0 = hp_trace_begin(pp->trace);
     hp_status st;
+    size_t first_row = ((size_t)a->mb * pp->rows_mb + pp->row0) * (size_t)pp->seq; /* this rank's rows of the batch */
     switch ((hp_sched_op)a->op) {
     case HP_SCHED_OP_RECV_F:
     case HP_SCHED_OP_RECV_B:
         if (!pp->posted[i]) {
-            HP_CHECK(wait_req(&sl->recv)); /* an earlier receive into the slot, already consumed */
+            HP_CHECK(hp__pp_reqs_wait(&sl->recv)); /* an earlier receive into the slot, already consumed */
             HP_CHECK(post_recv(pp, i));
         }
         return HP_STATUS_OK;
     case HP_SCHED_OP_SEND_F:
-        st = hp_comm_isend(pp->comm, hp_program_data(sl->p, c->gpt.x_out), c->act_bytes / sizeof(float), HP_DTYPE_F32,
-                           a->peer, tag_of(pp, 0, a->stage, a->mb), &sl->send_f);
+        st = transfer(pp, true, hp_program_data(sl->p, c->gpt.x_out), a->peer, tag_of(pp, 0, a->stage, a->mb),
+                      &sl->send_f);
         if (pp->trace) trace_p2p(pp, a, c, 0, t0);
         return st;
     case HP_SCHED_OP_SEND_B:
-        st = hp_comm_isend(pp->comm, hp_program_data(sl->p, c->dx), c->act_bytes / sizeof(float), HP_DTYPE_F32,
-                           a->peer, tag_of(pp, 1, a->stage, a->mb), &sl->send_b);
+        st = transfer(pp, true, hp_program_data(sl->p, c->dx), a->peer, tag_of(pp, 1, a->stage, a->mb), &sl->send_b);
         if (pp->trace) trace_p2p(pp, a, c, 1, t0);
         return st;
     case HP_SCHED_OP_F:
-        HP_CHECK(wait_req(&sl->send_f)); /* the slot's last activation has left */
+        HP_CHECK(hp__pp_reqs_wait(&sl->send_f)); /* the slot's last activation has left */
         if (c->part.embedding) {
-            HP_CHECK(hp_program_set_input(sl->p, c->gpt.tokens, tokens + (size_t)a->mb * pp->rows * pp->seq, rows_bytes));
+            HP_CHECK(hp_program_set_input(sl->p, c->gpt.tokens, tokens + first_row, rows_bytes));
         } else if (s->stage_rank[a->stage - 1] == pp->rank) { /* the previous stage is here: copy */
             pp_chunk *pc;
             pp_slot *ps = local_slot(pp, a->stage - 1, a->mb, i, &pc);
@@ -200,14 +232,14 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
         } else {
             HP_CHECK(wait_recv(pp, a, c, sl, 2));
         }
-        if (c->part.head)
-            HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + (size_t)a->mb * pp->rows * pp->seq, rows_bytes));
+        if (c->part.head) HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + first_row, rows_bytes));
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_F));
         HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));
-        if (c->part.head) *loss_sum += *(const float *)hp_program_data(sl->p, c->gpt.loss);
+        if (c->part.head) /* this rank's share of the micro-batch's mean */
+            *loss_sum += *(const float *)hp_program_data(sl->p, c->gpt.loss) * ((double)pp->rows / pp->rows_mb);
         return HP_STATUS_OK;
     case HP_SCHED_OP_B:
-        HP_CHECK(wait_req(&sl->send_b));
+        HP_CHECK(hp__pp_reqs_wait(&sl->send_b));
         if (!c->part.head) {
             if (s->stage_rank[a->stage + 1] == pp->rank) {
                 pp_chunk *nc;
@@ -229,26 +261,29 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
     }
 }
 
-/* Sums the two copies' gradients of a tied embedding held on two ranks (both get a + b). */
-static hp_status exchange_tied(hp_pipeline *pp) {
-    hp_store_entry_info e;
-    HP_CHECK(hp_store_info(pp->store, "grad_acc.wte.weight", &e));
-    float *acc = hp_store_data(pp->store, "grad_acc.wte.weight");
-    size_t n = (size_t)hp_shape_numel(&e.local_shape);
-    float *other = malloc(n * sizeof *other + 1);
-    if (!other) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for the tied gradient");
-    hp_comm_request *r = NULL;
-    int tag = tag_of(pp, 2, 0, 0);
-    hp_status st = hp_comm_irecv(pp->comm, other, n, HP_DTYPE_F32, pp->tied_peer, tag, &r);
-    if (st == HP_STATUS_OK) st = hp_comm_send(pp->comm, acc, n, HP_DTYPE_F32, pp->tied_peer, tag);
-    hp_status wst = r ? hp_comm_wait(r) : HP_STATUS_OK;
-    if (st == HP_STATUS_OK) st = wst;
-    if (st == HP_STATUS_OK) {
-        for (size_t k = 0; k < n; k++) acc[k] += other[k]; /* a + b == b + a: the copies stay equal */
-        st = hp_store_touch(pp->store, "grad_acc.wte.weight");
+/* Sums the gradients the processes computed: over the group's replicas (each took some rows of
+ * every micro-batch), and a tied embedding's over the first and last stages' groups too (its two
+ * copies then get the same sum, so they stay equal). */
+static hp_status reduce_gradients(hp_pipeline *pp) {
+    /* the tied copy first (over the two groups), then the group's own (so no two communicators'
+     * collectives are waited for in different orders) */
+    for (int k = 0; k < 2 * hp_store_n_entries(pp->store); k++) {
+        int pass = k / hp_store_n_entries(pp->store), i = k % hp_store_n_entries(pp->store);
+        const char *name = hp_store_name(pp->store, i);
+        if (strncmp(name, "grad_acc.", 9)) continue;
+        bool tied = pp->tied_exchange && !strcmp(name, "grad_acc.wte.weight");
+        if (tied != (pass == 0)) continue;
+        hp_comm *c = tied ? pp->tied_comm : pp->stage_comm;
+        if (!c) continue;
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(pp->store, name, &e));
+        float *acc = hp_store_data(pp->store, name);
+        double t0 = hp_trace_begin(pp->trace);
+        HP_CHECK(hp_comm_all_reduce(c, acc, acc, (size_t)hp_shape_numel(&e.local_shape), HP_DTYPE_F32, HP_REDUCE_SUM));
+        if (pp->trace) trace_all_reduce(pp, 6, t0, (double)e.bytes);
+        HP_CHECK(hp_store_touch(pp->store, name));
     }
-    free(other);
-    return st;
+    return HP_STATUS_OK;
 }
 
 hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss) {
@@ -268,16 +303,30 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     for (int c = 0; c < pp->n_chunks; c++) /* every transfer done (a failed step drains them too) */
         for (int k = 0; k < pp->chunks[c].n_slots; k++) {
             pp_slot *sl = &pp->chunks[c].slots[k];
-            hp_status w1 = wait_req(&sl->send_f), w2 = wait_req(&sl->send_b), w3 = wait_req(&sl->recv);
+            hp_status w1 = hp__pp_reqs_wait(&sl->send_f), w2 = hp__pp_reqs_wait(&sl->send_b),
+                      w3 = hp__pp_reqs_wait(&sl->recv);
             if (st == HP_STATUS_OK) st = w1 != HP_STATUS_OK ? w1 : w2 != HP_STATUS_OK ? w2 : w3;
         }
     HP_CHECK(st);
-    if (pp->tied_exchange) HP_CHECK(exchange_tied(pp));
-    float mine = (float)(loss_sum / pp->m), total = 0; /* only the last stage's rank has a loss */
+    HP_CHECK(reduce_gradients(pp));
+    float mine = (float)(loss_sum / pp->m), total = 0; /* only the last stage's ranks have a loss */
     double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
-    if (pp->trace) trace_all_reduce(pp, 4, t0);
+    if (pp->trace) trace_all_reduce(pp, 4, t0, sizeof(float));
     if (loss) *loss = total;
+    return HP_STATUS_OK;
+}
+
+/* Zeroes every gradient accumulator (a skipped step). */
+static hp_status zero_accumulators(hp_pipeline *pp) {
+    for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
+        const char *name = hp_store_name(pp->store, i);
+        if (strncmp(name, "grad_acc.", 9)) continue;
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(pp->store, name, &e));
+        memset(hp_store_data(pp->store, name), 0, e.bytes);
+        HP_CHECK(hp_store_touch(pp->store, name));
+    }
     return HP_STATUS_OK;
 }
 
@@ -286,19 +335,25 @@ hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm) {
     float mine = *(const float *)hp_program_data(pp->norm_p, pp->norm_out), grad_sq = 0;
     double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &grad_sq, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
-    if (pp->trace) trace_all_reduce(pp, 5, t0);
+    if (pp->trace) trace_all_reduce(pp, 5, t0, sizeof(float));
+    if (grad_norm) *grad_norm = sqrtf(grad_sq);
+    if (!isfinite(grad_sq)) return zero_accumulators(pp); /* a NaN or Inf gradient: no update */
     pp->step++;
     float step_f = (float)pp->step;
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_lr, &lr, sizeof lr));
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_step, &step_f, sizeof step_f));
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_grad_sq, &grad_sq, sizeof grad_sq));
-    HP_CHECK(hp_program_run(pp->opt_p));
-    if (grad_norm) *grad_norm = sqrtf(grad_sq);
-    return HP_STATUS_OK;
+    return hp_program_run(pp->opt_p);
 }
 
 hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float lr, float *loss,
                            float *grad_norm) {
-    HP_CHECK(hp_pipeline_forward_backward(pp, tokens, targets, loss));
+    float l = 0;
+    HP_CHECK(hp_pipeline_forward_backward(pp, tokens, targets, &l));
+    if (loss) *loss = l;
+    if (!isfinite(l)) { /* a NaN or Inf loss: no update either */
+        if (grad_norm) *grad_norm = NAN;
+        return zero_accumulators(pp);
+    }
     return hp_pipeline_update(pp, lr, grad_norm);
 }

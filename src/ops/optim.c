@@ -23,6 +23,13 @@ hp_tid hp_clip_scale(hp_graph *g, hp_tid sumsq, float max_norm) {
     return hp_graph_add_node(g, HP_OP_CLIP_SCALE, &sumsq, 1, &at);
 }
 
+hp_tid hp_clip_scale_guarded(hp_graph *g, hp_tid sumsq, hp_tid loss, float max_norm) {
+    hp_attrs at = {0};
+    at.f[0] = max_norm;
+    hp_tid in[2] = {sumsq, loss};
+    return hp_graph_add_node(g, HP_OP_CLIP_SCALE, in, 2, &at);
+}
+
 hp_status hp_adamw(hp_graph *g, hp_tid param, hp_tid grad, hp_tid m, hp_tid v, hp_tid lr, hp_tid step,
                    hp_tid scale, const hp_adamw_params *p) {
     hp_adamw_params hp = p ? *p : HP_ADAMW_PARAMS_DEFAULT;
@@ -68,6 +75,7 @@ static hp_status sumsq_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, 
 
 static hp_status clip_scale_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
     HP_CHECK(need_scalar(g, n, 0, "sum of squares"));
+    if (n->n_in > 1) HP_CHECK(need_scalar(g, n, 1, "loss"));
     if (!(n->attr.f[0] > 0.0f))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "clip_scale max_norm must be > 0, is %g", (double)n->attr.f[0]);
     dt[0] = HP_DTYPE_F32;
@@ -136,11 +144,11 @@ static hp_status sumsq_shard(const hp_shard_ctx *c, const hp_node *n, const hp_l
     return HP_STATUS_OK;
 }
 
-/* CLIP_SCALE: the global norm must be complete: its pending sum is resolved. */
+/* CLIP_SCALE: the global norm (and the loss it guards) must be complete: pending sums are resolved. */
 static hp_status clip_scale_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
                                   hp_layout *out, hp_attrs *local, bool *drop) {
     (void)c, (void)in, (void)local, (void)drop;
-    req[0] = hp__lay_replicated(hp__shp(c->g, n->in[0])->ndim);
+    for (int i = 0; i < n->n_in; i++) req[i] = hp__lay_replicated(hp__shp(c->g, n->in[i])->ndim);
     out[0] = hp__lay_replicated(0);
     return HP_STATUS_OK;
 }
@@ -173,7 +181,7 @@ const hp_op_def hp__op_def_sumsq = {
 const hp_op_def hp__op_def_clip_scale = {
     .name = "clip_scale",
     .min_in = 1,
-    .max_in = 1,
+    .max_in = 2,
     .n_out = 1,
     .infer = clip_scale_infer,
     .cost = clip_scale_cost,

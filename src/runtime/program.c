@@ -711,6 +711,12 @@ bool hp_program_arena_offset(const hp_program *p, hp_tid t, size_t *offset) {
     return true;
 }
 
+void *hp_program_arena_peek(hp_program *p, hp_tid t) {
+    if (!p || !p->arena || t < 0 || t >= p->lv.n_tensors || p->offset[t] == SIZE_MAX) return NULL;
+    (void)ext_sync(p, -1);
+    return (char *)p->arena + p->offset[t];
+}
+
 hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out) {
     return program_build(g, opts, false, out);
 }

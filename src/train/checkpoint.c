@@ -132,14 +132,22 @@ char *hp__ckpt_state_json(const hp_checkpoint_save_args *a, int format_version, 
     return s;
 }
 
-static hp_status write_contents(const hp_checkpoint_save_args *a, const char *tmp) {
-    char path[PATH_BYTES], stepstr[32];
+/* One single-device file: checksummed, bound to the step, its role, rank 0 of 1 and the model. */
+static hp_status write_tensor_file(const hp_checkpoint_save_args *a, const char *tmp, const char *file, const char *role,
+                                   const hp_named_tensor *t, size_t n) {
+    char path[PATH_BYTES], stepstr[32], model[512];
     snprintf(stepstr, sizeof stepstr, "%lld", (long long)a->step);
-    const char *meta[] = {"format", "pt", "step", stepstr};
-    HP_CHECK(join(path, tmp, HP_CHECKPOINT_MODEL_FILE));
-    HP_CHECK(hp_safetensors_write(path, a->model, a->n_model, meta, 2));
-    HP_CHECK(join(path, tmp, HP_CHECKPOINT_OPTIM_FILE));
-    HP_CHECK(hp_safetensors_write(path, a->optim, a->n_optim, meta, 2));
+    const char *meta[] = {"format", "pt", HP__CKPT_META_STEP, stepstr, HP__CKPT_META_ROLE, role,
+                          HP__CKPT_META_RANK, "0", HP__CKPT_META_WORLD, "1", HP__CKPT_META_MODEL, model};
+    if (a->config) hp__ckpt_model_summary(&a->config->model, model, sizeof model);
+    HP_CHECK(join(path, tmp, file));
+    return hp_safetensors_write_checked(path, t, n, meta, a->config ? 6 : 5);
+}
+
+static hp_status write_contents(const hp_checkpoint_save_args *a, const char *tmp) {
+    char path[PATH_BYTES];
+    HP_CHECK(write_tensor_file(a, tmp, HP_CHECKPOINT_MODEL_FILE, "model", a->model, a->n_model));
+    HP_CHECK(write_tensor_file(a, tmp, HP_CHECKPOINT_OPTIM_FILE, "optim", a->optim, a->n_optim));
     char *js = hp__ckpt_state_json(a, HP_CHECKPOINT_FORMAT_VERSION_SINGLE, false);
     if (!js) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory building state.json");
     hp_status st = join(path, tmp, HP_CHECKPOINT_STATE_FILE);
@@ -315,13 +323,28 @@ hp_status hp_checkpoint_read_state(const char *step_dir, hp_checkpoint_state *ou
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "format_version");
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(root, "step");
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed");
-    if (!cJSON_IsNumber(ver) || !cJSON_IsNumber(step) || step->valuedouble < 0 || !cJSON_IsString(seed)) {
-        st = hp_error(HP_STATUS_CORRUPT, "'%s' lacks a numeric format_version and step or a string seed", path);
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsNumber(ver) || !cJSON_IsNumber(step) || !cJSON_IsString(seed)) {
+        char *js = step ? cJSON_PrintUnformatted(step) : NULL;
+        st = hp_error(HP_STATUS_CORRUPT, "'%s' lacks a numeric format_version and step or a string seed%s%s%s", path,
+                      js ? " (step is " : "", js ? js : "", js ? ")" : "");
+        free(js);
         goto done;
     }
-    if (ver->valueint > HP_CHECKPOINT_FORMAT_VERSION || ver->valueint < 1) {
-        st = hp_error(HP_STATUS_UNSUPPORTED, "'%s' has format_version %d; this build reads up to %d", path, ver->valueint,
-                      HP_CHECKPOINT_FORMAT_VERSION);
+    if (ver->valueint > HP_CHECKPOINT_FORMAT_VERSION || ver->valueint < 1 || ver->valuedouble != (double)ver->valueint) {
+        st = hp_error(HP_STATUS_UNSUPPORTED, "'%s' has format_version %g; this build reads 1 to %d", path,
+                      ver->valuedouble, HP_CHECKPOINT_FORMAT_VERSION);
+        goto done;
+    }
+    if (format && (!cJSON_IsString(format) || strcmp(format->valuestring, "hyperparallel-checkpoint"))) {
+        st = hp_error(HP_STATUS_CORRUPT, "'%s' has a \"format\" other than \"hyperparallel-checkpoint\"", path);
+        goto done;
+    }
+    /* the range first: the cast of a value outside it (1e300) would be undefined behaviour */
+    if (!(step->valuedouble >= 0 && step->valuedouble < 9007199254740992.0) ||
+        step->valuedouble != (double)(int64_t)step->valuedouble) {
+        st = hp_error(HP_STATUS_CORRUPT, "'%s': step %.17g is not a whole number of steps (0 <= step < 2^53)", path,
+                      step->valuedouble);
         goto done;
     }
     char *end;
@@ -360,19 +383,11 @@ void hp_checkpoint_state_free(hp_checkpoint_state *s) {
     s->has_config = false;
 }
 
-/* A sharded step directory (index.json) is loaded as full tensors on a one-device mesh. */
-static hp_status load_single(const char *step_dir, bool optim, hp_named_tensor *tensors, size_t n) {
-    char path[PATH_BYTES];
-    HP_CHECK(join(path, step_dir, HP__CKPT_INDEX_FILE));
-    if (is_file(path)) return hp__ckpt_load_full(step_dir, optim, tensors, n);
-    HP_CHECK(join(path, step_dir, optim ? HP_CHECKPOINT_OPTIM_FILE : HP_CHECKPOINT_MODEL_FILE));
-    return hp_safetensors_load_into(path, tensors, n);
-}
-
+/* Both formats load through the checked loader (checkpoint_load.c) on a one-device mesh. */
 hp_status hp_checkpoint_load_model(const char *step_dir, hp_named_tensor *tensors, size_t n) {
-    return load_single(step_dir, false, tensors, n);
+    return hp__ckpt_load_full(step_dir, false, tensors, n);
 }
 
 hp_status hp_checkpoint_load_optim(const char *step_dir, hp_named_tensor *tensors, size_t n) {
-    return load_single(step_dir, true, tensors, n);
+    return hp__ckpt_load_full(step_dir, true, tensors, n);
 }

@@ -1,5 +1,5 @@
-/* Sharded checkpoints: per-rank safetensors blocks plus index.json; loading reshards by intersecting
- * slices with the saved blocks (see hp/checkpoint.h). */
+/* Saving sharded checkpoints: per-rank safetensors blocks, each file bound to its step, rank, mesh
+ * and blocks and checksummed, plus index.json (see hp/checkpoint.h; loading is checkpoint_load.c). */
 #include "hp/checkpoint.h"
 #include "hp/redistribute.h"
 #include "train/checkpoint_internal.h"
@@ -19,12 +19,6 @@ static int64_t box_numel(int nd, const int64_t *len) {
     int64_t n = 1;
     for (int d = 0; d < nd; d++) n *= len[d];
     return n;
-}
-
-/* "[1, 2, 3]" of n int64 values into buf. */
-static char *ints_str(int n, const int64_t *v, char *buf, size_t cap) {
-    hp_shape s = hp_shape_make(n, v);
-    return hp_shape_str(&s, buf, cap);
 }
 
 /* ---------------------------------------------------------------- save */
@@ -80,30 +74,65 @@ static hp_status check_tensors(const char *what, const hp_sharded_tensor *t, siz
     return HP_STATUS_OK;
 }
 
-/* Writes this rank's file of one list: the blocks it first owns, under the tensors' names. */
+/* The mesh metadata of m (hp__ckpt_mesh_str). */
+static void mesh_meta(const hp_mesh *m, char *buf, size_t n) {
+    int64_t dims[HP_MESH_MAX_AXES];
+    const char *names[HP_MESH_MAX_AXES];
+    for (int a = 0; a < hp_mesh_naxes(m); a++) dims[a] = hp_mesh_dim(m, a), names[a] = hp_mesh_axis_name(m, a);
+    hp__ckpt_mesh_str(hp_mesh_naxes(m), dims, names, buf, n);
+}
+
+/* Writes this rank's file of one list: the blocks it first owns, under the tensors' names, with
+ * checksums and the binding metadata (step, role, rank, world size, mesh, model, each block's
+ * layout and box). */
 static hp_status write_rank_file(const char *tmp, const char *prefix, int rank, const hp_sharded_tensor *t, size_t n,
-                                 const hp_mesh *m, int64_t step) {
+                                 const hp_mesh *m, const hp_checkpoint_save_args *a) {
+    enum { FIXED = 7 };
     hp_named_tensor *nt = calloc(n ? n : 1, sizeof *nt);
-    if (!nt) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory for %zu tensors", n);
+    const char **meta = calloc(2 * (FIXED + n), sizeof *meta);
+    char *strs = calloc(n ? n : 1, 2048); /* per block: key (first 1024 bytes) and value */
+    hp_status st = HP_STATUS_OK;
+    if (!nt || !meta || !strs) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory for %zu tensors", n);
+        goto out;
+    }
+    char stepstr[32], rankstr[32], worldstr[32], mesh[512], model[512], leaf[64], path[PATH_BYTES];
+    snprintf(stepstr, sizeof stepstr, "%lld", (long long)a->step);
+    snprintf(rankstr, sizeof rankstr, "%d", rank);
+    snprintf(worldstr, sizeof worldstr, "%d", hp_mesh_size(m));
+    mesh_meta(m, mesh, sizeof mesh);
+    size_t nm = 0;
+    const char *fixed[] = {"format", "pt", HP__CKPT_META_STEP, stepstr, HP__CKPT_META_ROLE, prefix,
+                           HP__CKPT_META_RANK, rankstr, HP__CKPT_META_WORLD, worldstr, HP__CKPT_META_MESH, mesh};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i += 2, nm++) meta[2 * nm] = fixed[i], meta[2 * nm + 1] = fixed[i + 1];
+    if (a->config) {
+        hp__ckpt_model_summary(&a->config->model, model, sizeof model);
+        meta[2 * nm] = HP__CKPT_META_MODEL, meta[2 * nm + 1] = model, nm++;
+    }
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         hp_shape local;
-        hp_status st = hp_layout_local_shape(&t[i].layout, m, &t[i].shape, rank, &local);
-        if (st != HP_STATUS_OK) {
-            free(nt);
-            return st;
-        }
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
+        HP_CHECK_GOTO(hp_layout_local_shape(&t[i].layout, m, &t[i].shape, rank, &local), st, out);
         if (hp_shape_numel(&local) == 0 || !is_first_owner(&t[i].layout, m, rank)) continue;
+        HP_CHECK_GOTO(hp_layout_slice_of(&t[i].layout, m, &t[i].shape, rank, start, len), st, out);
+        char lay[512], *key = strs + 2048 * k, *val = key + 1024;
+        hp_layout_format(&t[i].layout, m, lay, sizeof lay);
+        if (snprintf(key, 1024, "%s%s", HP__CKPT_META_BLOCK, t[i].name) >= 1024) {
+            st = hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: tensor name '%.64s...' is too long", t[i].name);
+            goto out;
+        }
+        hp__ckpt_block_str(lay, t[i].shape.ndim, start, len, val, 1024);
+        meta[2 * nm] = key, meta[2 * nm + 1] = val, nm++;
         nt[k++] = (hp_named_tensor){t[i].name, t[i].dtype, local, t[i].local};
     }
-    char leaf[64], path[PATH_BYTES], stepstr[32], rankstr[32];
     snprintf(leaf, sizeof leaf, "%s-r%05d.safetensors", prefix, rank);
-    snprintf(stepstr, sizeof stepstr, "%lld", (long long)step);
-    snprintf(rankstr, sizeof rankstr, "%d", rank);
-    const char *meta[] = {"format", "pt", "step", stepstr, "rank", rankstr};
-    hp_status st = hp__ckpt_join(path, tmp, leaf);
-    if (st == HP_STATUS_OK) st = hp_safetensors_write(path, nt, k, meta, 3);
+    st = hp__ckpt_join(path, tmp, leaf);
+    if (st == HP_STATUS_OK) st = hp_safetensors_write_checked(path, nt, k, meta, nm);
+out:
     free(nt);
+    free(meta);
+    free(strs);
     return st;
 }
 
@@ -156,6 +185,27 @@ static bool index_section(cJSON *root, const char *key, const char *prefix, cons
     return true;
 }
 
+/* "files": every rank's model and optim file, bound to its rank (what loading checks each file's
+ * metadata against). */
+static bool index_files(cJSON *root, const hp_mesh *m) {
+    cJSON *files = cJSON_AddArrayToObject(root, "files");
+    for (int k = 0; files && k < 2; k++)
+        for (int r = 0; r < hp_mesh_size(m); r++) {
+            const char *prefix = k ? "optim" : "model";
+            char file[64];
+            snprintf(file, sizeof file, "%s-r%05d.safetensors", prefix, r);
+            cJSON *f = cJSON_CreateObject();
+            if (!f || !cJSON_AddItemToArray(files, f)) {
+                cJSON_Delete(f);
+                return false;
+            }
+            if (!cJSON_AddStringToObject(f, "file", file) || !cJSON_AddStringToObject(f, "role", prefix) ||
+                !cJSON_AddNumberToObject(f, "rank", r))
+                return false;
+        }
+    return files != NULL;
+}
+
 static hp_status write_index(const char *tmp, const hp_checkpoint_save_args *a, const hp_mesh *m,
                              const hp_sharded_tensor *model, size_t n_model, const hp_sharded_tensor *optim,
                              size_t n_optim) {
@@ -170,7 +220,7 @@ static hp_status write_index(const char *tmp, const hp_checkpoint_save_args *a, 
         ok = cJSON_AddItemToArray(dm, cJSON_CreateNumber(hp_mesh_dim(m, ax))) &&
              cJSON_AddItemToArray(an, cJSON_CreateString(hp_mesh_axis_name(m, ax)));
     ok = ok && index_section(root, "model", "model", model, n_model, m) &&
-         index_section(root, "optim", "optim", optim, n_optim, m);
+         index_section(root, "optim", "optim", optim, n_optim, m) && index_files(root, m);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory building %s", HP__CKPT_INDEX_FILE);
@@ -253,8 +303,8 @@ hp_status hp_checkpoint_save_sharded(const hp_checkpoint_save_args *a, hp_comm *
 
     /* Phase 2: every rank writes its blocks; rank 0 the index and state.json. */
     if (hp__ckpt_sharded_before_write) hp__ckpt_sharded_before_write(tmp, rank);
-    st = write_rank_file(tmp, "model", rank, model, n_model, mesh, a->step);
-    if (st == HP_STATUS_OK) st = write_rank_file(tmp, "optim", rank, optim, n_optim, mesh, a->step);
+    st = write_rank_file(tmp, "model", rank, model, n_model, mesh, a);
+    if (st == HP_STATUS_OK) st = write_rank_file(tmp, "optim", rank, optim, n_optim, mesh, a);
     if (st == HP_STATUS_OK && rank == 0) st = write_index(tmp, a, mesh, model, n_model, optim, n_optim);
     HP_CHECK(agree(comm, st, 0, &bad_rank, &bad_st, NULL));
 
@@ -279,338 +329,4 @@ hp_status hp_checkpoint_save_sharded(const hp_checkpoint_save_args *a, hp_comm *
     if (bad_rank >= 0) return failed(rank, bad_rank, bad_st, a->step);
     if (step_dir_out && n) snprintf(step_dir_out, n, "%s", final);
     return HP_STATUS_OK;
-}
-
-/* ---------------------------------------------------------------- load */
-
-/* One saved block: a box of the global tensor stored as `key` in `file` (a name in the step dir). */
-typedef struct block {
-    const char *file, *key;
-    int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
-} block;
-
-typedef struct entry {
-    const char *name;
-    hp_dtype dtype;
-    hp_shape shape;
-    int nblocks;
-    block *blocks;
-} entry;
-
-/* The saved checkpoint in either format, with the files opened so far. */
-typedef struct saved {
-    const char *dir;
-    char source[PATH_BYTES]; /* index.json or the single-device file, for messages */
-    cJSON *json;             /* owns the strings of a sharded index */
-    int nent;
-    entry *ent;              /* sorted by name */
-    int nfiles, capfiles;
-    char **fname;
-    hp_safetensors **files;
-} saved;
-
-static int entry_cmp(const void *a, const void *b) {
-    return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
-}
-
-static void saved_free(saved *s) {
-    for (int i = 0; i < s->nent; i++) free(s->ent[i].blocks);
-    free(s->ent);
-    for (int i = 0; i < s->nfiles; i++) {
-        hp_safetensors_close(s->files[i]);
-        free(s->fname[i]);
-    }
-    free(s->files);
-    free(s->fname);
-    cJSON_Delete(s->json);
-}
-
-/* The opened file `name` of the step directory (opened and validated on first use). */
-static hp_status saved_file(saved *s, const char *name, hp_safetensors **out) {
-    for (int i = 0; i < s->nfiles; i++)
-        if (!strcmp(s->fname[i], name)) {
-            *out = s->files[i];
-            return HP_STATUS_OK;
-        }
-    if (s->nfiles == s->capfiles) {
-        int cap = s->capfiles ? 2 * s->capfiles : 8;
-        char **fn = realloc(s->fname, (size_t)cap * sizeof *fn);
-        if (fn) s->fname = fn;
-        hp_safetensors **f = fn ? realloc(s->files, (size_t)cap * sizeof *f) : NULL;
-        if (!f) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory opening '%s'", name);
-        s->files = f;
-        s->capfiles = cap;
-    }
-    char path[PATH_BYTES];
-    HP_CHECK(hp__ckpt_join(path, s->dir, name));
-    char *dup = strdup(name);
-    if (!dup) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory opening '%s'", name);
-    hp_safetensors *f;
-    hp_status st = hp_safetensors_open(path, &f);
-    if (st != HP_STATUS_OK) {
-        free(dup);
-        return hp_error_prefix(st, "checkpoint '%s' (listed in %s): ", s->dir, s->source);
-    }
-    s->fname[s->nfiles] = dup;
-    s->files[s->nfiles++] = f;
-    *out = f;
-    return HP_STATUS_OK;
-}
-
-static bool json_ints(const cJSON *a, int max, int *n, int64_t *v) {
-    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > max) return false;
-    *n = 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, a) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != (double)(int64_t)x->valuedouble) return false;
-        v[(*n)++] = (int64_t)x->valuedouble;
-    }
-    return true;
-}
-
-static hp_status parse_entry(saved *s, const cJSON *t, entry *e) {
-    e->name = t->string;
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-    const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(t, "blocks");
-    if (!cJSON_IsString(dt) || hp_dtype_parse(dt->valuestring, &e->dtype) != HP_STATUS_OK)
-        return hp_error(HP_STATUS_CORRUPT, "checkpoint '%s': tensor '%s' has no valid dtype", s->source, e->name);
-    e->shape.ndim = 0;
-    if (!json_ints(cJSON_GetObjectItemCaseSensitive(t, "shape"), HP_MAX_DIMS, &e->shape.ndim, e->shape.dim) ||
-        !cJSON_IsArray(blocks))
-        return hp_error(HP_STATUS_CORRUPT, "checkpoint '%s': tensor '%s' has no valid shape or blocks", s->source, e->name);
-    int nb = cJSON_GetArraySize(blocks);
-    e->blocks = calloc(nb ? (size_t)nb : 1, sizeof *e->blocks);
-    if (!e->blocks) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory for %d blocks", nb);
-    const cJSON *b;
-    cJSON_ArrayForEach(b, blocks) {
-        block *k = &e->blocks[e->nblocks];
-        const cJSON *file = cJSON_GetObjectItemCaseSensitive(b, "file");
-        const cJSON *key = cJSON_GetObjectItemCaseSensitive(b, "key");
-        int n1 = -1, n2 = -1;
-        bool ok = cJSON_IsString(file) && file->valuestring[0] && !strchr(file->valuestring, '/') &&
-                  cJSON_IsString(key) &&
-                  json_ints(cJSON_GetObjectItemCaseSensitive(b, "start"), HP_MAX_DIMS, &n1, k->start) &&
-                  json_ints(cJSON_GetObjectItemCaseSensitive(b, "len"), HP_MAX_DIMS, &n2, k->len) &&
-                  n1 == e->shape.ndim && n2 == e->shape.ndim;
-        for (int d = 0; ok && d < e->shape.ndim; d++) ok = k->start[d] + k->len[d] <= e->shape.dim[d];
-        if (!ok)
-            return hp_error(HP_STATUS_CORRUPT, "checkpoint '%s': block %d of tensor '%s' is malformed or outside its shape",
-                            s->source, e->nblocks, e->name);
-        k->file = file->valuestring;
-        k->key = key->valuestring;
-        e->nblocks++;
-    }
-    return HP_STATUS_OK;
-}
-
-static hp_status open_sharded(saved *s, const char *index_path, bool optim) {
-    char *text;
-    HP_CHECK(hp__ckpt_read_text(index_path, &text));
-    s->json = cJSON_Parse(text);
-    free(text);
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(s->json, "format_version");
-    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(s->json, optim ? "optim" : "model");
-    if (!cJSON_IsObject(s->json) || !cJSON_IsNumber(ver) || !cJSON_IsObject(sec))
-        return hp_error(HP_STATUS_CORRUPT, "checkpoint '%s' is not a JSON object with a format_version and a \"%s\" object",
-                        index_path, optim ? "optim" : "model");
-    if (ver->valueint > HP_CHECKPOINT_FORMAT_VERSION || ver->valueint < 2)
-        return hp_error(HP_STATUS_UNSUPPORTED, "checkpoint '%s' has format_version %d; this build reads 2 to %d",
-                        index_path, ver->valueint, HP_CHECKPOINT_FORMAT_VERSION);
-    int n = cJSON_GetArraySize(sec);
-    s->ent = calloc(n ? (size_t)n : 1, sizeof *s->ent);
-    if (!s->ent) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory for %d tensors", n);
-    const cJSON *t;
-    cJSON_ArrayForEach(t, sec) HP_CHECK(parse_entry(s, t, &s->ent[s->nent++]));
-    return HP_STATUS_OK;
-}
-
-/* A single-device file: one block per tensor, the whole tensor. */
-static hp_status open_single(saved *s, const char *file) {
-    hp_safetensors *f;
-    HP_CHECK(saved_file(s, file, &f));
-    size_t n = hp_safetensors_count(f);
-    s->ent = calloc(n ? n : 1, sizeof *s->ent);
-    if (!s->ent) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory for %zu tensors", n);
-    for (size_t i = 0; i < n; i++) {
-        const hp_safetensors_entry *x = hp_safetensors_entry_at(f, i);
-        entry *e = &s->ent[s->nent++];
-        *e = (entry){x->name, x->dtype, x->shape, 1, calloc(1, sizeof(block))};
-        if (!e->blocks) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
-        e->blocks[0].file = file;
-        e->blocks[0].key = x->name;
-        memcpy(e->blocks[0].len, x->shape.dim, sizeof x->shape.dim);
-    }
-    return HP_STATUS_OK;
-}
-
-static hp_status saved_open(saved *s, const char *step_dir, bool optim) {
-    memset(s, 0, sizeof *s);
-    s->dir = step_dir;
-    char index[PATH_BYTES];
-    HP_CHECK(hp__ckpt_join(index, step_dir, HP__CKPT_INDEX_FILE));
-    if (hp__ckpt_is_file(index)) {
-        snprintf(s->source, sizeof s->source, "%s", index);
-        HP_CHECK(open_sharded(s, index, optim));
-    } else {
-        const char *file = optim ? HP_CHECKPOINT_OPTIM_FILE : HP_CHECKPOINT_MODEL_FILE;
-        HP_CHECK(hp__ckpt_join(s->source, step_dir, file));
-        HP_CHECK(open_single(s, file));
-    }
-    qsort(s->ent, (size_t)s->nent, sizeof *s->ent, entry_cmp);
-    for (int i = 1; i < s->nent; i++)
-        if (!strcmp(s->ent[i].name, s->ent[i - 1].name))
-            return hp_error(HP_STATUS_CORRUPT, "checkpoint '%s' lists tensor '%s' twice", s->source, s->ent[i].name);
-    return HP_STATUS_OK;
-}
-
-/* Names the first box of the slice that no piece covers (pieces: the intersections used). */
-static hp_status hole_error(const saved *s, const char *name, int nd, const int64_t *start, const int64_t *len,
-                            int np, const int64_t (*ps)[HP_MAX_DIMS], const int64_t (*pl)[HP_MAX_DIMS]) {
-    /* Cut every dim at the slice's and the pieces' boundaries; find the first uncovered cell. */
-    int64_t *cut[HP_MAX_DIMS] = {0};
-    int nc[HP_MAX_DIMS] = {0};
-    hp_status st = HP_STATUS_OK;
-    for (int d = 0; d < nd; d++) {
-        cut[d] = malloc((size_t)(2 * np + 2) * sizeof(int64_t));
-        if (!cut[d]) {
-            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
-            goto out;
-        }
-        int64_t *c = cut[d];
-        c[nc[d]++] = start[d];
-        c[nc[d]++] = start[d] + len[d];
-        for (int p = 0; p < np; p++) c[nc[d]++] = ps[p][d], c[nc[d]++] = ps[p][d] + pl[p][d];
-        for (int i = 1; i < nc[d]; i++) /* insertion sort, then unique */
-            for (int j = i; j > 0 && c[j - 1] > c[j]; j--) {
-                int64_t t = c[j];
-                c[j] = c[j - 1];
-                c[j - 1] = t;
-            }
-        int u = 0;
-        for (int i = 0; i < nc[d]; i++)
-            if (!u || c[i] != c[u - 1]) c[u++] = c[i];
-        nc[d] = u;
-    }
-    int idx[HP_MAX_DIMS] = {0};
-    int64_t hs[HP_MAX_DIMS] = {0}, hl[HP_MAX_DIMS] = {0};
-    for (;;) {
-        for (int d = 0; d < nd; d++) hs[d] = cut[d][idx[d]], hl[d] = cut[d][idx[d] + 1] - hs[d];
-        bool covered = false;
-        for (int p = 0; p < np && !covered; p++) {
-            covered = true;
-            for (int d = 0; d < nd; d++)
-                if (hs[d] < ps[p][d] || hs[d] >= ps[p][d] + pl[p][d]) covered = false;
-        }
-        if (!covered) break;
-        int d = nd - 1;
-        while (d >= 0 && ++idx[d] == nc[d] - 1) idx[d--] = 0;
-        if (d < 0) break; /* every cell covered: counting disagreed (cannot happen) */
-    }
-    char a[128], b[128], c[128], e[128];
-    st = hp_error(HP_STATUS_CORRUPT,
-                  "checkpoint '%s': no saved block of tensor '%s' covers the box start %s len %s (of the slice start %s "
-                  "len %s)", s->source, name, ints_str(nd, hs, a, sizeof a), ints_str(nd, hl, b, sizeof b),
-                  ints_str(nd, start, c, sizeof c), ints_str(nd, len, e, sizeof e));
-out:
-    for (int d = 0; d < nd; d++) free(cut[d]);
-    return st;
-}
-
-static hp_status load_one(saved *s, const hp_mesh *m, int index, hp_sharded_tensor *t) {
-    if (!t->name) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: a tensor to load has no name");
-    entry key = {.name = t->name}, *e = bsearch(&key, s->ent, (size_t)s->nent, sizeof *s->ent, entry_cmp);
-    if (!e) return hp_error(HP_STATUS_NOT_FOUND, "checkpoint '%s': no tensor '%s'", s->source, t->name);
-    char a[128], b[128];
-    if (!hp_shape_equal(&e->shape, &t->shape))
-        return hp_error(HP_STATUS_SHAPE, "checkpoint '%s': tensor '%s' has shape %s, expected %s", s->source, t->name,
-                        hp_shape_str(&e->shape, a, sizeof a), hp_shape_str(&t->shape, b, sizeof b));
-    if (e->dtype != t->dtype)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint '%s': tensor '%s' has dtype %s, expected %s", s->source,
-                        t->name, hp_dtype_name(e->dtype), hp_dtype_name(t->dtype));
-    hp_status st = hp_layout_validate(&t->layout, m, &t->shape);
-    if (st != HP_STATUS_OK) return hp_error_prefix(st, "checkpoint: loading tensor '%s': ", t->name);
-    if (t->layout.partial)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: loading tensor '%s' into a partial layout", t->name);
-    int nd = t->shape.ndim;
-    int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
-    HP_CHECK(hp_layout_slice_of(&t->layout, m, &t->shape, index, start, len));
-    int64_t want = box_numel(nd, len), got = 0;
-    if (want == 0) return HP_STATUS_OK;
-    if (!t->local) return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: tensor '%s' has no local buffer", t->name);
-    hp_shape local = hp_shape_make(nd, len);
-    int64_t(*ps)[HP_MAX_DIMS] = malloc((size_t)e->nblocks * sizeof *ps + 1);
-    int64_t(*pl)[HP_MAX_DIMS] = malloc((size_t)e->nblocks * sizeof *pl + 1);
-    int np = 0;
-    if (!ps || !pl) {
-        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory for %d blocks", e->nblocks);
-        goto out;
-    }
-    size_t es = hp_dtype_size(t->dtype);
-    for (int i = 0; i < e->nblocks; i++) {
-        const block *k = &e->blocks[i];
-        if (box_numel(nd, k->len) == 0 || !hp_slice_intersect(nd, start, len, k->start, k->len, ps[np], pl[np])) continue;
-        for (int q = 0; q < np; q++) {
-            int64_t os[HP_MAX_DIMS], ol[HP_MAX_DIMS];
-            if (hp_slice_intersect(nd, ps[q], pl[q], ps[np], pl[np], os, ol)) {
-                st = hp_error(HP_STATUS_CORRUPT, "checkpoint '%s': blocks of tensor '%s' overlap at start %s", s->source,
-                              t->name, ints_str(nd, os, a, sizeof a));
-                goto out;
-            }
-        }
-        hp_safetensors *f;
-        HP_CHECK_GOTO(saved_file(s, k->file, &f), st, out);
-        const hp_safetensors_entry *x = hp_safetensors_find(f, k->key);
-        hp_shape bshape = hp_shape_make(nd, k->len);
-        if (!x || x->dtype != e->dtype || !hp_shape_equal(&x->shape, &bshape)) {
-            st = hp_error(HP_STATUS_CORRUPT, "checkpoint '%s': file '%s' has no %s tensor '%s' of shape %s (block of '%s')",
-                          s->dir, hp_safetensors_path(f), hp_dtype_name(e->dtype), k->key,
-                          hp_shape_str(&bshape, a, sizeof a), t->name);
-            goto out;
-        }
-        int64_t doff[HP_MAX_DIMS], soff[HP_MAX_DIMS];
-        for (int d = 0; d < nd; d++) doff[d] = ps[np][d] - start[d], soff[d] = ps[np][d] - k->start[d];
-        hp_copy_box(t->local, &local, doff, x->data, &bshape, soff, pl[np], es);
-        got += box_numel(nd, pl[np]);
-        np++;
-    }
-    if (got != want) st = hole_error(s, t->name, nd, start, len, np, (const int64_t(*)[HP_MAX_DIMS])ps,
-                                     (const int64_t(*)[HP_MAX_DIMS])pl);
-out:
-    free(ps);
-    free(pl);
-    return st;
-}
-
-hp_status hp_checkpoint_load_sharded(const char *step_dir, bool optim, const hp_mesh *mesh, int index,
-                                     hp_sharded_tensor *tensors, size_t n) {
-    if (index < 0 || index >= hp_mesh_size(mesh))
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: mesh index %d outside a mesh of %d devices", index,
-                        hp_mesh_size(mesh));
-    saved s;
-    hp_status st = saved_open(&s, step_dir, optim);
-    for (size_t i = 0; st == HP_STATUS_OK && i < n; i++) st = load_one(&s, mesh, index, &tensors[i]);
-    saved_free(&s);
-    return st;
-}
-
-hp_status hp__ckpt_load_full(const char *step_dir, bool optim, hp_named_tensor *tensors, size_t n) {
-    hp_mesh *m;
-    HP_CHECK(hp_mesh_new(1, (int[]){1}, (const char *[]){"single"}, NULL, 0, &m));
-    hp_sharded_tensor *t = calloc(n ? n : 1, sizeof *t);
-    if (!t) {
-        hp_mesh_free(m);
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory for %zu tensors", n);
-    }
-    hp_status st = HP_STATUS_OK;
-    for (size_t i = 0; st == HP_STATUS_OK && i < n; i++) {
-        if (tensors[i].shape.ndim < 0 || tensors[i].shape.ndim > HP_MAX_DIMS)
-            st = hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint: tensor '%s' has %d dims", tensors[i].name,
-                          tensors[i].shape.ndim);
-        t[i] = (hp_sharded_tensor){tensors[i].name, tensors[i].dtype, tensors[i].shape, {0}, tensors[i].data};
-        if (st == HP_STATUS_OK) hp_layout_init(&t[i].layout, tensors[i].shape.ndim);
-    }
-    if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(step_dir, optim, m, 0, t, n);
-    free(t);
-    hp_mesh_free(m);
-    return st;
 }

@@ -5,6 +5,7 @@
  */
 #include "train/trainer_internal.h"
 
+#include "hp/backend.h"
 #include "hp/ops.h"
 #include "hp/pipeline.h"
 #include "hp/redistribute.h"
@@ -162,6 +163,8 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         }
     }
     HP_CHECK_GOTO(hp_gpt_config_check(&t->gcfg), st, fail);
+    /* train.threads: the compute team (and OpenBLAS) of the programs this thread builds and runs */
+    if (cfg->train.threads > 0) HP_CHECK_GOTO(hp_backend_cpu_set_threads((int)cfg->train.threads, &t->prev_threads), st, fail);
     bool pipeline = cfg->groups.present;
     if (pipeline) HP_CHECK_GOTO(hp_groups_config_check_world(&cfg->groups, hp_comm_size(t->world)), st, fail);
     /* A pipeline's evaluation, sampling and checkpoints run on one device per rank (trainer_pipe.c). */
@@ -225,6 +228,7 @@ void hp_trainer_free(hp_trainer *t) {
     hp_strategy_free(t->strategy);
     hp_comm_free(t->self);
     if (t->own_world) hp_comm_free(t->world);
+    if (t->prev_threads > 0) (void)hp_backend_cpu_set_threads(t->prev_threads, NULL);
     free(t);
 }
 
@@ -263,9 +267,9 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     double t0 = hp_now_seconds();
     if (t->trace) hp_trace_set_step(t->trace, t->steps_done + 1);
     if (t->pipe) {
-        HP_CHECK(hp__pipe_step(t, m));
+        hp_status ps = hp__pipe_step(t, m);
         hp__trainer_trace(t, &t->trace_step, t0);
-        return HP_STATUS_OK;
+        return ps;
     }
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
@@ -274,16 +278,41 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
     *(float *)hp__prog_data(pr, pr->step.lr) = (float)lr;
     *(float *)hp__prog_data(pr, pr->step.step) = (float)(s + 1);
-    HP_CHECK(hp_program_run(pr->p));
-    t->steps_done++;
+    const char *poisoned = NULL;
+    float saved = 0;
+    HP_CHECK(hp__trainer_poison_apply(t, s + 1, &poisoned, &saved));
+    hp_status st = hp_program_run(pr->p);
+    hp_status rs = hp__trainer_poison_restore(t, poisoned, saved);
+    HP_CHECK(st);
+    HP_CHECK(rs);
     hp__trainer_trace(t, &t->trace_step, t0);
     double dt = hp_now_seconds() - t0;
-    m->step = t->steps_done;
+    *m = (hp_step_metrics){0};
+    m->step = s + 1;
     m->loss = *(float *)hp_program_data(pr->p, pr->loss);
     m->lr = lr;
     m->grad_norm = sqrt(*(float *)hp_program_data(pr->p, pr->grad_sq));
     m->seconds = dt;
     m->tokens_per_s = (double)t->cfg.train.batch * (double)t->cfg.model.context / dt;
+    return hp__trainer_account(t, m);
+}
+
+hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m) {
+    int64_t s = t->steps_done;
+    /* The step's guard applied no update when either is NaN or Inf (hp_train_step_build). */
+    if (isfinite(m->loss) && isfinite(m->grad_norm)) {
+        t->nonfinite_in_row = 0;
+        t->last_applied = s + 1;
+    } else {
+        t->nonfinite_in_row++;
+        if (t->nonfinite_in_row > t->cfg.train.skip_nonfinite)
+            return hp__trainer_nonfinite_error(t, s + 1, m->loss, m->grad_norm);
+        t->skipped_total++;
+        m->skipped = true;
+    }
+    m->skipped_in_row = t->nonfinite_in_row;
+    m->skipped_total = t->skipped_total;
+    t->steps_done++;
     return HP_STATUS_OK;
 }
 

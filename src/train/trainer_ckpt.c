@@ -6,9 +6,12 @@
 #include "train/trainer_internal.h"
 
 #include "hp/checkpoint.h"
+#include "train/checkpoint_internal.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static hp_tid view_id(const hp_trainer_prog *pr, int which, int i) {
     return which == 0 ? pr->step.params[i] : which == 1 ? pr->step.m[i] : pr->step.v[i];
@@ -134,6 +137,7 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
         st = hp_mesh_axes_comm(t->mesh, naxes, axes, &mc);
         if (st == HP_STATUS_OK) st = hp_checkpoint_save_sharded(&a, mc, t->mesh, model, n, optim, 2 * n, out, outn);
     }
+    if (st == HP_STATUS_OK) snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", out); /* the last good one */
     if (model && optim) staged_sync(t, model, optim, staged, true, true); /* release the copies */
     free(staged);
     free(model);
@@ -144,13 +148,49 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     return st;
 }
 
+/* A checkpoint path is a directory (a run or a step directory) and a step directory holds only
+ * regular files: checked with stat before anything is opened, so a FIFO or device planted there
+ * fails at once instead of blocking a reader. */
+static hp_status check_paths(const char *path, const char *step_dir) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint path '%s' is %s, not a directory (give a run "
+                        "directory or a step directory)", path, S_ISREG(sb.st_mode) ? "a regular file" : "a special file");
+    if (!step_dir) return HP_STATUS_OK;
+    DIR *d = opendir(step_dir);
+    if (!d) return HP_STATUS_OK; /* the loaders report it */
+    struct dirent *e;
+    hp_status st = HP_STATUS_OK;
+    char p[4400];
+    while (st == HP_STATUS_OK && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", step_dir, e->d_name);
+        if (stat(p, &sb) == 0 && !S_ISREG(sb.st_mode))
+            st = hp_error(HP_STATUS_CORRUPT, "checkpoint file '%s' is %s, not a regular file", p,
+                          S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO (named pipe)"
+                                                                                    : "a special file");
+    }
+    closedir(d);
+    return st;
+}
+
 hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     char dir[4096];
+    HP_CHECK(check_paths(path, NULL));
     HP_CHECK(hp_checkpoint_resolve(path, dir, sizeof dir));
+    HP_CHECK(check_paths(path, dir));
     hp_checkpoint_state s;
     HP_CHECK(hp_checkpoint_read_state(dir, &s));
+    /* the saved config must describe the saved tensors */
+    hp_status cs = hp_checkpoint_check_config(dir, &s);
+    char saved[512], run[512], key[128], vs[128], vr[128];
+    if (cs == HP_STATUS_OK) {
+        hp__ckpt_model_summary(&s.config.model, saved, sizeof saved);
+        hp__ckpt_model_summary(&t->cfg.model, run, sizeof run);
+    }
     int64_t step = s.step;
     hp_checkpoint_state_free(&s);
+    HP_CHECK(cs);
     if (step > t->cfg.train.steps)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint %s is at step %lld, beyond train.steps %lld", dir,
                         (long long)step, (long long)t->cfg.train.steps);
@@ -162,7 +202,15 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, false, t->mesh, t->index, model, n);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
     if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
-    if (st == HP_STATUS_OK) t->steps_done = step;
+    /* the tensors fit the run's shapes; the run's model must also be the saved one where shapes
+     * cannot tell (heads, a tied head whose lm_head the run would not load) */
+    if (st == HP_STATUS_OK && hp__ckpt_model_diff(saved, run, key, vs, vr, sizeof key))
+        st = hp_error(HP_STATUS_INVALID_ARGUMENT, "checkpoint %s was saved with model.%s %s; this run has model.%s %s", dir,
+                      key, vs, key, vr);
+    if (st == HP_STATUS_OK) {
+        t->steps_done = t->last_applied = step;
+        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
+    }
     if (st == HP_STATUS_OK && t->pipe) st = hp__pipe_scatter(t); /* the stages take their tensors */
     if (model && optim) staged_sync(t, model, optim, staged, false, true);
     free(staged);
@@ -175,7 +223,9 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
                                       uint64_t seed, char **text_out) {
     *text_out = NULL;
     char dir[4096];
+    HP_CHECK(check_paths(path, NULL));
     HP_CHECK(hp_checkpoint_resolve(path, dir, sizeof dir));
+    HP_CHECK(check_paths(path, dir));
     hp_checkpoint_state s;
     HP_CHECK(hp_checkpoint_read_state(dir, &s));
     hp_status st = HP_STATUS_OK;
@@ -188,6 +238,7 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
         st = hp_error(HP_STATUS_CORRUPT, "checkpoint %s has no saved config, so the model cannot be rebuilt", dir);
         goto out;
     }
+    HP_CHECK_GOTO(hp_checkpoint_check_config(dir, &s), st, out);
     hp_gpt_config gc = hp__gpt_config_from(&s.config.model);
     hp_gpt gpt;
     g = hp_graph_new();

@@ -59,7 +59,29 @@ struct hp_trainer {
     struct hp_schedule *sched;
     hp_comm *pipe_comm;
     hp_comm *self;
+    int64_t nonfinite_in_row;  /* non-finite steps in a row so far */
+    int64_t skipped_total;     /* non-finite steps skipped */
+    int64_t last_applied;      /* the last step whose update was applied (or the resumed step; 0: none) */
+    char last_ckpt[4096];      /* the last checkpoint saved or resumed from ("" when none) */
+    int prev_threads;          /* compute threads before train.threads set them (0: not set) */
 };
+
+/* Test hook: when set, hp_trainer_step asks it before each step (1-based optimizer step) for the
+ * name of a parameter whose first element of this rank's block is made NaN for that step's run
+ * and restored afterwards (NULL: none). Forces a non-finite step without touching the data. */
+extern const char *(*hp__trainer_poison)(int64_t step);
+
+/* HP_STATUS_NONFINITE for optimizer step `step` (trainer_guard.c: the message of hp_trainer_step). */
+hp_status hp__trainer_nonfinite_error(hp_trainer *t, int64_t step, double loss, double grad_norm);
+/* The test hook around one step's run: *name receives the poisoned parameter (NULL: none) and
+ * *saved its first element, which restore puts back. */
+hp_status hp__trainer_poison_apply(hp_trainer *t, int64_t step, const char **name, float *saved);
+hp_status hp__trainer_poison_restore(hp_trainer *t, const char *name, float saved);
+
+/* After a step's run (m filled, t->steps_done not yet moved): counts a non-finite step as skipped
+ * or stops with hp__trainer_nonfinite_error past train.skip_nonfinite in a row; then moves
+ * steps_done. Shared by the SPMD and the pipeline step. */
+hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m);
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m);
 

@@ -29,25 +29,35 @@ hp_status hp__pipe_new(hp_trainer *t) {
         if (gr->kind != HP_GROUP_KIND_STAGE)
             return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: kind %s is not built yet", g->file, gr->line,
                             gr->column, gr->name, hp_group_kind_name(gr->kind));
-        if (gr->n_ranks != 1)
-            return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: a stage over %d ranks (data or tensor "
-                            "parallelism inside a stage) is not built yet: give each stage one rank",
-                            g->file, gr->ranks_line, gr->ranks_column, gr->name, gr->n_ranks);
+        /* a group of several ranks is data parallel: its ranks split each micro-batch's rows */
+        const hp_strategy_config *sc = &gr->strategy;
+        if (sc->present && (sc->n_params > 0 || sc->n_opt_shard > 0 || sc->n_axes > 1))
+            return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: tensor parallelism, FSDP or ZeRO inside a "
+                            "pipeline stage (param rules, optimizer.shard, a mesh of several axes) is not built yet: "
+                            "a stage group's ranks are data-parallel replicas", g->file, gr->line, gr->column, gr->name);
     }
     if (cfg->offload.present)
         return hp_error(HP_STATUS_UNSUPPORTED, "offload: with groups: (offload inside a pipeline stage) is not built yet");
     if (cfg->strategy.present)
         return hp_error(HP_STATUS_CONFIG, "strategy: and groups: together: a pipeline's strategies are per group "
                         "(groups.NAME.strategy)");
-    /* the pipeline's communicator: rank = stage index */
-    HP_CHECK(hp_comm_split(t->world, 0, pl.stage, &t->pipe_comm));
+    /* the pipeline's communicator: every rank of every stage group, ordered by stage then replica */
+    HP_CHECK(hp_comm_split(t->world, 0, pl.stage * hp_comm_size(t->world) + pl.group_rank, &t->pipe_comm));
     hp_schedule *s = calloc(1, sizeof *s);
     if (!s) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the schedule");
     t->sched = s;
     HP_CHECK(hp_pipeline_schedule_from_config(cfg, s));
     int *first;
     HP_CHECK(hp_pipeline_first_layers(cfg, s, &first));
+    int *gsize = calloc((size_t)g->n_stages + 1, sizeof *gsize);
+    if (!gsize) {
+        free(first);
+        return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the groups");
+    }
+    for (int i = 0; i < g->n_groups; i++)
+        if (g->groups[i].stage >= 0 && g->groups[i].stage < g->n_stages) gsize[g->groups[i].stage] = g->groups[i].n_ranks;
     hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+    o.group_size = gsize;
     o.model = &t->gcfg;
     o.batch = (int)cfg->train.batch;
     o.seq = (int)cfg->model.context;
@@ -57,6 +67,7 @@ hp_status hp__pipe_new(hp_trainer *t) {
     o.comm = t->pipe_comm;
     hp_status st = hp_pipeline_new(&o, &t->pipe);
     free(first);
+    free(gsize);
     HP_CHECK(st);
     return hp_pipeline_init_params(t->pipe, (uint64_t)cfg->train.seed);
 }
@@ -78,15 +89,15 @@ hp_status hp__pipe_step(hp_trainer *t, hp_step_metrics *m) {
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
     float loss = 0, gn = 0;
     HP_CHECK(hp_pipeline_step(t->pipe, t->tok_buf, t->tgt_buf, (float)lr, &loss, &gn));
-    t->steps_done++;
     double dt = hp_now_seconds() - t0;
-    m->step = t->steps_done;
+    *m = (hp_step_metrics){0};
+    m->step = s + 1;
     m->loss = loss;
     m->lr = lr;
     m->grad_norm = gn;
     m->seconds = dt;
     m->tokens_per_s = (double)t->cfg.train.batch * (double)t->cfg.model.context / dt;
-    return HP_STATUS_OK;
+    return hp__trainer_account(t, m); /* a non-finite step was not applied (hp_pipeline_update) */
 }
 
 /* The full model's entries that t->store holds: the parameters, with optimizer states also

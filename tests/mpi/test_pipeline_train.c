@@ -43,6 +43,8 @@ static int g_rank, g_failed;
 
 /* The run config: no groups (schedule NULL), or p one-rank stages under `schedule` with m
  * micro-batches; `layers` blocks split as evenly as the config's auto split does. */
+static const int *g_gsize; /* stage group sizes of the configs load() makes (NULL: one rank each) */
+
 static hp_status load(const char *schedule, int p, int m, int layers, bool tied, const char *ckdir, hp_run_config *cfg) {
     char corpus[1024], text[8192];
     const char *root = getenv("HP_SOURCE_DIR");
@@ -56,8 +58,14 @@ static hp_status load(const char *schedule, int p, int m, int layers, bool tied,
     if (schedule) {
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "pipeline: {schedule: %s, micro_batches: %d, split: auto}\ngroups:\n", schedule, m);
-        for (int s = 0; s < p; s++)
-            off += snprintf(text + off, sizeof text - (size_t)off, "  stage%d: {ranks: [%d]}\n", s, s);
+        for (int s = 0; s < p; s++) {
+            int d = g_gsize ? g_gsize[s] : 1;
+            if (d == 1)
+                off += snprintf(text + off, sizeof text - (size_t)off, "  stage%d: {ranks: 1}\n", s);
+            else
+                off += snprintf(text + off, sizeof text - (size_t)off,
+                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d], alias_name: [dp]}}\n", s, d, d);
+        }
     }
     return hp_run_config_load_string(text, strlen(text), schedule ? schedule : "single", cfg);
 }
@@ -88,6 +96,7 @@ static void reference(int layers, bool tied, double *loss, double *gn, double *v
 static void check_schedule(hp_comm *world, const char *schedule, int m, int layers, bool tied, const double *ref_loss,
                            const double *ref_gn, double ref_val) {
     int p = hp_comm_size(world);
+    if (g_gsize) for (p = 0; p < 8 && g_gsize[p]; p++) {} /* zero-terminated */
     hp_run_config cfg;
     hp_trainer *t = NULL;
     double loss[STEPS], gn[STEPS], val = 0;
@@ -186,6 +195,16 @@ int main(int argc, char **argv) {
     check_schedule(world, "1f1b", 8, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_schedule(world, "gpipe", p == 4 ? 2 : 1, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_resume(world);
+    if (p == 4) { /* stages over several ranks: pp2 x dp2, and 3 stages on 1, 2 and 1 ranks */
+        static const int two[] = {2, 2, 0}, uneq[] = {1, 2, 1, 0};
+        reference(4, false, ref_loss, ref_gn, &ref_val);
+        g_gsize = two;
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        check_schedule(world, "zb-v", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_gsize = uneq;
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_gsize = NULL;
+    }
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
     if (g_rank == 0) printf("%s\n", any ? "FAILED" : "every pipeline schedule trains as the single rank does");

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static char g_dir[64];
@@ -195,11 +196,43 @@ static void test_corruption(void **state) {
     expect_corrupt("{\"a\":[1]}", 0, 0, "tensor 'a'");
 }
 
+/* A header of 200,000 (empty) tensors opens in well under a second: names are checked for duplicates
+ * by sorting (checking each against all the others took minutes: a hang on a hostile file). */
+static void test_many_tensors(void **state) {
+    (void)state;
+    enum { N = 200000 };
+    size_t cap = (size_t)N * 64 + 64, len = 0;
+    char *h = malloc(cap);
+    assert_non_null(h);
+    h[len++] = '{';
+    for (int i = 0; i < N; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "", i);
+    snprintf(h + len, cap - len, "}");
+    write_raw(h, 0, 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    hp_safetensors *f = NULL;
+    assert_ok(hp_safetensors_open(g_path, &f));
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    assert_int_equal(hp_safetensors_count(f), N);
+    hp_safetensors_close(f);
+    if (secs > 20) fail_msg("opening %d tensors took %.1f s", N, secs); /* ~0.5 s; quadratic: minutes */
+    /* The last name made equal to one in the middle: the duplicate is found. */
+    memcpy(strstr(h, "\"t199999\""), "\"t100000\"", 9);
+    write_raw(h, 0, 0);
+    free(h);
+    assert_int_equal(hp_safetensors_open(g_path, &f), HP_STATUS_CORRUPT);
+    hp_test_assert_error_contains("duplicate tensor 't100000'");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_bytes),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_corruption),
+        cmocka_unit_test(test_many_tensors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -91,3 +91,13 @@ hp_status hp_backend_cpu_new(hp_backend_t *out) {
     *out = b;
     return HP_STATUS_OK;
 }
+
+hp_status hp_backend_cpu_set_threads(int n, int *previous) {
+    if (n < 1 || n > 4096)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "cpu backend: %d compute threads is outside [1, 4096]", n);
+    if (previous) *previous = omp_get_max_threads();
+    omp_set_num_threads(n);
+    return HP_STATUS_OK;
+}
+
+int hp_backend_cpu_threads(void) { return omp_get_max_threads(); }

@@ -48,6 +48,7 @@ static inline float exp_scalar(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
+    n = n == n ? n : 0.0f; /* NaN x: p is NaN already; keep the int conversion defined */
     int32_t e = ((int32_t)n + 127) * (1 << 23);
     float s;
     memcpy(&s, &e, sizeof s);

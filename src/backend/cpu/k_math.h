@@ -31,6 +31,7 @@ static inline float hp__exp_fast(float x) {
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.16666667163f + r * (0.04166666791f +
                                                                           r * (0.00833333377f + r * 0.00138888892f)))));
     union { int32_t i; float f; } s;
+    kn = kn == kn ? kn : 0.0f; /* NaN x: p is NaN already; keep the int conversion defined */
     s.i = (((int32_t)kn + 127) << 23) & -(int32_t)(x >= lo); /* 2^kn, or 0 below the range */
     return p * s.f;
 }

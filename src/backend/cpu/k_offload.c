@@ -65,7 +65,7 @@ hp_status hp__cpu_adamw_stream(const hp_kernel_args *a) {
     adamw_ctx c = {lr, sc, a->node->attr.f[0], a->node->attr.f[1], a->node->attr.f[2], a->node->attr.f[3], 0, 0};
     if (!(t >= 1.0f))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: step must be >= 1 (counts from 1), is %g", (double)t);
-    if (!isfinite(lr) || !isfinite(sc))
+    if (!isfinite(lr) || isinf(sc)) /* a NaN scale skips the step: hp__adamw_update leaves every chunk as it is */
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: lr %g and scale %g must be finite", (double)lr, (double)sc);
     c.c1 = (float)(1.0 / (1.0 - pow((double)c.b1, (double)t)));
     c.c2 = (float)(1.0 / (1.0 - pow((double)c.b2, (double)t)));

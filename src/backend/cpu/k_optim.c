@@ -46,8 +46,11 @@ hp_status hp__cpu_sumsq(const hp_kernel_args *a) {
 
 hp_status hp__cpu_clip_scale(const hp_kernel_args *a) {
     double ss = *(const float *)a->in[0], max_norm = a->node->attr.f[0];
-    if (!(ss >= 0.0) || isinf(ss))
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "clip_scale: sum of squares is %g (gradients overflowed?)", ss);
+    double loss = a->node->n_in > 1 ? *(const float *)a->in[1] : 0.0;
+    if (!(ss >= 0.0) || isinf(ss) || !isfinite(loss)) { /* skip the step: ADAMW reads NaN as "no update" */
+        *(float *)a->out[0] = NAN;
+        return HP_STATUS_OK;
+    }
     double s = max_norm / (sqrt(ss) + 1e-6);
     *(float *)a->out[0] = (float)(s < 1.0 ? s : 1.0);
     return HP_STATUS_OK;
@@ -68,6 +71,7 @@ static void adamw_body(const hp__adamw_coef *c, float *p, const float *gr, float
 
 /* Shared out inside a team (ADAMW is a team kernel, team.h); a region of its own otherwise. */
 void hp__adamw_update(const hp__adamw_coef *c, float *p, const float *gr, float *m, float *v, int64_t n) {
+    if (isnan(c->sc)) return; /* a skipped step (hp_adamw): nothing changes */
     HP_TEAM_RUN(n > 32768, adamw_body(c, p, gr, m, v, n));
 }
 
@@ -80,8 +84,9 @@ hp_status hp__cpu_adamw(const hp_kernel_args *a) {
     const float wd = a->node->attr.f[3];
     if (!(t >= 1.0f))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: step must be >= 1 (counts from 1), is %g", (double)t);
-    if (!isfinite(lr) || !isfinite(sc))
+    if (!isfinite(lr) || isinf(sc))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "adamw: lr %g and scale %g must be finite", (double)lr, (double)sc);
+    if (isnan(sc)) return HP_STATUS_OK; /* a skipped step: param, m and v stay as they are */
     hp__adamw_coef c = {lr, sc, b1, b2, eps, wd, (float)(1.0 / (1.0 - pow((double)b1, (double)t))),
                         (float)(1.0 / (1.0 - pow((double)b2, (double)t)))};
     hp__adamw_update(&c, p, gr, m, v, hp_shape_numel(hp__in_shape(a, 0)));
