@@ -34,6 +34,7 @@
 
 #include "hp/core.h"
 #include "hp/disk.h"
+#include "hp/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,6 +103,14 @@ hp_status hp_copy_host_task(hp_copy_engine *ce, void (*fn)(void *user), void *us
 hp_status hp_copy_engine_synchronize(hp_copy_engine *ce);
 /* Clears the sticky error so later copies run again. */
 void hp_copy_engine_clear_error(hp_copy_engine *ce);
+
+/*
+ * Records every later task on track `track` of `tr` (hp/trace.h; NULL tr: stops): a copy as a span
+ * named "<src tier>-><dst tier>" (kind copy, with its bytes), work queued by hp_copy_host_task as
+ * "update" (kind compute); host functions are not recorded. Waits for the tasks already queued
+ * first, so no span is cut in two. Errors: HP_STATUS_OUT_OF_MEMORY (interning the names).
+ */
+hp_status hp_copy_engine_set_trace(hp_copy_engine *ce, hp_trace *tr, int track);
 
 /* ---------------------------------------------------------------- events */
 

@@ -34,6 +34,7 @@
 #include "hp/liveness.h"
 #include "hp/backend.h"
 #include "hp/runtime.h"
+#include "hp/trace.h"
 #include "hp/store.h"
 #include "hp/comm.h"
 #include "hp/comm_mpi.h"

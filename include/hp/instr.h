@@ -111,6 +111,11 @@ struct hp_instr {
      * complete); set only by instructions of one-output nodes that are one non-blocking call.
      * Used by the compute-driven progress strategy (HP_PROGRESS_COMPUTE, hp/runtime.h). */
     hp_status (*start)(hp_instr *self, const hp_node_args *a, struct hp_comm_request **req);
+    /* Optional, for traces and reports (hp/trace.h): what the instruction does ("all_reduce",
+     * "all_gather+all_to_all") and, for COLLECTIVE, the name of its group ("dp", "dp,tp"); storage
+     * owned by the pass, living as long as the instruction. NULL: the operator's name / none. */
+    const char *label;
+    const char *group_name;
 };
 
 /* The instruction of node n, or NULL when it has none. */

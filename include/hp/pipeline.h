@@ -64,6 +64,7 @@
 #include "hp/nn.h"
 #include "hp/schedule.h"
 #include "hp/store.h"
+#include "hp/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,6 +129,18 @@ hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t
  */
 hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss);
 hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
+
+/*
+ * Records this rank's schedule into `tr` from now on (hp/trace.h; NULL: stops): each F, B and W
+ * action's nodes on the track "compute" tagged with the action's stage, micro-batch and phase (F,
+ * B, W; a full backward is B), each send as a "send F" / "send B" span (kind p2p: the non-blocking
+ * send's issue, with its bytes) and each receive the compute thread waits for as "recv F" /
+ * "recv B" (kind p2p, the time blocked, with the bytes), the step's all-reduces (the gradient
+ * accumulators over the stage's group and the tied copies, the loss, the squared gradient norm;
+ * kind comm) and the optimizer's programs with phase opt. Call it between steps; `tr` (borrowed) must outlive the pipeline or a later call with NULL.
+ * Errors: the recorder's.
+ */
+hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr);
 
 /* The state store of this rank: parameters by their whole-model names, "grad_acc.<name>" (zero
  * between steps), "exp_avg.<name>", "exp_avg_sq.<name>". Owned by the pipeline. */

@@ -26,6 +26,7 @@
 #include "hp/comm.h"
 #include "hp/ir.h"
 #include "hp/liveness.h"
+#include "hp/trace.h"
 
 #include <stdio.h>
 
@@ -58,6 +59,9 @@ typedef struct hp_program_ext {
     /* optional: waits for work a run left in flight that may write tensor t (t < 0: any), e.g.
      * HyperOffload's deferred optimizer updates; returns that work's error */
     hp_status (*sync)(void *user, hp_tid t);
+    /* optional: records the pass's copy streams into `tr` from now on (NULL: stops; waits for the
+     * streams first), as tracks of their own (hp/trace.h) */
+    hp_status (*set_trace)(void *user, hp_trace *tr);
 } hp_program_ext;
 
 /*
@@ -118,11 +122,15 @@ typedef struct hp_program_opts {
                            outlive the program. */
     hp_progress progress; /* how asynchronous transfers make progress (HP_PROGRESS_AUTO: chosen from the
                              cores; see hp_progress) */
+    hp_trace *trace;    /* the timeline recorder (hp/trace.h) every run records into; NULL: off (a NULL
+                           check per node). Borrowed; see hp_program_set_trace for what is recorded. */
+    hp_trace_tags trace_tags; /* pipeline stage, micro-batch and phase override of the spans */
 } hp_program_opts;
 #define HP_PROGRAM_OPTS_DEFAULT                                                                    \
     ((hp_program_opts){.keep = NULL, .n_keep = 0, .plan_memory = true, .profile = false,            \
                        .view_reshape = true, .backend = NULL, .ext = NULL, .sync_comm = false,      \
-                       .node_by_node = false, .store = NULL, .progress = HP_PROGRESS_AUTO})
+                       .node_by_node = false, .store = NULL, .progress = HP_PROGRESS_AUTO,          \
+                       .trace = NULL, .trace_tags = HP_TRACE_TAGS_NONE})
 
 /*
  * Compiles `g` (which must verify) into a program: computes liveness (hp/liveness.h) after
@@ -183,6 +191,25 @@ hp_status hp_program_get_output(hp_program *p, hp_tid t, void *dst, size_t bytes
  * Errors: the first kernel error, prefixed with the node index, operator and scope.
  */
 hp_status hp_program_run(hp_program *p);
+
+/*
+ * Records every later run into `tr` (NULL: stops recording), with `tags` (NULL: HP_TRACE_TAGS_NONE)
+ * on every span; the same as opts.trace and opts.trace_tags at hp_program_new. Each run records on
+ * the track "compute" one span per node the compute thread runs (name: the operator, or the
+ * instruction's label such as "all_reduce"; args: op, node, detail (the parameter it reads or the
+ * tensor a transfer moves, and a collective's group), phase from the node's flags or tags.phase,
+ * stage and micro-batch from tags, bytes of transfer instructions), an "issue <label>" span where
+ * it hands a transfer to a queue and a "wait" span where it blocks on one; each communication
+ * queue records its collectives on a track of its own ("comm N (axes)"), the point-to-point queue
+ * on "p2p", and a pass's copy streams (opts.ext's set_trace: HyperOffload) their copies with bytes.
+ * A program whose nodes the backend runs as one batch gets each node's time from the batch
+ * (back-to-back spans from the batch's start). hp_program_run_nodes records the same for its
+ * range. Call it between runs; `tr` must outlive the program
+ * or a later call with NULL (which waits for the copy streams). A pipeline runtime calls it before
+ * each micro-batch's run to change the tags (cheap: no interning after the first call).
+ * Errors: the recorder's (HP_STATUS_OUT_OF_MEMORY, more than 64 tracks).
+ */
+hp_status hp_program_set_trace(hp_program *p, hp_trace *tr, const hp_trace_tags *tags);
 
 /*
  * Runs the live nodes with index in [first, last) of the program's graph, in program order, and

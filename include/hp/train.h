@@ -19,6 +19,7 @@
 #include "hp/ir.h"
 #include "hp/mesh.h"
 #include "hp/shard.h"
+#include "hp/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,6 +71,15 @@ hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
  */
 hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_trainer **out);
 void hp_trainer_free(hp_trainer *t);
+
+/*
+ * Records the trainer's programs into `tr` from now on (hp/trace.h; NULL: stops, after waiting for
+ * the copy streams): the training, evaluation and sampling programs' nodes and transfers
+ * (hp_program_set_trace), plus on the "compute" track one span per training step ("step", with
+ * args.step), evaluation ("eval") and checkpoint ("checkpoint"). Spans carry the step being run.
+ * `tr` (borrowed) must outlive the trainer or a later call with NULL. Errors: the recorder's.
+ */
+hp_status hp_trainer_set_trace(hp_trainer *t, hp_trace *tr);
 
 /* This process's rank in the world communicator. */
 int hp_trainer_rank(const hp_trainer *t);

@@ -12,6 +12,7 @@ int hp_cli_plan(int argc, char **argv);
 int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks);
 int hp_cli_check(int argc, char **argv);
 int hp_cli_ckpt(int argc, char **argv);
+int hp_cli_trace_view(int argc, char **argv);
 
 /* main's argc/argv (MPI_Init may consume arguments) and this process's rank (-1: one process). */
 extern int *hp_cli_argc;

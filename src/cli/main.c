@@ -1,4 +1,5 @@
-/* The `hp` command: train, generate, plan, check, ckpt. Only this layer prints and chooses exit codes. */
+/* The `hp` command: train, generate, plan, check, ckpt, trace-view. Only this layer prints and chooses exit
+ * codes. */
 #include "cli/cli.h"
 
 #include <ctype.h>
@@ -20,6 +21,11 @@ static void usage(FILE *f) {
             "                       latest) or --overwrite deletes them (latest and every step_*; other\n"
             "                       files stay) before the first step; one run per directory at a\n"
             "                       time (a lock on its .lock file, naming the holder's pid)\n"
+            "        [--trace FILE.json [--trace-capacity SPANS]]\n"
+            "                       record a timeline of the training steps (every rank and stream:\n"
+            "                       compute, communication queues, copy engines) as Chrome trace-event\n"
+            "                       JSON (Perfetto, chrome://tracing); rank 0 writes one file. SPANS\n"
+            "                       per stream are preallocated (default 262144); more are dropped\n"
             "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
             "  plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]\n"
@@ -36,6 +42,11 @@ static void usage(FILE *f) {
             "                       each file and exits 0, or names the fault and exits 1\n"
             "  ckpt list RUN_DIR    the run dir's checkpoints, each verified: ok, corrupt or incomplete,\n"
             "                       and which one latest names (exit 1 when that one is not ok)\n"
+            "  trace-view FILE.json -o TIMELINE.svg [--step N] [--from MS] [--to MS] [--width PX]\n"
+            "                       draw a trace (hp train --trace) as an SVG timeline: one row per\n"
+            "                       rank and stream, spans coloured by kind (F, B, W, optimizer,\n"
+            "                       collective, send/recv, copy, wait), a time axis in ms; --step N\n"
+            "                       zooms on training step N, --from/--to on a window\n"
             "  help                 this text\n");
 }
 
@@ -119,6 +130,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return hp_cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return hp_cli_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return hp_cli_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "trace-view")) return hp_cli_trace_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

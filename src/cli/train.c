@@ -6,6 +6,7 @@
 #include "hp/config.h"
 #include "hp/run_dir.h"
 #include "hp/core.h"
+#include "hp/trace.h"
 #include "hp/train.h"
 #ifdef HP_HAVE_MPI
 #include "hp/comm_mpi.h"
@@ -68,7 +69,8 @@ static bool write_metrics(FILE *f, const hp_step_metrics *m, double val) {
 }
 
 int hp_cli_train(int argc, char **argv) {
-    const char *config = NULL, *metrics_path = NULL, *resume = NULL;
+    const char *config = NULL, *metrics_path = NULL, *resume = NULL, *trace_path = NULL;
+    int64_t trace_capacity = 0;
     bool want_resume = false, want_overwrite = false;
     int64_t steps_override = 0;
     for (int i = 0; i < argc; i++) {
@@ -78,6 +80,13 @@ int hp_cli_train(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--resume")) {
             want_resume = true;
             if (i + 1 < argc && argv[i + 1][0] != '-') resume = argv[++i];
+        } else if (!strcmp(argv[i], "--trace")) {
+            if (!hp_cli_has_value(argc, argv, i)) return 2;
+            trace_path = argv[++i];
+        } else if (!strcmp(argv[i], "--trace-capacity")) {
+            if (!hp_cli_has_value(argc, argv, i) ||
+                !hp_cli_int("--trace-capacity", argv[++i], 1, (int64_t)1 << 40, &trace_capacity))
+                return 2;
         } else if (!strcmp(argv[i], "--overwrite")) {
             want_overwrite = true;
         } else if (!strcmp(argv[i], "--steps")) {
@@ -95,7 +104,8 @@ int hp_cli_train(int argc, char **argv) {
         }
     }
     if (!config) {
-        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n");
+        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n"
+                        "                     [--trace FILE.json [--trace-capacity SPANS]]\n");
         return 2;
     }
     hp_run_config cfg;
@@ -105,6 +115,7 @@ int hp_cli_train(int argc, char **argv) {
 
     FILE *metrics = NULL;
     hp_trainer *t = NULL;
+    hp_trace *trace = NULL;
     hp_comm *world = NULL;
     hp_run_dir_lock *lock = NULL;
     bool mpi = false, together = false; /* together: every rank stops with the same error (no abort) */
@@ -172,6 +183,19 @@ int hp_cli_train(int argc, char **argv) {
         st = hp_run_dir_prepare(cfg.train.checkpoint_dir, mode, hp_trainer_steps_done(t));
         if (st != HP_STATUS_OK) {
             hp_cli_fail(st, NULL);
+            goto out;
+        }
+    }
+    if (trace_path) {
+        /* Every rank records; the clocks are aligned now, and rank 0 writes the file at the end. */
+        hp_trace_opts to = HP_TRACE_OPTS_DEFAULT;
+        to.rank = world ? hp_comm_rank(world) : 0;
+        to.capacity = (size_t)trace_capacity;
+        st = hp_trace_new(&to, &trace);
+        if (st == HP_STATUS_OK) st = hp_trace_sync(trace, world);
+        if (st == HP_STATUS_OK) st = hp_trainer_set_trace(t, trace);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "trace");
             goto out;
         }
     }
@@ -265,6 +289,20 @@ int hp_cli_train(int argc, char **argv) {
             free(text);
         }
     }
+    if (trace) { /* the final sample is not part of the trace */
+        st = hp_trainer_set_trace(t, NULL);
+        if (st == HP_STATUS_OK) st = hp_trace_write(trace, world, trace_path);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "trace");
+            goto out;
+        }
+        if (lead) {
+            uint64_t dropped = hp_trace_dropped(trace);
+            fprintf(stderr, "trace: %s (rank 0: %llu spans", trace_path, (unsigned long long)hp_trace_count(trace));
+            if (dropped) fprintf(stderr, ", %llu dropped: raise --trace-capacity", (unsigned long long)dropped);
+            fprintf(stderr, ")\n");
+        }
+    }
     if (cfg.train.sample_tokens > 0) {
         char *text = NULL;
         st = hp_trainer_sample(t, cfg.train.sample_prompt, (int)cfg.train.sample_tokens, 0.8f, 40,
@@ -293,6 +331,7 @@ out:
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
     hp_run_dir_lock_release(lock); /* after the last save */
+    hp_trace_free(trace); /* after the programs that record into it */
     hp_run_config_free(&cfg);
 #ifdef HP_HAVE_MPI
     if (world) hp_comm_free(world);

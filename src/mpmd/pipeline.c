@@ -431,6 +431,25 @@ hp_status hp_pipeline_init_params(hp_pipeline *pp, uint64_t seed) {
 
 hp_store *hp_pipeline_store(hp_pipeline *pp) { return pp->store; }
 
+hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr) {
+    if (tr) {
+        HP_CHECK(hp_trace_track(tr, "compute", 0, &pp->trace_track));
+        const char *names[7] = {"send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
+                                "all_reduce grad"};
+        for (int k = 0; k < 7; k++)
+            if ((pp->trace_name[k] = hp_trace_intern(tr, names[k])) < 0)
+                return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for trace names");
+    }
+    for (int c = 0; c < pp->n_chunks; c++) /* the tags are set per action (pipeline_run.c) */
+        for (int k = 0; k < pp->chunks[c].n_slots; k++) HP_CHECK(hp_program_set_trace(pp->chunks[c].slots[k].p, tr, NULL));
+    hp_trace_tags opt = HP_TRACE_TAGS_NONE;
+    opt.phase = HP_TRACE_PHASE_OPT;
+    HP_CHECK(hp_program_set_trace(pp->norm_p, tr, &opt));
+    HP_CHECK(hp_program_set_trace(pp->opt_p, tr, &opt));
+    pp->trace = tr;
+    return HP_STATUS_OK;
+}
+
 void hp_pipeline_set_step(hp_pipeline *pp, int64_t step) { pp->step = step; }
 
 int hp_pipeline_n_chunks(const hp_pipeline *pp) { return pp->n_chunks; }

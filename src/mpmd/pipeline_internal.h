@@ -67,6 +67,10 @@ struct hp_pipeline {
     bool tied_exchange;     /* this group holds one of the two copies of a tied embedding on two groups */
     int64_t step;           /* optimizer steps taken */
     hp_pipeline_stats stats; /* since the last hp_pipeline_reset_stats */
+    hp_trace *trace;        /* hp_pipeline_set_trace; NULL: off */
+    int trace_track;        /* the compute thread's track */
+    int32_t trace_name[7];  /* "send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
+                               "all_reduce grad" */
 };
 
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */

@@ -164,12 +164,53 @@ static pp_slot *local_slot(hp_pipeline *pp, int stage, int mb, int before, pp_ch
     return NULL;
 }
 
+/* With a trace: the span of a transfer of action a (k: send F, send B, recv F, recv B) from t0. */
+static void trace_p2p(hp_pipeline *pp, const hp_sched_action *a, const pp_chunk *c, int k, double t0) {
+    hp_trace_span s = HP_TRACE_SPAN_INIT;
+    s.name = pp->trace_name[k];
+    s.kind = HP_TRACE_KIND_P2P;
+    s.stage = (int16_t)a->stage;
+    s.microbatch = (int16_t)a->mb;
+    s.phase = k % 2 ? HP_TRACE_PHASE_B : HP_TRACE_PHASE_F;
+    s.bytes = (double)c->act_bytes;
+    hp_trace_end(pp->trace, pp->trace_track, t0, &s);
+}
+
+/* With a trace: the span of an all-reduce of `bytes` (k = 4: the loss, 5: the squared gradient
+ * norm, 6: a gradient accumulator over the stage's group or the tied copies). */
+static void trace_all_reduce(hp_pipeline *pp, int k, double t0, double bytes) {
+    hp_trace_span s = HP_TRACE_SPAN_INIT;
+    s.name = pp->trace_name[k];
+    s.kind = HP_TRACE_KIND_COMM;
+    s.phase = k == 4 ? HP_TRACE_PHASE_NONE : HP_TRACE_PHASE_OPT;
+    s.bytes = bytes;
+    hp_trace_end(pp->trace, pp->trace_track, t0, &s);
+}
+
+/* Waits for the receive into a slot, recorded as "recv F" / "recv B" (k = 2, 3) with a trace. */
+static hp_status wait_recv(hp_pipeline *pp, const hp_sched_action *a, const pp_chunk *c, pp_slot *sl, int k) {
+    if (!pp->trace || !sl->recv.n) return hp__pp_reqs_wait(&sl->recv);
+    double t0 = hp_trace_begin(pp->trace);
+    hp_status st = hp__pp_reqs_wait(&sl->recv);
+    trace_p2p(pp, a, c, k, t0);
+    return st;
+}
+
+/* With a trace: tags the slot's program with the action's stage, micro-batch and phase. */
+static hp_status trace_tags(hp_pipeline *pp, const hp_sched_action *a, pp_slot *sl, hp_trace_phase phase) {
+    if (!pp->trace) return HP_STATUS_OK;
+    hp_trace_tags t = {.stage = a->stage, .microbatch = a->mb, .phase = phase};
+    return hp_program_set_trace(sl->p, pp->trace, &t);
+}
+
 static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const int32_t *targets, double *loss_sum) {
     const hp_schedule *s = pp->sched;
     const hp_sched_action *a = &s->actions[pp->rank][i];
     pp_chunk *c = &pp->chunks[pp->plan[i].chunk];
     pp_slot *sl = &c->slots[pp->plan[i].slot];
     size_t rows_bytes = (size_t)pp->rows * (size_t)pp->seq * sizeof(int32_t);
+    double t0 = hp_trace_begin(pp->trace);
+    hp_status st;
     size_t first_row = ((size_t)a->mb * pp->rows_mb + pp->row0) * (size_t)pp->seq; /* this rank's rows of the batch */
     switch ((hp_sched_op)a->op) {
     case HP_SCHED_OP_RECV_F:
@@ -180,10 +221,14 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
         }
         return HP_STATUS_OK;
     case HP_SCHED_OP_SEND_F:
-        return transfer(pp, true, hp_program_data(sl->p, c->gpt.x_out), a->peer, tag_of(pp, 0, a->stage, a->mb),
-                        &sl->send_f);
+        st = transfer(pp, true, hp_program_data(sl->p, c->gpt.x_out), a->peer, tag_of(pp, 0, a->stage, a->mb),
+                      &sl->send_f);
+        if (pp->trace) trace_p2p(pp, a, c, 0, t0);
+        return st;
     case HP_SCHED_OP_SEND_B:
-        return transfer(pp, true, hp_program_data(sl->p, c->dx), a->peer, tag_of(pp, 1, a->stage, a->mb), &sl->send_b);
+        st = transfer(pp, true, hp_program_data(sl->p, c->dx), a->peer, tag_of(pp, 1, a->stage, a->mb), &sl->send_b);
+        if (pp->trace) trace_p2p(pp, a, c, 1, t0);
+        return st;
     case HP_SCHED_OP_F:
         HP_CHECK(hp__pp_reqs_wait(&sl->send_f)); /* the slot's last activation has left */
         if (c->part.embedding) {
@@ -194,9 +239,10 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
             if (!ps) return hp_error(HP_STATUS_INTERNAL, "pipeline: F of stage %d mb %d before its input", a->stage, a->mb);
             memcpy(hp_program_data(sl->p, c->gpt.x_in), hp_program_data(ps->p, pc->gpt.x_out), c->act_bytes);
         } else {
-            HP_CHECK(hp__pp_reqs_wait(&sl->recv));
+            HP_CHECK(wait_recv(pp, a, c, sl, 2));
         }
         if (c->part.head) HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + first_row, rows_bytes));
+        HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_F));
         double t0 = hp_now_seconds();
         HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));
         pp->stats.f_seconds += hp_now_seconds() - t0;
@@ -213,15 +259,17 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
                 if (!ns) return hp_error(HP_STATUS_INTERNAL, "pipeline: B of stage %d mb %d before its gradient", a->stage, a->mb);
                 memcpy(hp_program_data(sl->p, c->dy), hp_program_data(ns->p, nc->dx), c->act_bytes);
             } else {
-                HP_CHECK(hp__pp_reqs_wait(&sl->recv));
+                HP_CHECK(wait_recv(pp, a, c, sl, 3));
             }
         }
+        HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_B));
         double tb = hp_now_seconds();
         HP_CHECK(hp_program_run_nodes(sl->p, c->f_end, (a->flags & HP_SCHED_FLAG_FULL_BACKWARD) ? c->n_nodes : c->b_end));
         pp->stats.b_seconds += hp_now_seconds() - tb;
         pp->stats.n_b++;
         return HP_STATUS_OK;
     case HP_SCHED_OP_W: {
+        HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_W));
         double tw = hp_now_seconds();
         HP_CHECK(hp_program_run_nodes(sl->p, c->b_end, c->n_nodes));
         pp->stats.w_seconds += hp_now_seconds() - tw;
@@ -250,7 +298,9 @@ static hp_status reduce_gradients(hp_pipeline *pp) {
         hp_store_entry_info e;
         HP_CHECK(hp_store_info(pp->store, name, &e));
         float *acc = hp_store_data(pp->store, name);
+        double t0 = hp_trace_begin(pp->trace);
         HP_CHECK(hp_comm_all_reduce(c, acc, acc, (size_t)hp_shape_numel(&e.local_shape), HP_DTYPE_F32, HP_REDUCE_SUM));
+        if (pp->trace) trace_all_reduce(pp, 6, t0, (double)e.bytes);
         HP_CHECK(hp_store_touch(pp->store, name));
     }
     return HP_STATUS_OK;
@@ -290,7 +340,9 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     pp->stats.steps++;
     HP_CHECK(reduce_gradients(pp));
     float mine = (float)(loss_sum / pp->m), total = 0; /* only the last stage's ranks have a loss */
+    double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
+    if (pp->trace) trace_all_reduce(pp, 4, t0, sizeof(float));
     if (loss) *loss = total;
     return HP_STATUS_OK;
 }
@@ -311,7 +363,9 @@ static hp_status zero_accumulators(hp_pipeline *pp) {
 hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm) {
     HP_CHECK(hp_program_run(pp->norm_p));
     float mine = *(const float *)hp_program_data(pp->norm_p, pp->norm_out), grad_sq = 0;
+    double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &grad_sq, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
+    if (pp->trace) trace_all_reduce(pp, 5, t0, sizeof(float));
     if (grad_norm) *grad_norm = sqrtf(grad_sq);
     if (!isfinite(grad_sq)) return zero_accumulators(pp); /* a NaN or Inf gradient: no update */
     pp->step++;

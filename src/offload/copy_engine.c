@@ -3,6 +3,7 @@
 #include "hp/worker.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,10 @@ struct hp_copy_engine {
     hp_worker *w;
     pthread_mutex_t mu; /* guards stats */
     hp_copy_stats stats;
+    _Atomic(hp_trace *) trace; /* NULL: not recording (hp_copy_engine_set_trace) */
+    int track;
+    hp_trace_span span[HP_TIER_COUNT][HP_TIER_COUNT]; /* [src][dst]: a copy's span fields */
+    hp_trace_span update; /* a host task's */
 };
 
 struct hp_event {
@@ -88,6 +93,12 @@ static hp_status copy_task(void *user, bool failed) {
     if (!failed) st = run_copy(t);
     double dt = hp_now_seconds() - t0;
     int s = t->src.tier, d = t->dst.tier;
+    hp_trace *tr = atomic_load_explicit(&ce->trace, memory_order_acquire);
+    if (tr && !failed) {
+        hp_trace_span sp = ce->span[s][d];
+        sp.bytes = (double)t->bytes;
+        hp_trace_record(tr, ce->track, t0, t0 + dt, &sp);
+    }
     pthread_mutex_lock(&ce->mu);
     ce->stats.copies[s][d]++;
     ce->stats.busy_s[s][d] += dt;
@@ -121,6 +132,8 @@ static hp_status host_work_task(void *user, bool failed) {
     double t0 = hp_now_seconds();
     if (!failed) t->fn(t->user);
     double dt = hp_now_seconds() - t0;
+    hp_trace *tr = atomic_load_explicit(&t->ce->trace, memory_order_acquire);
+    if (tr && !failed) hp_trace_record(tr, t->ce->track, t0, t0 + dt, &t->ce->update);
     pthread_mutex_lock(&t->ce->mu);
     t->ce->stats.busy_total_s += dt;
     t->ce->stats.tasks_done++;
@@ -208,6 +221,28 @@ hp_status hp_copy_host_task(hp_copy_engine *ce, void (*fn)(void *user), void *us
 }
 
 hp_status hp_copy_engine_synchronize(hp_copy_engine *ce) { return hp_worker_synchronize(ce->w); }
+
+hp_status hp_copy_engine_set_trace(hp_copy_engine *ce, hp_trace *tr, int track) {
+    (void)hp_worker_synchronize(ce->w); /* a copy's error stays sticky for its waiter */
+    if (tr) {
+        for (int s = 0; s < HP_TIER_COUNT; s++)
+            for (int d = 0; d < HP_TIER_COUNT; d++) {
+                char name[48];
+                snprintf(name, sizeof name, "%s->%s", hp_tier_name((hp_tier)s), hp_tier_name((hp_tier)d));
+                hp_trace_span *sp = &ce->span[s][d];
+                *sp = HP_TRACE_SPAN_INIT;
+                sp->kind = HP_TRACE_KIND_COPY;
+                sp->name = hp_trace_intern(tr, name);
+                if (sp->name < 0) return hp_error(HP_STATUS_OUT_OF_MEMORY, "copy engine: out of memory for trace names");
+            }
+        ce->update = HP_TRACE_SPAN_INIT;
+        ce->update.name = hp_trace_intern(tr, "update");
+        ce->update.phase = HP_TRACE_PHASE_OPT;
+        ce->track = track;
+    }
+    atomic_store_explicit(&ce->trace, tr, memory_order_release);
+    return HP_STATUS_OK;
+}
 
 void hp_copy_engine_clear_error(hp_copy_engine *ce) { hp_worker_clear_error(ce->w); }
 

@@ -125,3 +125,13 @@ void hp__ofl_mark_instrs(hp_offload_state *s, hp_graph *g) {
         if (ours && n->extra) n->flags |= HP_NODE_FLAG_INSTR;
     }
 }
+
+hp_status hp__ofl_set_trace(void *user, hp_trace *tr) {
+    hp_offload_state *s = user;
+    int track = -1;
+    if (tr) HP_CHECK(hp_trace_track(tr, "copy (host)", 40, &track));
+    HP_CHECK(hp_copy_engine_set_trace(s->ce, tr, track));
+    if (!s->ce_disk) return HP_STATUS_OK;
+    if (tr) HP_CHECK(hp_trace_track(tr, "copy (disk)", 41, &track));
+    return hp_copy_engine_set_trace(s->ce_disk, tr, track);
+}

@@ -194,6 +194,9 @@ hp_status hp__ofl_execute(hp_instr *self, const hp_node_args *a, const hp_exec_c
 /* Sets the instructions of the state, its records and the hold, and flags every node that carries
  * one (HP_NODE_FLAG_INSTR); after the rewrite and the deferred updates' staging. */
 void hp__ofl_mark_instrs(hp_offload_state *s, hp_graph *g);
+/* hp_program_ext.set_trace of the state (user): the copy streams record on "copy (host)" and, with
+ * a disk tier, "copy (disk)". */
+hp_status hp__ofl_set_trace(void *user, hp_trace *tr);
 
 /* Where tensor t's home is; `fast` is its address when the home is the fast tier. */
 hp_loc hp__ofl_loc(const hp_offload_state *s, hp_tid t, void *fast);

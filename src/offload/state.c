@@ -255,5 +255,5 @@ done:
 
 void hp__ofl_set_ext(hp_offload_state *s, size_t device_budget) {
     s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, device_budget, ext_write, ext_read,
-                              ext_before_run, ext_after_run, ext_report, s, ext_sync};
+                              ext_before_run, ext_after_run, ext_report, s, ext_sync, hp__ofl_set_trace};
 }

@@ -6,61 +6,13 @@
  * live node's argument block with its data pointers bound. hp_program_run then only walks the
  * bound nodes and calls the backend: no allocation, no lookups.
  */
-#include "hp/runtime.h"
+#include "runtime/program_internal.h"
 
 #include "hp/ops.h"
 #include "ir/op.h"
-#include "runtime/queues.h"
-#include "runtime/store_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define HP_ARENA_ALIGN 64
-
-struct hp_program {
-    const hp_graph *g;
-    hp_program_opts opts;
-    hp_backend_t be;
-    bool own_be;
-    hp_liveness lv;
-    void **data;         /* per tensor: its storage, or NULL when dead */
-    size_t *bytes;       /* per tensor: its size in bytes */
-    bool *own;           /* per tensor: has a buffer of its own (persistent, or reference mode) */
-    size_t *offset;      /* per tensor: arena offset, SIZE_MAX when not planned */
-    bool *ext;           /* per tensor: stored by opts.ext (a slower tier), not by the program */
-    void *arena;
-    size_t arena_alloc;  /* bytes requested for the arena */
-    void *workspace;
-    int n_exec;
-    hp_node_args *exec;  /* bound arguments of the nodes to run, in program order */
-    int32_t *exec_node;  /* their node indices */
-    double *exec_flops;  /* their flops (hp_node_cost), for the profile */
-    double *exec_best;   /* with opts.profile: their fastest time over the runs (s), 0 before a run */
-    double *exec_seconds; /* with opts.profile: their times in the last batched run (s) */
-    uint8_t *exec_kind;  /* EXEC_* below */
-    hp__queues *q;       /* when some node runs asynchronously: the communication queues */
-    int *queue_of;       /* per exec entry: its queue, or -1 */
-    int n_flight;        /* asynchronous outputs not yet waited for: */
-    const char **flight_ptr;
-    size_t *flight_bytes;
-    uint64_t *flight_seq;
-    int *flight_queue;   /* the producing queue, or -1 for a request started here (flight_req) */
-    hp_comm_request **flight_req;
-    bool compute_progress; /* HP_PROGRESS_COMPUTE in effect: asynchronous nodes start here */
-    int n_complete;      /* exec entries whose instruction has a complete hook (non-blocking sends) */
-    int *complete;
-    bool prepared;       /* the instructions' prepare hooks have run */
-    hp_program_stats stats;
-    bool dry;            /* hp_program_plan: plan and count, allocate no data */
-    bool built;          /* program_build succeeded */
-    hp__store_binding *binds; /* tensors bound to opts.store (store_bind) */
-    int n_binds;
-    int *bind_of;        /* per tensor: its index in binds, or -1 */
-    bool *written;       /* while building with a store: per tensor, written in place by a live node */
-};
-
-enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2, EXEC_VIEW = 3 };
 
 static size_t tensor_bytes(const hp_tensor *t) {
     return (size_t)hp_shape_numel(&t->shape) * hp_dtype_size(t->dtype);
@@ -69,6 +21,7 @@ static size_t tensor_bytes(const hp_tensor *t) {
 void hp_program_free(hp_program *p) {
     if (!p) return;
     (void)hp_program_sync(p); /* nothing may still read or write the program's memory */
+    if (p->trace) (void)hp__program_trace_attach(p, NULL, NULL); /* the pass's streams stop recording */
     if (p->binds) hp__store_unbind(p->opts.store, p->binds, p->n_binds, p->built);
     free(p->binds);
     free(p->bind_of);
@@ -102,6 +55,8 @@ void hp_program_free(hp_program *p) {
     free(p->exec_flops);
     free(p->exec_best);
     free(p->exec_seconds);
+    free(p->trace_span);
+    free(p->trace_issue);
     free(p);
 }
 
@@ -454,6 +409,7 @@ static hp_status program_build(const hp_graph *g, const hp_program_opts *opts, b
                       p->stats.arena_bytes, p->stats.workspace_bytes, fast);
         goto fail;
     }
+    if (!dry && p->opts.trace) HP_CHECK_GOTO(hp__program_trace_attach(p, p->opts.trace, &p->opts.trace_tags), st, fail);
     p->built = true;
     *out = p;
     return HP_STATUS_OK;
@@ -612,13 +568,26 @@ static hp_status wait_inputs(hp_program *p, int e) {
 /* Runs node e: an asynchronous instruction on its queue; a transfer instruction (collective,
  * point-to-point, copy) here through its own execute; anything else through the backend. */
 static hp_status run_exec(hp_program *p, int e) {
-    HP_CHECK(wait_inputs(p, e));
+    double t0 = 0;
+    if (p->trace) { /* a wait span when something in flight may block this node */
+        bool may_wait = p->n_flight || (p->exec_kind[e] == EXEC_INPLACE && p->n_complete);
+        t0 = hp_trace_begin(p->trace);
+        HP_CHECK(wait_inputs(p, e));
+        if (may_wait) {
+            hp__program_trace_wait(p, t0);
+            t0 = hp_trace_begin(p->trace);
+        }
+    } else {
+        HP_CHECK(wait_inputs(p, e));
+    }
     const hp_node_args *a = &p->exec[e];
     if (p->exec_kind[e] == EXEC_VIEW) return HP_STATUS_OK; /* storage shared: only the wait */
     if (p->exec_kind[e] != EXEC_ASYNC) {
         hp_instr *x = hp_node_instr(a->node);
-        if (x && x->queue != HP_QUEUE_COMPUTE && x->execute) return x->execute(x, a, NULL);
-        return hp_backend_run_node(p->be, a);
+        hp_status st = x && x->queue != HP_QUEUE_COMPUTE && x->execute ? x->execute(x, a, NULL)
+                                                                        : hp_backend_run_node(p->be, a);
+        if (p->trace && st == HP_STATUS_OK) hp__program_trace_node(p, e, t0);
+        return st;
     }
     int qk = p->queue_of[e];
     uint64_t seq = 0;
@@ -626,10 +595,12 @@ static hp_status run_exec(hp_program *p, int e) {
     if (p->compute_progress) {
         hp_instr *x = hp_node_instr(a->node);
         HP_CHECK(x->start(x, a, &req));
+        if (p->trace) hp__program_trace_node(p, e, t0); /* the start; it completes in the background */
         if (!req) return HP_STATUS_OK; /* already complete */
         qk = -1;
     } else {
         HP_CHECK(hp__queues_submit(p->q, qk, a, &seq));
+        if (p->trace) hp__program_trace_issue(p, e, t0);
     }
     for (int j = 0; j < a->node->n_out; j++) {
         p->flight_ptr[p->n_flight] = a->out[j];
@@ -689,7 +660,10 @@ static hp_status run_execs(hp_program *p, int e0, int e1) {
         /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
          * one batch (hp_backend_run_nodes; on the CPU one thread team for the whole step). */
         int failed = -1;
-        hp_status st = hp_backend_run_nodes(p->be, p->exec + e0, e1 - e0, prof ? p->exec_seconds + e0 : NULL, &failed);
+        double t0 = hp_trace_begin(p->trace);
+        hp_status st = hp_backend_run_nodes(p->be, p->exec + e0, e1 - e0, prof || p->trace ? p->exec_seconds + e0 : NULL,
+                                            &failed);
+        if (p->trace) hp__program_trace_batch(p, t0, e0, st == HP_STATUS_OK ? e1 : e0 + (failed < 0 ? 0 : failed));
         if (st != HP_STATUS_OK) return node_failed(p, failed < 0 ? -1 : e0 + failed, st);
         for (int e = e0; e < e1 && prof; e++) profile_node(p, e, p->exec_seconds[e]);
     } else {
@@ -702,7 +676,9 @@ static hp_status run_execs(hp_program *p, int e0, int e1) {
             if (prof) profile_node(p, e, hp_now_seconds() - t0);
         }
     }
+    double tw = hp_trace_begin(p->trace);
     hp_status wst = wait_all(p);
+    if (p->trace && (p->q || p->compute_progress)) hp__program_trace_wait(p, tw);
     if (wst != HP_STATUS_OK) return node_failed(p, -1, wst);
     if (p->q) hp__queues_times(p->q, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
     HP_CHECK(hp_backend_synchronize(p->be));
@@ -739,69 +715,6 @@ void *hp_program_arena_peek(hp_program *p, hp_tid t) {
     if (!p || !p->arena || t < 0 || t >= p->lv.n_tensors || p->offset[t] == SIZE_MAX) return NULL;
     (void)ext_sync(p, -1);
     return (char *)p->arena + p->offset[t];
-}
-
-void hp_program_get_stats(const hp_program *p, hp_program_stats *s) { *s = p->stats; }
-
-hp_status hp_program_profile_report(const hp_program *p, FILE *f) {
-    const hp_program_stats *s = &p->stats;
-    int ops[HP_OP_COUNT], n = 0;
-    double total = 0, best[HP_OP_COUNT] = {0}, best_total = 0;
-    for (int e = 0; e < p->n_exec; e++) {
-        best[p->exec[e].node->op] += p->exec_best[e];
-        best_total += p->exec_best[e];
-    }
-    for (int op = 0; op < HP_OP_COUNT; op++)
-        if (s->op_calls[op] > 0) {
-            ops[n++] = op;
-            total += s->op_seconds[op];
-        }
-    for (int i = 1; i < n; i++) /* insertion sort by decreasing time: at most HP_OP_COUNT kinds */
-        for (int j = i; j > 0 && s->op_seconds[ops[j]] > s->op_seconds[ops[j - 1]]; j--) {
-            int tmp = ops[j];
-            ops[j] = ops[j - 1];
-            ops[j - 1] = tmp;
-        }
-    bool ok = true;
-    if (n > 0) {
-        ok &= fprintf(f, "%-24s %8s %11s %10s %9s %6s %12s %9s\n", "operator", "calls", "total ms", "ms/call",
-                      "GFLOP/s", "share", "best ms/run", "GFLOP/s") > 0;
-        for (int i = 0; i < n; i++) {
-            int op = ops[i];
-            double sec = s->op_seconds[op];
-            double fl = s->n_runs ? s->op_flops[op] / s->n_runs : 0.0; /* flops per run */
-            ok &= fprintf(f, "%-24s %8d %11.3f %10.4f %9.2f %5.1f%% %12.3f %9.2f\n", hp_op_name((hp_op)op),
-                          s->op_calls[op], 1e3 * sec, 1e3 * sec / s->op_calls[op],
-                          sec > 0 ? 1e-9 * s->op_flops[op] / sec : 0.0, total > 0 ? 100.0 * sec / total : 0.0,
-                          1e3 * best[op], best[op] > 0 ? 1e-9 * fl / best[op] : 0.0) > 0;
-        }
-        ok &= fprintf(f, "%-24s %8s %11.3f   (%d runs, %.3f ms per run; each node's best run: %.3f ms)\n", "total",
-                      "", 1e3 * total, s->n_runs, s->n_runs ? 1e3 * total / s->n_runs : 0.0, 1e3 * best_total) > 0;
-    }
-    ok &= fprintf(f, "memory: arena %zu bytes for %d activations (naive %zu, %.1f%%; peak live %zu), "
-                     "persistent %zu, workspace %zu, %d reshape views, %d nodes per run\n",
-                  s->arena_bytes, s->n_planned, s->naive_bytes,
-                  s->naive_bytes ? 100.0 * (double)s->arena_bytes / (double)s->naive_bytes : 100.0,
-                  s->peak_live_bytes,
-                  s->persistent_bytes, s->workspace_bytes, s->n_views, s->n_nodes) > 0;
-    if (!ok) return hp_error(HP_STATUS_IO, "profile report: write failed");
-    return HP_STATUS_OK;
-}
-
-void hp_program_report_memory(const hp_program *p, FILE *f) {
-    const hp_program_stats *s = &p->stats;
-    const hp_program_ext *e = p->opts.ext;
-    fprintf(f, "memory: fast tier %zu bytes (persistent %zu, arena %zu, workspace %zu)", s->device_bytes,
-            s->persistent_bytes, s->arena_bytes, s->workspace_bytes);
-    if (s->store_bytes) fprintf(f, ", %zu bytes in the state store (counted there)", s->store_bytes);
-    if (e && e->device_budget) fprintf(f, ", budget %zu (%.1f%% used)", e->device_budget,
-                                       100.0 * (double)(s->device_bytes + s->store_bytes) / (double)e->device_budget);
-    fprintf(f, "\n");
-    for (int t = 0; t < HP_TIER_COUNT; t++)
-        fprintf(f, "memory: tier %-6s in use %zu bytes, peak %zu bytes, program tensors stored there %zu bytes\n",
-                hp_tier_name((hp_tier)t), hp_mem_in_use((hp_tier)t), hp_mem_peak((hp_tier)t),
-                t == HP_TIER_DEVICE ? s->device_bytes : s->ext_bytes[t]);
-    if (e && e->report) e->report(e->user, f);
 }
 
 hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out) {

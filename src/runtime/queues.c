@@ -3,26 +3,44 @@
 
 #include "hp/worker.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+
+/* One asynchronous entry: what its worker runs. */
+typedef struct qtask {
+    hp__queues *q;
+    const hp_node_args *a;
+    int e, k; /* entry index, queue */
+} qtask;
 
 struct hp__queues {
     hp_comm_wait_mode wait; /* how the workers' threads wait in communicator calls */
     int n;
     hp_worker **w;
     bool *p2p;
+    int *first;             /* per queue: its first entry */
+    const hp_node_args *base; /* the entries (hp__queues_new's a) */
+    qtask *task;            /* per entry */
+    hp_trace *trace;        /* NULL: not recording */
+    const hp_trace_span *span; /* per entry */
+    int *track;             /* per queue: its track in `trace` */
 };
 
 /* One instruction on its queue's worker; skipped after an earlier failure of that queue. */
 static hp_status run_task(void *user, bool failed) {
-    const hp_node_args *a = user;
+    const qtask *t = user;
+    const hp_node_args *a = t->a;
     if (failed) return HP_STATUS_OK;
     hp_instr *x = hp_node_instr(a->node);
+    hp_trace *tr = t->q->trace;
+    double t0 = hp_trace_begin(tr);
     hp_status st = x->execute(x, a, NULL);
+    if (tr) hp_trace_end(tr, t->q->track[t->k], t0, &t->q->span[t->e]);
     if (st == HP_STATUS_OK) return st;
-    const hp_tensor *t = a->node->n_in ? hp_graph_tensor(a->g, a->node->in[0]) : NULL;
+    const hp_tensor *in = a->node->n_in ? hp_graph_tensor(a->g, a->node->in[0]) : NULL;
     return hp_error_prefix(st, "%s queue (%s of %s%s%s): ", x->queue == HP_QUEUE_P2P ? "point-to-point" : "collective",
-                           hp_op_name(a->node->op), t && t->name ? "'" : "", t && t->name ? t->name : "input",
-                           t && t->name ? "'" : "");
+                           hp_op_name(a->node->op), in && in->name ? "'" : "", in && in->name ? in->name : "input",
+                           in && in->name ? "'" : "");
 }
 
 static int find(int *parent, int i) {
@@ -82,7 +100,11 @@ hp_status hp__queues_new(const hp_node_args *a, const bool *async, int n, int *q
     }
     q->w = calloc((size_t)n_async, sizeof *q->w);
     q->p2p = calloc((size_t)n_async, sizeof *q->p2p);
-    if (!q->w || !q->p2p) {
+    q->first = calloc((size_t)n_async, sizeof *q->first);
+    q->track = calloc((size_t)n_async, sizeof *q->track);
+    q->task = calloc((size_t)n, sizeof *q->task);
+    q->base = a;
+    if (!q->w || !q->p2p || !q->first || !q->track || !q->task) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for the communication queues");
         goto fail;
     }
@@ -92,10 +114,12 @@ hp_status hp__queues_new(const hp_node_args *a, const bool *async, int n, int *q
         if (root_queue[r] < 0) {
             root_queue[r] = q->n;
             q->p2p[q->n] = hp_node_instr(a[e].node)->queue == HP_QUEUE_P2P;
+            q->first[q->n] = e;
             HP_CHECK_GOTO(hp_worker_new(&q->w[q->n]), st, fail);
             q->n++;
         }
         queue_of[e] = root_queue[r];
+        q->task[e] = (qtask){q, &a[e], e, root_queue[r]};
     }
     free(parent);
     free(root_queue);
@@ -126,6 +150,9 @@ void hp__queues_free(hp__queues *q) {
     for (int k = 0; k < q->n; k++) hp_worker_free(q->w[k]);
     free(q->w);
     free(q->p2p);
+    free(q->first);
+    free(q->track);
+    free(q->task);
     free(q);
 }
 
@@ -134,7 +161,24 @@ int hp__queues_count(const hp__queues *q) { return q ? q->n : 0; }
 bool hp__queues_is_p2p(const hp__queues *q, int k) { return q->p2p[k]; }
 
 hp_status hp__queues_submit(hp__queues *q, int k, const hp_node_args *a, uint64_t *seq) {
-    return hp_worker_submit(q->w[k], run_task, (void *)a, seq);
+    qtask *t = &q->task[a - q->base];
+    HP_ASSERT(t->a == a && t->k == k);
+    return hp_worker_submit(q->w[k], run_task, t, seq);
+}
+
+hp_status hp__queues_set_trace(hp__queues *q, hp_trace *tr, const hp_trace_span *span) {
+    if (!q) return HP_STATUS_OK;
+    for (int k = 0; k < q->n && tr; k++) {
+        const hp_instr *x = hp_node_instr(q->base[q->first[k]].node);
+        char name[64];
+        if (q->p2p[k]) snprintf(name, sizeof name, "p2p");
+        else if (x->group_name) snprintf(name, sizeof name, "comm %d (%s)", k, x->group_name);
+        else snprintf(name, sizeof name, "comm %d", k);
+        HP_CHECK(hp_trace_track(tr, name, q->p2p[k] ? 30 : 10 + k, &q->track[k]));
+    }
+    q->trace = tr;
+    q->span = span;
+    return HP_STATUS_OK;
 }
 
 hp_status hp__queues_wait(hp__queues *q, int k, uint64_t seq) { return hp_worker_wait(q->w[k], seq); }

@@ -17,6 +17,7 @@
 
 #include "hp/backend.h"
 #include "hp/comm.h"
+#include "hp/trace.h"
 
 typedef struct hp__queues hp__queues;
 
@@ -44,6 +45,10 @@ hp_status hp__queues_wait_all(hp__queues *q);
 /* After a failed run has drained every queue: later runs issue their transfers again (each queue's
  * error is sticky until cleared, so without this one failure would skip every later collective). */
 void hp__queues_clear_errors(hp__queues *q);
+/* Records every instruction the queues run from now on into `tr` (NULL: stops), on a track per
+ * queue ("comm K (group)", "p2p"), with span[e] (borrowed, per entry of hp__queues_new's a) as the
+ * span's fields. Call between runs. NULL q is allowed. Errors: the recorder's. */
+hp_status hp__queues_set_trace(hp__queues *q, hp_trace *tr, const hp_trace_span *span);
 /* Seconds the queues' workers spent running (summed) and the compute thread spent waiting. */
 void hp__queues_times(hp__queues *q, double *busy_s, double *wait_s);
 

@@ -13,6 +13,8 @@ typedef struct hp__redist_extra {
     hp_instr instr;
     hp_redistribute_plan plan;
     hp_mesh *mesh;
+    char label[64];      /* instr.label: the plan's collectives, "all_reduce" */
+    char group_name[48]; /* instr.group_name: the mesh axes they use, "dp" */
 } hp__redist_extra;
 
 /*

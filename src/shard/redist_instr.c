@@ -6,6 +6,9 @@
  */
 #include "shard/partition_internal.h"
 
+#include <stdio.h>
+#include <string.h>
+
 static hp_status redist_execute(hp_instr *self, const hp_node_args *a, const hp_exec_ctx *ctx) {
     (void)ctx;
     hp__redist_extra *x = (hp__redist_extra *)(void *)self;
@@ -37,15 +40,27 @@ static hp_status redist_start(hp_instr *self, const hp_node_args *a, hp_comm_req
                                req);
 }
 
+/* Appends `s` to buf (of n bytes), after a `sep` unless buf is empty; truncates quietly. */
+static void append(char *buf, size_t n, const char *sep, const char *s) {
+    size_t len = strlen(buf);
+    if (len + 1 < n) snprintf(buf + len, n - len, "%s%s", len ? sep : "", s);
+}
+
 void hp__redist_instr_init(hp__redist_extra *x) {
     uint32_t axes = 0;
     bool all = false;
+    x->label[0] = x->group_name[0] = '\0';
     for (int k = 0; k < x->plan.nsteps; k++) {
         const hp_redist_step *s = &x->plan.steps[k];
         if (s->kind == HP_REDIST_LOCAL_SLICE || s->kind == HP_REDIST_LOCAL_PARTIAL) continue;
+        append(x->label, sizeof x->label, "+", hp_redist_kind_name(s->kind));
         if (s->axis < 0) all = true; /* ALL_TO_ALLV: the whole mesh */
         else axes |= 1u << s->axis;
     }
+    if (!x->label[0]) snprintf(x->label, sizeof x->label, "%s", "local");
+    for (int a = 0; a < hp_mesh_naxes(x->mesh) && !all; a++)
+        if (axes & (1u << a)) append(x->group_name, sizeof x->group_name, ",", hp_mesh_axis_name(x->mesh, a));
+    if (all || !x->group_name[0]) snprintf(x->group_name, sizeof x->group_name, "%s", "mesh");
     x->instr = (hp_instr){
         .queue = HP_QUEUE_COLLECTIVE,
         .group = x->mesh,
@@ -54,5 +69,7 @@ void hp__redist_instr_init(hp__redist_extra *x) {
         .execute = redist_execute,
         .prepare = redist_prepare,
         .start = x->plan.nsteps == 1 && x->plan.steps[0].kind == HP_REDIST_ALL_REDUCE ? redist_start : NULL,
+        .label = x->label,
+        .group_name = x->group_name,
     };
 }

@@ -7,6 +7,7 @@
 
 #include "hp/backend.h"
 #include "hp/ops.h"
+#include "hp/pipeline.h"
 #include "hp/redistribute.h"
 #include "hp/rng.h"
 
@@ -49,6 +50,7 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     o.offload = training ? &oc : NULL;
     o.comm = t->world;
     o.program.store = t->store;
+    o.program.trace = t->trace;
     HP_CHECK(hp_compile(pr->lg, &o, &pr->compiled));
     if (training) pr->step = *hp_compiled_step(pr->compiled);
     pr->part = hp_compiled_partition(pr->compiled);
@@ -236,9 +238,39 @@ int hp_trainer_rank(const hp_trainer *t) { return hp_comm_rank(t->world); }
 const hp_mesh *hp_trainer_mesh(const hp_trainer *t) { return t->mesh; }
 const hp_partition *hp_trainer_partition(const hp_trainer *t) { return t->train.part; }
 
+void hp__trainer_trace(hp_trainer *t, const hp_trace_span *s, double t0) {
+    if (t->trace) hp_trace_end(t->trace, t->trace_track, t0, s);
+}
+
+hp_status hp_trainer_set_trace(hp_trainer *t, hp_trace *tr) {
+    hp_program *progs[3] = {t->train.p, t->eval.p, t->sample.p};
+    if (tr) {
+        HP_CHECK(hp_trace_track(tr, "compute", 0, &t->trace_track));
+        const char *names[3] = {"step", "eval", "checkpoint"};
+        hp_trace_span *spans[3] = {&t->trace_step, &t->trace_eval, &t->trace_save};
+        for (int k = 0; k < 3; k++) {
+            *spans[k] = HP_TRACE_SPAN_INIT;
+            spans[k]->kind = HP_TRACE_KIND_STEP;
+            spans[k]->name = hp_trace_intern(tr, names[k]);
+            if (spans[k]->name < 0) return hp_error(HP_STATUS_OUT_OF_MEMORY, "trainer: out of memory for trace names");
+        }
+        hp_trace_set_step(tr, t->steps_done);
+    }
+    for (int k = 0; k < 3; k++)
+        if (progs[k]) HP_CHECK(hp_program_set_trace(progs[k], tr, NULL));
+    if (t->pipe) HP_CHECK(hp_pipeline_set_trace(t->pipe, tr));
+    t->trace = tr;
+    return HP_STATUS_OK;
+}
+
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
-    if (t->pipe) return hp__pipe_step(t, m);
     double t0 = hp_now_seconds();
+    if (t->trace) hp_trace_set_step(t->trace, t->steps_done + 1);
+    if (t->pipe) {
+        hp_status ps = hp__pipe_step(t, m);
+        hp__trainer_trace(t, &t->trace_step, t0);
+        return ps;
+    }
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
     HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
@@ -253,6 +285,7 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     hp_status rs = hp__trainer_poison_restore(t, poisoned, saved);
     HP_CHECK(st);
     HP_CHECK(rs);
+    hp__trainer_trace(t, &t->trace_step, t0);
     double dt = hp_now_seconds() - t0;
     *m = (hp_step_metrics){0};
     m->step = s + 1;
@@ -287,6 +320,7 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
     /* The evaluation program binds to the store: it reads the parameters the training program
      * writes (no copy; a slow-tier home is copied in by the program's run when it changed). */
     if (!t->eval.p) HP_CHECK(build_prog(t, &t->eval, false));
+    double t0 = hp_trace_begin(t->trace);
     if (t->pipe) HP_CHECK(hp__pipe_gather(t, false)); /* every rank evaluates the whole model */
     double sum = 0;
     for (int64_t b = 0; b < t->cfg.train.eval_batches; b++) {
@@ -296,6 +330,7 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
         sum += *(float *)hp_program_data(t->eval.p, t->eval.loss);
     }
     *val_loss = sum / (double)t->cfg.train.eval_batches;
+    hp__trainer_trace(t, &t->trace_eval, t0);
     return HP_STATUS_OK;
 }
 
@@ -333,6 +368,7 @@ static hp_status gather_for_sampling(hp_trainer *t) {
     o.keep = &f->gpt.logits;
     o.n_keep = 1;
     o.store = t->store;
+    o.trace = t->trace;
     return hp_program_new(f->g, &o, &f->p);
 }
 

@@ -100,10 +100,12 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     hp_named_tensor *nm = NULL, *no = NULL;
     /* deferred optimizer updates (HyperOffload) finish first, and their errors stop the save */
     HP_CHECK(hp_program_sync(t->train.p));
+    double t0 = hp_trace_begin(t->trace);
     if (t->pipe) { /* the stages' tensors into the full copy on every rank; rank 0 writes it alone */
         HP_CHECK(hp__pipe_gather(t, true));
         if (hp_comm_rank(t->world) != 0) {
             if (path_out && cap) snprintf(path_out, cap, "%s", t->cfg.train.checkpoint_dir);
+            hp__trainer_trace(t, &t->trace_save, t0);
             return HP_STATUS_OK;
         }
     }
@@ -142,6 +144,7 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     free(optim);
     free(nm);
     free(no);
+    if (st == HP_STATUS_OK) hp__trainer_trace(t, &t->trace_save, t0);
     return st;
 }
 

@@ -49,6 +49,9 @@ struct hp_trainer {
     hp_trainer_fwd sample;
     int64_t steps_done;
     double unigram;
+    hp_trace *trace;       /* hp_trainer_set_trace; NULL: off */
+    int trace_track;       /* the compute thread's track */
+    hp_trace_span trace_step, trace_eval, trace_save; /* the trainer's own spans */
     /* pipeline mode (groups: and pipeline: in the config; trainer_pipe.c): the training step is
      * `pipe` over `pipe_comm` (rank = stage); `train` then holds only the logical step graph (no
      * program), whose names the full copy of the model in `store` (one device, `self`) follows */
@@ -104,6 +107,9 @@ void hp__pipe_report_memory(const hp_trainer *t, FILE *f);
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t);
 
 /* (Parameters and optimizer states are read and written through the state store, t->store.) */
+
+/* Records the trainer's span s [t0, now) on the compute track (nothing when not tracing). */
+void hp__trainer_trace(hp_trainer *t, const hp_trace_span *s, double t0);
 
 /* This rank's slice of logical tensor t: start and len per dim. */
 void hp__prog_slice(const hp_trainer *t, const hp_trainer_prog *pr, hp_tid lt, int64_t *start, int64_t *len);
