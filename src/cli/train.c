@@ -114,6 +114,11 @@ int hp_cli_train(int argc, char **argv) {
         hp_cli_fail(st, "starting MPI");
         goto out;
     }
+    /* train.comm_timeout from the first collective on (the lock's broadcast included) */
+    if (world && (st = hp_comm_set_timeout(world, cfg.train.comm_timeout)) != HP_STATUS_OK) {
+        hp_cli_fail(st, NULL);
+        goto out;
+    }
     bool lead = true; /* rank 0 reports; the others stay quiet unless they fail */
     if (world && hp_comm_size(world) > 1) {
         hp_cli_rank = hp_comm_rank(world);
@@ -290,6 +295,18 @@ int hp_cli_train(int argc, char **argv) {
     }
     rc = 0;
 out:
+#ifdef HP_HAVE_MPI
+    if (mpi && world && hp_comm_stalled(world)) {
+        /* A rank stalled (train.comm_timeout): the stopped rank ends only if the job is aborted, and
+         * the abandoned transfers may still write into the trainer's buffers, so nothing is freed. */
+        char prefix[32] = "";
+        if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
+        fprintf(stderr, "%shp: a rank stalled for longer than train.comm_timeout (%g s): ending the job (MPI_Abort); "
+                "raise train.comm_timeout if such waits are expected, 0 for no limit\n", prefix, cfg.train.comm_timeout);
+        if (metrics) fflush(metrics);
+        hp_comm_mpi_abort(1);
+    }
+#endif
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
     hp_run_dir_lock_release(lock); /* after the last save */
