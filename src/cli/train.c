@@ -69,7 +69,7 @@ static bool write_metrics(FILE *f, const hp_step_metrics *m, double val) {
 
 int hp_cli_train(int argc, char **argv) {
     const char *config = NULL, *metrics_path = NULL, *resume = NULL;
-    bool want_resume = false, want_overwrite = false;
+    bool want_resume = false, want_overwrite = false, force = false, dry_run = false;
     int64_t steps_override = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--metrics")) {
@@ -80,6 +80,10 @@ int hp_cli_train(int argc, char **argv) {
             if (i + 1 < argc && argv[i + 1][0] != '-') resume = argv[++i];
         } else if (!strcmp(argv[i], "--overwrite")) {
             want_overwrite = true;
+        } else if (!strcmp(argv[i], "--force")) {
+            force = true;
+        } else if (!strcmp(argv[i], "--dry-run")) {
+            dry_run = true;
         } else if (!strcmp(argv[i], "--steps")) {
             /* train.steps' own range (hp/config.h) */
             if (!hp_cli_has_value(argc, argv, i) || !hp_cli_int("--steps", argv[++i], 1, (int64_t)1 << 62, &steps_override))
@@ -95,7 +99,8 @@ int hp_cli_train(int argc, char **argv) {
         }
     }
     if (!config) {
-        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n");
+        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N] [--force] "
+                "[--dry-run]\n");
         return 2;
     }
     hp_run_config cfg;
@@ -154,14 +159,29 @@ int hp_cli_train(int argc, char **argv) {
         together = true;
         goto out;
     }
+    /* Sizes against the machine, planned before anything large is allocated (--force: a warning). */
+    if (hp_cli_check_memory(&cfg, world, force, lead) != HP_STATUS_OK) {
+        together = true;
+        goto out;
+    }
+    if (dry_run) {
+        if (lead) fprintf(stderr, "dry run: stopping before the trainer is built (the config, the run directory, the output "
+                              "paths and the memory plan were checked)\n");
+        rc = 0;
+        goto out;
+    }
+    hp_cli_ticker *tk = hp_cli_ticker_start("building the trainer (the corpus, the step's graphs and programs)", lead);
     st = hp_trainer_new_dist(&cfg, world, &t);
+    hp_cli_ticker_stop(tk);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, config);
         goto out;
     }
     if (want_resume) {
         const char *from = resume ? resume : cfg.train.checkpoint_dir;
+        tk = hp_cli_ticker_start("loading the checkpoint", lead);
         st = hp_trainer_resume(t, from);
+        hp_cli_ticker_stop(tk);
         if (st != HP_STATUS_OK) {
             hp_cli_fail(st, "resume");
             goto out;
