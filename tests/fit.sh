@@ -50,7 +50,12 @@ for c in wide long; do
     expect_in $c-force.log "hp: warning: the run needs about" "(--force: running anyway)" \
               "dry run: stopping before the trainer is built"
 done
-expect_in wide.log " TiB of memory per rank" "a smaller model.width (now 1048576)"
+expect_in wide.log " TiB of memory per rank" "a smaller model.width (now 1048576)" "(RLIMIT_AS/RLIMIT_DATA)"
+# without the cap (the run above showed the check allocates nothing): the machine's own memory
+set +e; "$hp" train wide.yaml > wide-machine.log 2>&1; rc=$?; set -e
+(( rc == 1 )) || { cat wide-machine.log >&2; fail "wide without ulimit: exit $rc"; }
+grep -qE "more than this process can have: [0-9.]+ [KMGT]iB \((physical memory|cgroup memory limit)" wide-machine.log ||
+    { cat wide-machine.log >&2; fail "wide: the limit is not the machine's memory"; }
 # the parameters dominate the wide model, the activations the long context: each advice comes first
 grep -q "To fit: a strategy that shards parameters" wide.log || { cat wide.log >&2; fail "wide: advice order"; }
 expect_in long.log "To fit: a smaller model.context (now 150000) or train.batch (now 8)"
