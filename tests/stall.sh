@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A stalled rank ends the job with its cause (docs/reliability.md, Stalls; CTest: stall_cli):
+# A stalled rank ends the job with its cause (docs/reliability.md, Stalls; CTest: stall_cli_np2):
 #
 #   tests/stall.sh HP SOURCE_DIR MPIEXEC
 #

@@ -85,6 +85,9 @@ static void test_huge_not_allocated(void **state) {
     assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
     cap.rlim_max = old.rlim_max;
     if (old.rlim_max != RLIM_INFINITY && old.rlim_max < cap.rlim_cur) cap.rlim_cur = old.rlim_max;
+#if defined(__SANITIZE_ADDRESS__)
+    cap = old; /* AddressSanitizer's shadow memory needs terabytes of address space: no cap */
+#endif
     assert_int_equal(setrlimit(RLIMIT_AS, &cap), 0);
     hp_run_memory need;
     hp_status st = hp_run_memory_estimate(&cfg, 1, 0, &need);
@@ -94,13 +97,17 @@ static void test_huge_not_allocated(void **state) {
     assert_ok(st);
     assert_ok(st2);
     assert_true(need.params > ((uint64_t)40 << 40)); /* 12 * 2^40 floats and more */
+#if !defined(__SANITIZE_ADDRESS__)
     assert_true(have.rlimit > 0 && have.limit <= have.rlimit);
+#endif
     hp_status v = hp_run_memory_check(&cfg, &need, &have);
     assert_int_equal(v, HP_STATUS_OUT_OF_MEMORY);
     const char *msg = hp_error_message();
     assert_non_null(strstr(msg, "the run needs about"));
     assert_non_null(strstr(msg, "TiB") ? strstr(msg, "TiB") : strstr(msg, "GiB"));
+#if !defined(__SANITIZE_ADDRESS__)
     assert_non_null(strstr(msg, "RLIMIT_AS/RLIMIT_DATA"));
+#endif
     assert_non_null(strstr(msg, "model.width (now 1048576)")); /* the parameters dominate: named first */
     assert_true(strstr(msg, "model.width") < strstr(msg, "model.context"));
     assert_non_null(strstr(msg, "hp train --force"));
