@@ -29,7 +29,7 @@ typedef enum hp__comm_op {
 typedef struct hp__comm_family {
     atomic_int refs;
     atomic_int stalled; /* 0: no timeout; 1: being recorded; 2: msg holds the first timeout's message */
-    char msg[768];
+    char msg[1024];
 } hp__comm_family;
 
 struct hp_comm {
