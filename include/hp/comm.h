@@ -26,7 +26,9 @@
  * until hp_comm_wait() returns or hp_comm_test() reports completion. Both release the request.
  * Errors: HP_STATUS_INVALID_ARGUMENT for bad counts, dtypes, ops or ranks (the message names the
  * value); HP_STATUS_COMM when the underlying library fails (the message carries its text);
- * HP_STATUS_OUT_OF_MEMORY for temporaries.
+ * HP_STATUS_OUT_OF_MEMORY for temporaries; HP_STATUS_TIMEOUT when a blocking call or
+ * hp_comm_wait waited longer than the communicator's timeout (hp_comm_set_timeout: 10 minutes
+ * unless set; the message names the operation, the group and the ranks that did not arrive).
  */
 #ifndef HP_COMM_H
 #define HP_COMM_H
@@ -131,7 +133,9 @@ hp_status hp_comm_irecv(hp_comm *c, void *buf, size_t count, hp_dtype dt, int pe
                         hp_comm_request **req);
 hp_status hp_comm_ibarrier(hp_comm *c, hp_comm_request **req);
 
-/* Blocks until the request completes, then frees it. NULL is allowed (returns OK). */
+/* Blocks until the request completes, then frees it. NULL is allowed (returns OK). Waits as the
+ * thread's wait mode says, and at most the communicator's timeout (HP_STATUS_TIMEOUT; the request
+ * is then abandoned: see hp_comm_set_timeout). */
 hp_status hp_comm_wait(hp_comm_request *req);
 /* Waits for n requests (NULL entries skipped); every request is released even if one fails, and
  * the first failure is returned. */
@@ -142,14 +146,18 @@ hp_status hp_comm_test(hp_comm_request *req, bool *done);
 /* ---------------------------------------------------------------- how a thread waits */
 
 /*
- * How blocking calls (and hp_comm_wait) made by the calling thread wait for completion:
- *   HP_COMM_WAIT_BLOCK  the implementation's own blocking call (the default; Open MPI polls the
- *                       network in a loop, keeping a core busy);
- *   HP_COMM_WAIT_YIELD  start the non-blocking variant, then test it, sched_yield() between tests;
- *   HP_COMM_WAIT_SLEEP  the same with a sleep between tests, growing from 2 us to 256 us.
+ * Every blocking call (and hp_comm_wait) starts the non-blocking variant and tests it until it
+ * completes. How the calling thread waits while a prompt peer is expected (the first 2 ms):
+ *   HP_COMM_WAIT_BLOCK  tests in a tight loop (the default; as fast as the implementation's own
+ *                       blocking call, which polls too, and it keeps a core busy);
+ *   HP_COMM_WAIT_YIELD  tests with sched_yield() between them;
+ *   HP_COMM_WAIT_SLEEP  tests with a sleep between them, growing from 2 us to 256 us.
  * YIELD and SLEEP give the core to compute threads where a communication thread would otherwise
- * take one (more threads than cores); progress then happens only in the tests. A per-thread
- * setting: the runtime's communication queues set it on their own threads (hp_program_opts.progress).
+ * take one (more threads than cores); progress then happens only in the tests. After the first
+ * 2 ms every mode sleeps between tests, each sleep 1/16 of the time waited so far (at least the
+ * last one, at most 1 ms): a rank waiting for a stopped peer uses about 1% of a core, and a late
+ * completion is seen at most about 6% late. A per-thread setting: the runtime's communication
+ * queues set it on their own threads (hp_program_opts.progress).
  */
 typedef enum hp_comm_wait_mode {
     HP_COMM_WAIT_BLOCK = 0,
@@ -159,6 +167,43 @@ typedef enum hp_comm_wait_mode {
 
 void hp_comm_set_thread_wait(hp_comm_wait_mode m);
 hp_comm_wait_mode hp_comm_thread_wait(void);
+
+/* ---------------------------------------------------------------- timeouts: stalled ranks */
+
+/* Seconds a new communicator's transfers may wait (PyTorch's process-group default: 10 minutes). */
+#define HP_COMM_TIMEOUT_DEFAULT 600.0
+/* The largest timeout hp_comm_set_timeout accepts, in seconds (a year). */
+#define HP_COMM_TIMEOUT_MAX 31536000.0
+
+/*
+ * How long a wait for one transfer of `c` (a blocking call, hp_comm_wait) may last before it fails
+ * with HP_STATUS_TIMEOUT, in seconds; 0: no limit. Applies to c and to the communicators split
+ * from it afterwards (they inherit it); a new communicator starts with HP_COMM_TIMEOUT_DEFAULT.
+ * Not collective; set it alike on every rank. HP_STATUS_INVALID_ARGUMENT for a negative or NaN
+ * value or one above HP_COMM_TIMEOUT_MAX, naming it.
+ *
+ * The timeout's message names the operation and its bytes, the collective's number on the
+ * communicator, the group (its size and world ranks, this rank), and the ranks that did not
+ * arrive: for a send or recv, the peer; for a collective, the members that did not announce that
+ * they were waiting in it (a member that waits longer than min(timeout / 8, 1 s) announces it to
+ * the others; implementations without the hp_comm_i.arrive/arrivals methods say the ranks are
+ * unknown). A collective's report comes that delay + 0.25 s after the timeout, so that members
+ * which arrived just before it are counted.
+ *
+ * A timed-out operation is abandoned, not cancelled (MPI cannot cancel a collective): its buffers
+ * must stay allocated, since a peer that resumes may still complete it, until the communicator is
+ * freed (hp_comm_free releases what has completed by then and leaks the rest); usually the job then
+ * ends (hp_comm_mpi_abort). After one timeout, every other wait on c and on the communicators split
+ * from it or it from (its family) that lasts beyond its first 2 ms also fails with
+ * HP_STATUS_TIMEOUT ("abandoned: an earlier transfer timed out: ..."), so the caller hears of the
+ * first stall at once and not after a second timeout; a transfer that completes within that time
+ * still succeeds. hp_comm_mpi_world makes a communicator of a new family.
+ */
+hp_status hp_comm_set_timeout(hp_comm *c, double seconds);
+/* The timeout of c in seconds (0: no limit). */
+double hp_comm_timeout(const hp_comm *c);
+/* Whether a transfer of c's family (see hp_comm_set_timeout) has timed out. */
+bool hp_comm_stalled(const hp_comm *c);
 
 /* ---------------------------------------------------------------- simulated communicator */
 
@@ -199,11 +244,19 @@ typedef struct hp_comm_i {
     hp_status (*recv)(void *ctx, void *buf, size_t count, hp_dtype dt, int peer, int tag,
                       void **req);
     hp_status (*barrier)(void *ctx, void **req);
-    hp_status (*wait)(void *ctx, void *req);              /* completes and releases req */
+    hp_status (*wait)(void *ctx, void *req);              /* completes and releases req (the wrappers
+                                                             test instead, to sleep and time out) */
     hp_status (*test)(void *ctx, void *req, bool *done);  /* releases req when done */
     /* Collective split; the implementation builds *out with hp_comm_new (NULL for COLOR_NONE). */
     hp_status (*split)(void *ctx, int color, int key, hp_comm **out);
     void (*free)(void *ctx);
+    /* Optional (NULL: not provided), for a timeout's message (hp_comm_set_timeout). */
+    int (*world_rank)(void *ctx, int rank); /* member `rank`'s rank in the whole job */
+    /* This rank has been waiting in collective number seq (1-based, counted per communicator)
+     * for a while: tell the other members, cheaply and without waiting for them. */
+    void (*arrive)(void *ctx, uint64_t seq);
+    /* arrived[r] (size entries) = whether member r announced collective seq or a later one. */
+    void (*arrivals)(void *ctx, uint64_t seq, bool *arrived);
 } hp_comm_i;
 
 /* Wraps an implementation. The communicator owns ctx (freed through iface->free). NULL when out of

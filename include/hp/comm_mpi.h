@@ -15,6 +15,17 @@
  * MPI_Bcast, MPI_Send/MPI_Recv and MPI_Barrier; the non-blocking variants onto the MPI_I* calls
  * (MPI-3). bf16 travels as MPI_UINT16_T with user-defined sum/max/min operators. Counts above
  * INT_MAX elements return HP_STATUS_UNSUPPORTED. MPI errors return HP_STATUS_COMM with MPI's text.
+ *
+ * Stalls (hp_comm_set_timeout): every communicator keeps a duplicate of its MPI communicator for
+ * arrival notices. A member that has waited in collective number k for min(timeout / 8, 1 s)
+ * sends each other member a zero-byte message tagged k mod 32768 (MPI_Isend, then
+ * MPI_Request_free: nothing to wait for, and no buffer); a member whose wait times out receives
+ * what has come (MPI_Improbe/MPI_Mrecv) and reports those without a notice for k or later as not
+ * arrived. Collectives that complete within the notice delay send nothing; old notices are
+ * drained by the next slow wait of the receiver, or freed with the communicator. Only MPI-3
+ * point-to-point calls are used, so it works with any transport of Open MPI (no one-sided RMA,
+ * which over TCP would need the stopped rank's own progress). The world ranks of the group come
+ * from MPI_Group_translate_ranks.
  */
 #ifndef HP_COMM_MPI_H
 #define HP_COMM_MPI_H

@@ -15,7 +15,7 @@
  *     data:     {corpus: data/kjv.txt, val_fraction: 0.05}
  *     train:    {steps: 1000, batch: 8, seed: 1, log_every: 10, eval_every: 100, eval_batches: 8,
  *                checkpoint_dir: runs/kjv, checkpoint_every: 200, sample_every: 0, sample_tokens: 200,
- *                sample_prompt: "And God said", threads: 0, skip_nonfinite: 0}
+ *                sample_prompt: "And God said", threads: 0, skip_nonfinite: 0, comm_timeout: 600}
  *     optim:    {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 50, weight_decay: 0.1, beta1: 0.9, beta2: 0.95,
  *                eps: 1.0e-8, grad_clip: 1.0}
  *     strategy: {mesh: {device_matrix: [..], alias_name: [..], ranks: [..]}, inputs: {NAME: TENSOR_MAP},
@@ -108,7 +108,10 @@
  * keeping the process's default (OMP_NUM_THREADS, else one per CPU); skip_nonfinite is how many
  * steps in a row with a non-finite loss or gradient norm are skipped (the update not applied, the
  * weights and optimizer state untouched) before the run stops, 0 stopping at the first (hp/train.h,
- * hp_trainer_step); lr/min_lr are the
+ * hp_trainer_step); comm_timeout is how long, in seconds (a number, fractions allowed), one
+ * collective or point-to-point transfer may wait for the other ranks before the job ends with the
+ * operation, the group and the ranks that did not arrive (hp_comm_set_timeout; in [0, 31536000],
+ * 0 for no limit; 600 like PyTorch's process-group timeout); lr/min_lr are the
  * peak and final learning rates of warmup (linear, `warmup` steps) then cosine decay; grad_clip is a
  * global-norm clip (0 turns it off).
  *
@@ -168,6 +171,7 @@ typedef struct hp_train_config {
     char sample_prompt[HP_CONFIG_STR_MAX];
     int64_t threads;          /* CPU compute threads; >= 0 (0: the process's default) */
     int64_t skip_nonfinite;   /* non-finite steps in a row that are skipped; >= 0 (0: stop at the first) */
+    double comm_timeout;      /* seconds one transfer may wait for the other ranks; in [0, 31536000] (0: no limit) */
 } hp_train_config;
 
 typedef struct hp_optim_config {

@@ -40,6 +40,7 @@ typedef enum hp_status {
     HP_STATUS_NOT_FOUND,        /* a named object (tensor, parameter, key) does not exist */
     HP_STATUS_INTERNAL,         /* an invariant failed inside the library (a bug) */
     HP_STATUS_NONFINITE,        /* a computation gave NaN or Inf (a training step's loss or gradients) */
+    HP_STATUS_TIMEOUT,          /* a transfer waited longer than its communicator's timeout (a stalled rank) */
     HP_STATUS_COUNT
 } hp_status;
 

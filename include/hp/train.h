@@ -67,7 +67,9 @@ hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out);
  * The same over the ranks of `world` (borrowed; NULL means a one-rank communicator): the
  * strategy section of cfg gives the mesh (its device count must equal the world size) and the
  * layouts; the step graph is partitioned for this rank (hp/shard.h). Collective: every rank
- * calls it, and every later call on the trainer, in the same order.
+ * calls it, and every later call on the trainer, in the same order. It sets world's timeout to
+ * train.comm_timeout (hp_comm_set_timeout) before splitting any communicator from it, so every
+ * transfer of the trainer waits at most that long for the other ranks.
  */
 hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_trainer **out);
 void hp_trainer_free(hp_trainer *t);
@@ -98,6 +100,12 @@ const hp_partition *hp_trainer_partition(const hp_trainer *t);
  * the first tensor found non-finite (a parameter, else the gradient the backward pass computed
  * first, by name; this rank's block), and the last good checkpoint (the last one this trainer
  * saved or resumed from, or that there is none); the step is then not counted as done.
+ *
+ * Stalls: a transfer that waits longer than train.comm_timeout for another rank fails the step
+ * with HP_STATUS_TIMEOUT naming the operation, its bytes, the communicator group (size and world
+ * ranks) and the ranks that did not arrive (hp_comm_set_timeout). The trainer cannot go on after
+ * it: the abandoned transfer may still write into the program's buffers, so the caller ends the
+ * job (`hp train` calls hp_comm_mpi_abort without freeing the trainer).
  */
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
 /* Mean loss over train.eval_batches validation batches (the same batches every call). */

@@ -2,6 +2,7 @@
 #ifndef HP_CLI_H
 #define HP_CLI_H
 
+#include "hp/comm.h"
 #include "hp/config.h"
 #include "hp/core.h"
 
@@ -35,5 +36,19 @@ bool hp_cli_double(const char *opt, const char *text, double lo, double hi, doub
 
 /* True when option argv[i] has a value after it; otherwise prints "hp: error: OPT needs a value". */
 bool hp_cli_has_value(int argc, char **argv, int i);
+
+/* Progress of long set-up work (train_setup.c): with `print`, a thread writes "still WHAT (N s)"
+ * to stderr 5 s after the start and every 10 s after that, until hp_cli_ticker_stop (NULL: none). */
+typedef struct hp_cli_ticker hp_cli_ticker;
+hp_cli_ticker *hp_cli_ticker_start(const char *what, bool print);
+void hp_cli_ticker_stop(hp_cli_ticker *t);
+
+/* `hp train`'s memory check before the trainer is built (hp/fit.h), collective over `world` (NULL:
+ * one process): every rank plans its memory and compares it with what it can have; the lowest rank
+ * that does not fit prints the estimate and what to change, and every rank returns its error
+ * (HP_STATUS_OUT_OF_MEMORY, or the planner's) to stop together. With `force` a verdict that the run
+ * does not fit is printed as a warning and the run goes on (a planning error still stops it).
+ * When it fits, the lead prints one "memory:" line with the estimate and the limit. */
+hp_status hp_cli_check_memory(const hp_run_config *cfg, hp_comm *world, bool force, bool lead);
 
 #endif

@@ -71,7 +71,7 @@ static bool write_metrics(FILE *f, const hp_step_metrics *m, double val) {
 int hp_cli_train(int argc, char **argv) {
     const char *config = NULL, *metrics_path = NULL, *resume = NULL, *trace_path = NULL;
     int64_t trace_capacity = 0;
-    bool want_resume = false, want_overwrite = false;
+    bool want_resume = false, want_overwrite = false, force = false, dry_run = false;
     int64_t steps_override = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--metrics")) {
@@ -89,6 +89,10 @@ int hp_cli_train(int argc, char **argv) {
                 return 2;
         } else if (!strcmp(argv[i], "--overwrite")) {
             want_overwrite = true;
+        } else if (!strcmp(argv[i], "--force")) {
+            force = true;
+        } else if (!strcmp(argv[i], "--dry-run")) {
+            dry_run = true;
         } else if (!strcmp(argv[i], "--steps")) {
             /* train.steps' own range (hp/config.h) */
             if (!hp_cli_has_value(argc, argv, i) || !hp_cli_int("--steps", argv[++i], 1, (int64_t)1 << 62, &steps_override))
@@ -104,7 +108,8 @@ int hp_cli_train(int argc, char **argv) {
         }
     }
     if (!config) {
-        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N]\n"
+        fprintf(stderr, "usage: hp train RUN.yaml [--metrics FILE] [--resume [CKPT] | --overwrite] [--steps N] [--force] "
+                        "[--dry-run]\n"
                         "                     [--trace FILE.json [--trace-capacity SPANS]]\n");
         return 2;
     }
@@ -123,6 +128,11 @@ int hp_cli_train(int argc, char **argv) {
     st = world_comm(&world, &mpi);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, "starting MPI");
+        goto out;
+    }
+    /* train.comm_timeout from the first collective on (the lock's broadcast included) */
+    if (world && (st = hp_comm_set_timeout(world, cfg.train.comm_timeout)) != HP_STATUS_OK) {
+        hp_cli_fail(st, NULL);
         goto out;
     }
     bool lead = true; /* rank 0 reports; the others stay quiet unless they fail */
@@ -160,14 +170,29 @@ int hp_cli_train(int argc, char **argv) {
         together = true;
         goto out;
     }
+    /* Sizes against the machine, planned before anything large is allocated (--force: a warning). */
+    if (hp_cli_check_memory(&cfg, world, force, lead) != HP_STATUS_OK) {
+        together = true;
+        goto out;
+    }
+    if (dry_run) {
+        if (lead) fprintf(stderr, "dry run: stopping before the trainer is built (the config, the run directory, the output "
+                              "paths and the memory plan were checked)\n");
+        rc = 0;
+        goto out;
+    }
+    hp_cli_ticker *tk = hp_cli_ticker_start("building the trainer (the corpus, the step's graphs and programs)", lead);
     st = hp_trainer_new_dist(&cfg, world, &t);
+    hp_cli_ticker_stop(tk);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, config);
         goto out;
     }
     if (want_resume) {
         const char *from = resume ? resume : cfg.train.checkpoint_dir;
+        tk = hp_cli_ticker_start("loading the checkpoint", lead);
         st = hp_trainer_resume(t, from);
+        hp_cli_ticker_stop(tk);
         if (st != HP_STATUS_OK) {
             hp_cli_fail(st, "resume");
             goto out;
@@ -328,6 +353,18 @@ int hp_cli_train(int argc, char **argv) {
     }
     rc = 0;
 out:
+#ifdef HP_HAVE_MPI
+    if (mpi && world && hp_comm_stalled(world)) {
+        /* A rank stalled (train.comm_timeout): the stopped rank ends only if the job is aborted, and
+         * the abandoned transfers may still write into the trainer's buffers, so nothing is freed. */
+        char prefix[32] = "";
+        if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
+        fprintf(stderr, "%shp: a rank stalled for longer than train.comm_timeout (%g s): ending the job (MPI_Abort); "
+                "raise train.comm_timeout if such waits are expected, 0 for no limit\n", prefix, cfg.train.comm_timeout);
+        if (metrics) fflush(metrics);
+        hp_comm_mpi_abort(1);
+    }
+#endif
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
     hp_run_dir_lock_release(lock); /* after the last save */

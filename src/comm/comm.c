@@ -1,26 +1,9 @@
 /* Public communicator wrappers: argument checks, AVG, in-place rules, requests. */
-#include "hp/comm.h"
+#include "comm/comm_internal.h"
 
-#include <sched.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-struct hp_comm {
-    const hp_comm_i *iface;
-    void *ctx;
-    int rank, size;
-};
-
-/* A request: the implementation's handle plus what must happen at completion. */
-struct hp_comm_request {
-    hp_comm *comm;
-    void *impl;
-    void *tmp;            /* temporary send copy, freed at completion */
-    void *avg_buf;        /* divide avg_count elements by comm size at completion */
-    size_t avg_count;
-    hp_dtype avg_dt;
-};
 
 const char *hp_reduce_op_name(hp_reduce_op op) {
     switch (op) {
@@ -54,6 +37,13 @@ hp_comm *hp_comm_new(const hp_comm_i *iface, void *ctx, int rank, int size) {
     c->ctx = ctx;
     c->rank = rank;
     c->size = size;
+    c->timeout_s = HP_COMM_TIMEOUT_DEFAULT;
+    c->family = hp__comm_family_new();
+    if (!c->family) {
+        hp_comm_free(c);
+        hp_error(HP_STATUS_OUT_OF_MEMORY, "cannot allocate a communicator");
+        return NULL;
+    }
     return c;
 }
 
@@ -63,7 +53,9 @@ const char *hp_comm_name(const hp_comm *c) { return c->iface->name; }
 
 void hp_comm_free(hp_comm *c) {
     if (!c) return;
+    hp__comm_abandoned_free(c);
     if (c->iface->free) c->iface->free(c->ctx);
+    hp__comm_family_unref(c->family);
     free(c);
 }
 
@@ -71,8 +63,27 @@ hp_status hp_comm_split(hp_comm *c, int color, int key, hp_comm **out) {
     *out = NULL;
     if (color < 0 && color != HP_COMM_COLOR_NONE)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "split color %d is negative", color);
-    return c->iface->split(c->ctx, color, key, out);
+    HP_CHECK(c->iface->split(c->ctx, color, key, out));
+    if (*out) { /* the new communicator joins c's family and takes its timeout */
+        hp__comm_family_unref((*out)->family);
+        (*out)->family = c->family;
+        atomic_fetch_add(&c->family->refs, 1);
+        (*out)->timeout_s = c->timeout_s;
+    }
+    return HP_STATUS_OK;
 }
+
+hp_status hp_comm_set_timeout(hp_comm *c, double seconds) {
+    if (!(seconds >= 0 && seconds <= HP_COMM_TIMEOUT_MAX))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "communicator timeout %g s is not in [0, %g] seconds", seconds,
+                        HP_COMM_TIMEOUT_MAX);
+    c->timeout_s = seconds;
+    return HP_STATUS_OK;
+}
+
+double hp_comm_timeout(const hp_comm *c) { return c->timeout_s; }
+
+bool hp_comm_stalled(const hp_comm *c) { return atomic_load(&c->family->stalled) != 0; }
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -148,8 +159,8 @@ static bool overlap(const void *a, size_t na, const void *b, size_t nb) {
 }
 
 /* Prepares a request record (for non-blocking calls) or uses a stack one (blocking). */
-static hp_status req_begin(hp_comm *c, hp_comm_request **req, hp_comm_request **r,
-                           hp_comm_request *stack) {
+static hp_status req_begin(hp_comm *c, hp_comm_request **req, hp_comm_request **r, hp_comm_request *stack,
+                           hp__comm_op op, size_t bytes) {
     if (req) {
         *req = NULL;
         *r = calloc(1, sizeof **r);
@@ -159,13 +170,21 @@ static hp_status req_begin(hp_comm *c, hp_comm_request **req, hp_comm_request **
         *r = stack;
     }
     (*r)->comm = c;
+    (*r)->op = op;
+    (*r)->bytes = bytes;
+    (*r)->peer = -1;
+    if (op != HP__COMM_OP_SEND && op != HP__COMM_OP_RECV) (*r)->seq = ++c->n_coll;
     return HP_STATUS_OK;
 }
 
-static hp_status req_complete(hp_comm_request *r) {
+void hp__comm_req_complete(hp_comm_request *r) {
     if (r->avg_buf) divide(r->avg_buf, r->avg_count, r->avg_dt, r->comm->size);
     free(r->tmp);
     r->tmp = NULL;
+}
+
+static hp_status req_complete(hp_comm_request *r) {
+    hp__comm_req_complete(r);
     return HP_STATUS_OK;
 }
 
@@ -195,7 +214,7 @@ static hp_status all_reduce(hp_comm *c, const void *sb, void *rb, size_t count, 
     HP_CHECK(check_dtype(dt));
     HP_CHECK(check_op(op));
     hp_comm_request stack, *r;
-    HP_CHECK(req_begin(c, req, &r, &stack));
+    HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_ALL_REDUCE, count * hp_dtype_size(dt)));
     if (op == HP_REDUCE_AVG) {
         r->avg_buf = rb;
         r->avg_count = count;
@@ -210,7 +229,7 @@ static hp_status all_gather(hp_comm *c, const void *sb, void *rb, size_t count, 
     HP_CHECK(check_dtype(dt));
     size_t es = hp_dtype_size(dt);
     hp_comm_request stack, *r;
-    HP_CHECK(req_begin(c, req, &r, &stack));
+    HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_ALL_GATHER, count * es));
     if (overlap(sb, count * es, rb, count * es * (size_t)c->size)) {
         r->tmp = dup_buf(sb, count * es);
         if (!r->tmp) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
@@ -225,7 +244,7 @@ static hp_status reduce_scatter(hp_comm *c, const void *sb, void *rb, size_t cou
     HP_CHECK(check_op(op));
     size_t es = hp_dtype_size(dt);
     hp_comm_request stack, *r;
-    HP_CHECK(req_begin(c, req, &r, &stack));
+    HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_REDUCE_SCATTER, count * es));
     if (overlap(sb, count * es * (size_t)c->size, rb, count * es)) {
         r->tmp = dup_buf(sb, count * es * (size_t)c->size);
         if (!r->tmp) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
@@ -245,15 +264,16 @@ static hp_status all_to_allv(hp_comm *c, const void *sb, const size_t *sc, const
                              void *rb, const size_t *rc, const size_t *rd, hp_dtype dt,
                              hp_comm_request **req) {
     HP_CHECK(check_dtype(dt));
-    size_t es = hp_dtype_size(dt), send_end = 0, recv_end = 0;
+    size_t es = hp_dtype_size(dt), send_end = 0, recv_end = 0, sent = 0;
     for (int i = 0; i < c->size; i++) {
         if (sc[i] && sd[i] + sc[i] > send_end) send_end = sd[i] + sc[i];
         if (rc[i] && rd[i] + rc[i] > recv_end) recv_end = rd[i] + rc[i];
+        sent += sc[i];
     }
     if (overlap(sb, send_end * es, rb, recv_end * es))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "all_to_all send and receive buffers overlap");
     hp_comm_request stack, *r;
-    HP_CHECK(req_begin(c, req, &r, &stack));
+    HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_ALL_TO_ALL, sent * es));
     return req_end(c->iface->all_to_allv(c->ctx, sb, sc, sd, rb, rc, rd, dt, req ? &r->impl : NULL),
                    req, r);
 }
@@ -277,7 +297,8 @@ static hp_status broadcast(hp_comm *c, void *buf, size_t count, hp_dtype dt, int
     HP_CHECK(check_dtype(dt));
     HP_CHECK(check_peer(c, root, "broadcast root"));
     hp_comm_request stack, *r;
-    HP_CHECK(req_begin(c, req, &r, &stack));
+    HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_BROADCAST, count * hp_dtype_size(dt)));
+    r->peer = root;
     return req_end(c->iface->broadcast(c->ctx, buf, count, dt, root, req ? &r->impl : NULL), req, r);
 }
 
@@ -287,7 +308,9 @@ static hp_status p2p(hp_comm *c, bool is_send, void *buf, size_t count, hp_dtype
     HP_CHECK(check_peer(c, peer, is_send ? "send destination" : "recv source"));
     if (tag < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "message tag %d is negative", tag);
     hp_comm_request stack, *r;
-    HP_CHECK(req_begin(c, req, &r, &stack));
+    HP_CHECK(req_begin(c, req, &r, &stack, is_send ? HP__COMM_OP_SEND : HP__COMM_OP_RECV, count * hp_dtype_size(dt)));
+    r->peer = peer;
+    r->tag = tag;
     void **impl = req ? &r->impl : NULL;
     hp_status st = is_send ? c->iface->send(c->ctx, buf, count, dt, peer, tag, impl)
                            : c->iface->recv(c->ctx, buf, count, dt, peer, tag, impl);
@@ -296,61 +319,58 @@ static hp_status p2p(hp_comm *c, bool is_send, void *buf, size_t count, hp_dtype
 
 static hp_status barrier(hp_comm *c, hp_comm_request **req) {
     hp_comm_request stack, *r;
-    HP_CHECK(req_begin(c, req, &r, &stack));
+    HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_BARRIER, 0));
     return req_end(c->iface->barrier(c->ctx, req ? &r->impl : NULL), req, r);
 }
 
 /* ---------------------------------------------------------------- public entry points */
 
-static _Thread_local hp_comm_wait_mode tl_wait = HP_COMM_WAIT_BLOCK;
-static hp_status poll_wait(hp_comm_request *r);
-
-/* A blocking call made by a thread that does not block in the library (hp_comm_set_thread_wait):
- * started non-blocking, then completed by polling. */
+/* A blocking call is started non-blocking, then completed by the wait loop (comm_wait.c: spin,
+ * then sleep; the communicator's timeout). A communicator of one rank waits for no peer: its
+ * implementation's blocking call reports a receive that nothing was sent to at once. */
 static hp_status start_wait(hp_status started, hp_comm_request **r) {
     HP_CHECK(started);
-    return *r ? poll_wait(*r) : HP_STATUS_OK; /* *r read after the call that set it */
+    return *r ? hp_comm_wait(*r) : HP_STATUS_OK; /* *r read after the call that set it */
 }
+#define BLOCKING(c, call_req, call_noreq) ((c)->size == 1 ? (call_noreq) : start_wait((call_req), &r))
 
 hp_status hp_comm_all_reduce(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt, hp_reduce_op op) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(all_reduce(c, sb, rb, n, dt, op, &r), &r) : all_reduce(c, sb, rb, n, dt, op, NULL);
+    return BLOCKING(c, all_reduce(c, sb, rb, n, dt, op, &r), all_reduce(c, sb, rb, n, dt, op, NULL));
 }
 hp_status hp_comm_all_gather(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(all_gather(c, sb, rb, n, dt, &r), &r) : all_gather(c, sb, rb, n, dt, NULL);
+    return BLOCKING(c, all_gather(c, sb, rb, n, dt, &r), all_gather(c, sb, rb, n, dt, NULL));
 }
 hp_status hp_comm_reduce_scatter(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt,
                                  hp_reduce_op op) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(reduce_scatter(c, sb, rb, n, dt, op, &r), &r) : reduce_scatter(c, sb, rb, n, dt, op, NULL);
+    return BLOCKING(c, reduce_scatter(c, sb, rb, n, dt, op, &r), reduce_scatter(c, sb, rb, n, dt, op, NULL));
 }
 hp_status hp_comm_all_to_all(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(all_to_all(c, sb, rb, n, dt, &r), &r) : all_to_all(c, sb, rb, n, dt, NULL);
+    return BLOCKING(c, all_to_all(c, sb, rb, n, dt, &r), all_to_all(c, sb, rb, n, dt, NULL));
 }
 hp_status hp_comm_all_to_allv(hp_comm *c, const void *sb, const size_t *sc, const size_t *sd, void *rb,
                               const size_t *rc, const size_t *rd, hp_dtype dt) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(all_to_allv(c, sb, sc, sd, rb, rc, rd, dt, &r), &r)
-                   : all_to_allv(c, sb, sc, sd, rb, rc, rd, dt, NULL);
+    return BLOCKING(c, all_to_allv(c, sb, sc, sd, rb, rc, rd, dt, &r), all_to_allv(c, sb, sc, sd, rb, rc, rd, dt, NULL));
 }
 hp_status hp_comm_broadcast(hp_comm *c, void *buf, size_t n, hp_dtype dt, int root) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(broadcast(c, buf, n, dt, root, &r), &r) : broadcast(c, buf, n, dt, root, NULL);
+    return BLOCKING(c, broadcast(c, buf, n, dt, root, &r), broadcast(c, buf, n, dt, root, NULL));
 }
 hp_status hp_comm_send(hp_comm *c, const void *buf, size_t n, hp_dtype dt, int peer, int tag) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(p2p(c, true, (void *)buf, n, dt, peer, tag, &r), &r)
-                   : p2p(c, true, (void *)buf, n, dt, peer, tag, NULL);
+    return BLOCKING(c, p2p(c, true, (void *)buf, n, dt, peer, tag, &r), p2p(c, true, (void *)buf, n, dt, peer, tag, NULL));
 }
 hp_status hp_comm_recv(hp_comm *c, void *buf, size_t n, hp_dtype dt, int peer, int tag) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(p2p(c, false, buf, n, dt, peer, tag, &r), &r) : p2p(c, false, buf, n, dt, peer, tag, NULL);
+    return BLOCKING(c, p2p(c, false, buf, n, dt, peer, tag, &r), p2p(c, false, buf, n, dt, peer, tag, NULL));
 }
 hp_status hp_comm_barrier(hp_comm *c) {
     hp_comm_request *r = NULL;
-    return tl_wait ? start_wait(barrier(c, &r), &r) : barrier(c, NULL);
+    return BLOCKING(c, barrier(c, &r), barrier(c, NULL));
 }
 
 hp_status hp_comm_iall_reduce(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt,
@@ -387,32 +407,12 @@ hp_status hp_comm_irecv(hp_comm *c, void *buf, size_t n, hp_dtype dt, int peer, 
 }
 hp_status hp_comm_ibarrier(hp_comm *c, hp_comm_request **req) { return barrier(c, req); }
 
-/* ---------------------------------------------------------------- how a thread waits */
-
-void hp_comm_set_thread_wait(hp_comm_wait_mode m) { tl_wait = m; }
-hp_comm_wait_mode hp_comm_thread_wait(void) { return tl_wait; }
-
-/* Completes r by testing it, giving the CPU away between tests (YIELD: sched_yield; SLEEP: a
- * sleep growing from 2 us to 256 us). */
-static hp_status poll_wait(hp_comm_request *r) {
-    long ns = 2000;
-    for (;;) {
-        bool done;
-        HP_CHECK(hp_comm_test(r, &done));
-        if (done) return HP_STATUS_OK;
-        if (tl_wait == HP_COMM_WAIT_YIELD) {
-            sched_yield();
-        } else {
-            nanosleep(&(struct timespec){0, ns}, NULL);
-            if (ns < 256000) ns *= 2;
-        }
-    }
-}
+/* ---------------------------------------------------------------- waiting */
 
 hp_status hp_comm_wait(hp_comm_request *r) {
     if (!r) return HP_STATUS_OK;
-    if (tl_wait != HP_COMM_WAIT_BLOCK && r->impl) return poll_wait(r);
-    hp_status st = HP_STATUS_OK;
+    if (r->impl && r->comm->size > 1) return hp__comm_poll_wait(r);
+    hp_status st = HP_STATUS_OK; /* one rank: the implementation's own wait (no peer to time out) */
     if (r->impl) st = r->comm->iface->wait(r->comm->ctx, r->impl);
     if (st == HP_STATUS_OK) req_complete(r);
     free(r->tmp);

@@ -21,6 +21,7 @@ const char *hp_status_str(hp_status st) {
         [HP_STATUS_NOT_FOUND] = "not found",
         [HP_STATUS_INTERNAL] = "internal error",
         [HP_STATUS_NONFINITE] = "non-finite value",
+        [HP_STATUS_TIMEOUT] = "timed out",
     };
     if ((int)st < 0 || st >= HP_STATUS_COUNT) return "unknown status";
     return names[st];

@@ -42,7 +42,7 @@ static const field train_fields[] = {
     FLD(hp_train_config, checkpoint_dir, F_STR), INT(hp_train_config, checkpoint_every, 0, BIG),
     INT(hp_train_config, sample_every, 0, BIG),  INT(hp_train_config, sample_tokens, 0, I32),
     FLD(hp_train_config, sample_prompt, F_STR),  INT(hp_train_config, threads, 0, 4096),
-    INT(hp_train_config, skip_nonfinite, 0, BIG),
+    INT(hp_train_config, skip_nonfinite, 0, BIG), FLD(hp_train_config, comm_timeout, F_DOUBLE),
 };
 static const field optim_fields[] = {
     FLD(hp_optim_config, lr, F_DOUBLE),    FLD(hp_optim_config, min_lr, F_DOUBLE),       INT(hp_optim_config, warmup, 0, BIG),
@@ -105,6 +105,7 @@ hp_run_config hp_run_config_defaults(void) {
     snprintf(t->sample_prompt, sizeof t->sample_prompt, "And God said");
     t->threads = 0;
     t->skip_nonfinite = 0;
+    t->comm_timeout = 600.0; /* HP_COMM_TIMEOUT_DEFAULT (hp/comm.h), PyTorch's process-group default */
     c.optim = (hp_optim_config){.lr = 3.0e-3, .min_lr = 3.0e-4, .warmup = 50, .weight_decay = 0.1,
                                 .beta1 = 0.9, .beta2 = 0.95, .eps = 1.0e-8, .grad_clip = 1.0};
     c.strategy.bucket_size = (size_t)25 << 20;
@@ -261,6 +262,9 @@ static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
     if (!(cfg->data.val_fraction > 0.0 && cfg->data.val_fraction < 1.0))
         BAD("data", "val_fraction", "data.val_fraction %g must be in (0, 1)", cfg->data.val_fraction);
     if (!t->checkpoint_dir[0]) BAD("train", "checkpoint_dir", "train.checkpoint_dir must name a directory");
+    if (!(t->comm_timeout >= 0.0 && t->comm_timeout <= 31536000.0)) /* HP_COMM_TIMEOUT_MAX: a year */
+        BAD("train", "comm_timeout", "train.comm_timeout %g must be in [0, 31536000] seconds (0: no limit)",
+            t->comm_timeout);
     if (!(o->lr > 0.0)) BAD("optim", "lr", "optim.lr %g must be > 0", o->lr);
     if (!(o->min_lr >= 0.0 && o->min_lr <= o->lr))
         BAD("optim", "min_lr", "optim.min_lr %g must be in [0, optim.lr %g]", o->min_lr, o->lr);

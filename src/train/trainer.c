@@ -163,6 +163,8 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         }
     }
     HP_CHECK_GOTO(hp_gpt_config_check(&t->gcfg), st, fail);
+    /* train.comm_timeout: on world before any communicator is split from it (they inherit it) */
+    HP_CHECK_GOTO(hp_comm_set_timeout(t->world, cfg->train.comm_timeout), st, fail);
     /* train.threads: the compute team (and OpenBLAS) of the programs this thread builds and runs */
     if (cfg->train.threads > 0) HP_CHECK_GOTO(hp_backend_cpu_set_threads((int)cfg->train.threads, &t->prev_threads), st, fail);
     bool pipeline = cfg->groups.present;

@@ -255,6 +255,41 @@ static void test_config_values(void **state) {
     hp_run_config_free(&d);
 }
 
+/* train.comm_timeout (docs/reliability.md, Stalls): seconds, fractions allowed, 0 for no limit,
+ * range-checked with file:line, written back exactly; the trainer sets it on its world. */
+static void test_comm_timeout_config(void **state) {
+    (void)state;
+    assert_true(hp_run_config_defaults().train.comm_timeout == 600.0);
+    hp_run_config c;
+    const char *ok = "train:\n  comm_timeout: 2.5\n";
+    assert_ok(hp_run_config_load_string(ok, strlen(ok), "r.yaml", &c));
+    assert_true(c.train.comm_timeout == 2.5);
+    char *text = hp_run_config_to_yaml(&c);
+    hp_run_config d;
+    assert_ok(hp_run_config_load_string(text, strlen(text), "saved.yaml", &d));
+    assert_true(d.train.comm_timeout == 2.5);
+    free(text);
+    hp_run_config_free(&c);
+    hp_run_config_free(&d);
+    const char *zero = "train:\n  comm_timeout: 0\n";
+    assert_ok(hp_run_config_load_string(zero, strlen(zero), "r.yaml", &c));
+    hp_run_config_free(&c);
+    expect_config_error("train:\n  comm_timeout: -1\n", "r.yaml:2:", "train.comm_timeout -1 must be in [0, 31536000] seconds");
+    expect_config_error("train:\n  steps: 3\n  comm_timeout: 1e9\n", "r.yaml:3:", "train.comm_timeout 1e+09 must be in");
+    expect_config_error("train:\n  comm_timeout: .nan\n", "r.yaml:2:", "train.comm_timeout");
+    expect_config_error("train:\n  comm_timeout: 10m\n", "r.yaml:2:", "train.comm_timeout expects a number");
+    /* the trainer gives its world the configured timeout (splits made later inherit it) */
+    hp_test_tiny_config(&c, path("ct"));
+    c.train.comm_timeout = 7;
+    hp_comm *world = hp_comm_self_new();
+    hp_trainer *t;
+    assert_ok(hp_trainer_new_dist(&c, world, &t));
+    assert_true(hp_comm_timeout(world) == 7);
+    hp_trainer_free(t);
+    hp_comm_free(world);
+    hp_run_config_free(&c);
+}
+
 /* ---------------------------------------------------------------- train.threads */
 
 static void test_threads(void **state) {
@@ -423,6 +458,7 @@ int main(void) {
         cmocka_unit_test(test_output_file),
         cmocka_unit_test(test_corpus_fifo),
         cmocka_unit_test(test_config_values),
+        cmocka_unit_test(test_comm_timeout_config),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_skip_nonfinite),
         cmocka_unit_test(test_skip_nonfinite_offload),

@@ -7,9 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* comm carries the transfers; notes (a duplicate) the arrival notices of waiting members: a
+ * zero-byte message whose tag is the collective's number modulo NOTE_TAGS (hp_comm_i.arrive). */
 typedef struct mpi_ctx {
-    MPI_Comm comm;
+    MPI_Comm comm, notes;
+    int rank, size;
+    int *world;      /* world rank of each member */
+    uint64_t *heard; /* per member: the latest collective number it announced (0: none) */
 } mpi_ctx;
+
+#define NOTE_TAGS 32768 /* MPI guarantees tags up to 32767 */
 
 /* A pending MPI request plus the int count arrays all_to_allv needs until completion. */
 typedef struct mpi_req {
@@ -218,8 +225,48 @@ static void m_free(void *vctx) {
     mpi_ctx *c = vctx;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Comm_free(&c->comm);
+    if (!fin) {
+        MPI_Comm_free(&c->comm);
+        MPI_Comm_free(&c->notes);
+    }
+    free(c->world);
+    free(c->heard);
     free(c);
+}
+
+static int m_world_rank(void *vctx, int r) { return ((mpi_ctx *)vctx)->world[r]; }
+
+/* Receives the notices that have come, keeping each member's latest collective number; a tag is
+ * read as the number nearest to seq with that residue (members are within a few collectives of
+ * each other: none can be past a collective this rank has not finished by more than one). */
+static void drain_notes(mpi_ctx *c, uint64_t seq) {
+    for (;;) {
+        int flag = 0;
+        MPI_Message m;
+        MPI_Status st;
+        if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->notes, &flag, &m, &st) != MPI_SUCCESS || !flag) return;
+        MPI_Mrecv(NULL, 0, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+        int64_t d = ((int64_t)st.MPI_TAG - (int64_t)(seq % NOTE_TAGS) + NOTE_TAGS) % NOTE_TAGS;
+        if (d >= NOTE_TAGS / 2) d -= NOTE_TAGS;
+        uint64_t s = (uint64_t)((int64_t)seq + d);
+        if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < c->size && s > c->heard[st.MPI_SOURCE]) c->heard[st.MPI_SOURCE] = s;
+    }
+}
+
+static void m_arrive(void *vctx, uint64_t seq) {
+    mpi_ctx *c = vctx;
+    drain_notes(c, seq); /* also keeps old notices from piling up */
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank) continue;
+        MPI_Request q;
+        if (MPI_Isend(NULL, 0, MPI_BYTE, r, (int)(seq % NOTE_TAGS), c->notes, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+    }
+}
+
+static void m_arrivals(void *vctx, uint64_t seq, bool *arrived) {
+    mpi_ctx *c = vctx;
+    drain_notes(c, seq);
+    for (int r = 0; r < c->size; r++) arrived[r] = r == c->rank || c->heard[r] >= seq;
 }
 
 static hp_status wrap(MPI_Comm comm, hp_comm **out);
@@ -248,19 +295,49 @@ static const hp_comm_i mpi_iface = {
     /* .test           = */ m_test,
     /* .split          = */ m_split,
     /* .free           = */ m_free,
+    /* .world_rank     = */ m_world_rank,
+    /* .arrive         = */ m_arrive,
+    /* .arrivals       = */ m_arrivals,
 };
 
+/* Wraps comm (owned from here on) with its notices' duplicate and the world ranks. Collective. */
 static hp_status wrap(MPI_Comm comm, hp_comm **out) {
     int rank, size;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    mpi_ctx *c = malloc(sizeof *c);
-    if (!c) {
-        MPI_Comm_free(&comm);
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "cannot allocate an MPI communicator");
+    mpi_ctx *c = calloc(1, sizeof *c);
+    int *mine = malloc((size_t)size * sizeof *mine);
+    if (c) {
+        c->comm = comm;
+        c->notes = MPI_COMM_NULL;
+        c->rank = rank;
+        c->size = size;
+        c->world = malloc((size_t)size * sizeof *c->world);
+        c->heard = calloc((size_t)size, sizeof *c->heard);
     }
-    c->comm = comm;
+    int rc = MPI_Comm_dup(comm, c ? &c->notes : &(MPI_Comm){MPI_COMM_NULL}); /* collective: every rank calls it */
+    if (!c || !mine || !c->world || !c->heard || rc != MPI_SUCCESS) {
+        free(mine);
+        if (c) {
+            if (c->notes != MPI_COMM_NULL) MPI_Comm_free(&c->notes);
+            free(c->world);
+            free(c->heard);
+            free(c);
+        }
+        MPI_Comm_free(&comm);
+        return rc != MPI_SUCCESS ? mpi_fail(rc, "MPI_Comm_dup")
+                                 : hp_error(HP_STATUS_OUT_OF_MEMORY, "cannot allocate an MPI communicator of %d ranks", size);
+    }
+    MPI_Group g, wg;
+    MPI_Comm_group(comm, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    for (int r = 0; r < size; r++) mine[r] = r;
+    if (MPI_Group_translate_ranks(g, size, mine, wg, c->world) != MPI_SUCCESS)
+        for (int r = 0; r < size; r++) c->world[r] = r;
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    free(mine);
     *out = hp_comm_new(&mpi_iface, c, rank, size);
     return *out ? HP_STATUS_OK : HP_STATUS_OUT_OF_MEMORY;
 }
