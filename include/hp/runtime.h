@@ -276,6 +276,7 @@ typedef struct hp_p2p_instr {
     hp_instr instr;
     hp_comm *comm;        /* borrowed */
     hp_comm_request *req; /* a send in flight, or NULL */
+    double msg_bytes;     /* the message (the tensor sent or received), bytes: the cost model's */
 } hp_p2p_instr;
 
 /*
