@@ -57,7 +57,7 @@ extern "C" {
 #define HP_CAL_VERSION 1
 #define HP_CAL_GEMM_DIMS 4    /* grid points per GEMM dimension (hp_cal_gemm_dim) */
 #define HP_CAL_MAX_POINTS 8   /* points of one operator's time curve */
-#define HP_CAL_MAX_ATTENTION 16
+#define HP_CAL_MAX_ATTENTION 32
 #define HP_CAL_MAX_COMM 64    /* (operation, group size) fits */
 
 /* The GEMM grid's i-th dimension: 32, 128, 512, 2048 (i in [0, HP_CAL_GEMM_DIMS)). */
@@ -209,7 +209,8 @@ double hp_predict_seconds(const hp_graph *g, const hp_liveness *lv, int first, i
 hp_status hp_calibration_save(const char *path, const hp_calibration *c);
 
 /*
- * Reads the entry of `key` from `path` into *out. Errors, each with a message naming the file and
+ * Reads the entry of `key` from `path` into *out (key->threads 0 matches any thread count: the
+ * first entry with the other fields equal). Errors, each with a message naming the file and
  * what does not match: HP_STATUS_IO (no file), HP_STATUS_CORRUPT (not JSON or not a calibration file),
  * HP_STATUS_NOT_FOUND (no entry for this key: the message lists the keys present and what differs;
  * or the only entries are of another format version: stale), HP_STATUS_INVALID_ARGUMENT (a field out

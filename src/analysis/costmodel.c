@@ -227,10 +227,10 @@ static double cal_compute_seconds(const hp_graph *g, int i, const hp_machine_mod
     double bytes = x.bytes_read + x.bytes_written;
     if (x.kind == HP_COST_GEMM) {
         double r = hp_calibration_gemm_rate(c, x.m, x.n, x.k, x.trans_a);
-        if (r > 0) return x.flops / r + c->node_seconds;
+        if (r > 0) return x.flops / r; /* the probe's rates include the dispatch */
     } else if (x.kind == HP_COST_ATTENTION) {
         double r = attention_rate(c, n->op, &x);
-        if (r > 0) return x.flops / r + c->node_seconds;
+        if (r > 0) return x.flops / r;
     } else {
         double t = hp_calibration_curve_seconds(c, n->op, bytes);
         if (t >= 0) return t;

@@ -390,8 +390,10 @@ hp_status hp_calibration_load(const char *path, const hp_machine_key *key, doubl
         key_of(e, &k);
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(e, "version");
         const cJSON *cr = cJSON_GetObjectItemCaseSensitive(e, "created");
-        if (!hp_machine_key_equal(&k, key)) {
-            key_diff(key, &k, d, sizeof d);
+        hp_machine_key want = *key;
+        if (want.threads == 0) want.threads = k.threads; /* any thread count */
+        if (!hp_machine_key_equal(&k, &want)) {
+            key_diff(&want, &k, d, sizeof d);
             if (wk < sizeof why) wk += (size_t)snprintf(why + wk, sizeof why - wk, "; entry %d: %s", idx, d);
         } else if (!cJSON_IsNumber(ver) || ver->valueint != HP_CAL_VERSION) {
             if (wk < sizeof why)

@@ -5,32 +5,10 @@
 #include "hp/config.h"
 #include "hp/core.h"
 #include "hp/train.h"
-#ifdef HP_HAVE_MPI
-#include "hp/comm_mpi.h"
-#endif
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The world communicator: MPI when the process was started by mpirun (or another MPI launcher),
- * otherwise NULL (one rank, no MPI runtime needed). */
-static hp_status world_comm(hp_comm **out, bool *mpi) {
-    *out = NULL;
-    *mpi = false;
-#ifdef HP_HAVE_MPI
-    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
-        /* The communication thread waits inside MPI while compute runs: Open MPI's default
-         * busy-polling would take a core from the compute threads (measured: the overlapped
-         * step 40% slower on 2 cores). A user's own setting wins. */
-        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-        HP_CHECK(hp_comm_mpi_init(hp_cli_argc, hp_cli_argv));
-        *mpi = true;
-        return hp_comm_mpi_world(out);
-    }
-#endif
-    return HP_STATUS_OK;
-}
 
 static void fmt_duration(double s, char *buf, size_t n) {
     long t = (long)(s + 0.5);
@@ -85,7 +63,7 @@ int hp_cli_train(int argc, char **argv) {
     hp_comm *world = NULL;
     bool mpi = false;
     int rc = 1;
-    st = world_comm(&world, &mpi);
+    st = hp_cli_world(&world, &mpi);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, "starting MPI");
         goto out;
@@ -222,12 +200,6 @@ out:
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-#ifdef HP_HAVE_MPI
-    if (world) hp_comm_free(world);
-    if (mpi) {
-        if (rc != 0) hp_comm_mpi_abort(rc); /* one failed rank must not leave the others waiting */
-        hp_comm_mpi_finalize();
-    }
-#endif
+    hp_cli_world_end(world, mpi, rc);
     return rc;
 }

@@ -657,6 +657,7 @@ static hp_status prepare_instrs(hp_program *p) {
 static void profile_node(hp_program *p, int e, double dt) {
     hp_op op = p->exec[e].node->op;
     if (p->exec_best[e] == 0 || dt < p->exec_best[e]) p->exec_best[e] = dt;
+    p->exec_seconds[e] = dt;
     p->stats.op_seconds[op] += dt;
     p->stats.op_calls[op]++;
     p->stats.op_flops[op] += p->exec_flops[e];
@@ -736,6 +737,22 @@ bool hp_program_arena_offset(const hp_program *p, hp_tid t, size_t *offset) {
 }
 
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s) { *s = p->stats; }
+
+bool hp_program_node_seconds(const hp_program *p, int node, double *last, double *best) {
+    if (!p->opts.profile || p->stats.n_runs == 0) return false;
+    int a = 0, b = p->n_exec - 1; /* exec_node is increasing */
+    while (a <= b) {
+        int m = a + (b - a) / 2;
+        if (p->exec_node[m] < node) a = m + 1;
+        else if (p->exec_node[m] > node) b = m - 1;
+        else {
+            if (last) *last = p->exec_seconds[m];
+            if (best) *best = p->exec_best[m];
+            return true;
+        }
+    }
+    return false;
+}
 
 hp_status hp_program_profile_report(const hp_program *p, FILE *f) {
     const hp_program_stats *s = &p->stats;
