@@ -1,0 +1,217 @@
+/*
+ * Cost model benchmark: the step time `hp plan` predicts for a run config against the step time
+ * measured by training it, on this machine, with as many ranks as the command runs (under mpirun for
+ * a strategy). One JSON line per run (rank 0):
+ *   {"config", "ranks", "threads", "model", "predicted_s", "measured_s" (median step),
+ *    "measured_mean_s", "measured_min_s", "ratio" (predicted / measured median), "compute_s",
+ *    "comm_s", "exposed_comm_s", "steps"}
+ *
+ *   ./build/bench/bench_costmodel examples/kjv.yaml --calibrate --steps 20
+ *   mpirun --oversubscribe -n 4 ./build/bench/bench_costmodel examples/dp4.yaml --calibrate
+ *   ./build/bench/bench_costmodel examples/kjv.yaml --calibration FILE     # a cached calibration
+ *
+ * --calibrate runs the probe (hp/calibrate.h) in the same processes right before the training
+ * steps (the machine's load then is the load the steps see; with --calibration FILE it is also
+ * saved there); otherwise the calibration is read from FILE (default: hp calibrate's cache) and a
+ * missing entry falls back to the flat model, as `hp plan` does. --name sets "config" (default the
+ * file name). The prediction is the compile driver's plan of each rank (hp_compiled_predict; the
+ * largest over the ranks); the measurement skips --warmup steps (default 3) and takes --steps
+ * (default 20). --by-op also runs the step compiled with profiling and prints, per operator kind,
+ * the measured seconds per step against the model's (stderr).
+ */
+#include "hp/calibrate.h"
+#include "hp/comm_mpi.h"
+#include "hp/compile.h"
+#include "hp/config.h"
+#include "hp/costmodel.h"
+#include "hp/train.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int fail(hp_status st, const char *what) {
+    fprintf(stderr, "bench_costmodel: %s: %s (%s)\n", what, hp_error_message(), hp_status_str(st));
+    return 1;
+}
+
+/* The largest of v over the ranks (through f32). */
+static hp_status rank_max(hp_comm *world, double *v) {
+    if (!world) return HP_STATUS_OK;
+    float f = (float)*v;
+    HP_CHECK(hp_comm_all_reduce(world, &f, &f, 1, HP_DTYPE_F32, HP_REDUCE_MAX));
+    *v = f;
+    return HP_STATUS_OK;
+}
+
+/*
+ * --by-op: the step compiled with profiling and run `steps` times after `warmup` (zero tokens, lr 0):
+ * per operator kind, the measured seconds per step (each node's mean) against the model's, on
+ * stderr (rank 0). Communication nodes are listed with their measured compute-thread time.
+ */
+static hp_status by_op(const hp_run_config *cfg, hp_comm *world, const hp_machine_model *m, int warmup, int steps) {
+    hp_compile_opts co = HP_COMPILE_OPTS_INIT;
+    co.train = true;
+    co.comm = world;
+    co.program.profile = true;
+    hp_compiled *c = NULL;
+    HP_CHECK(hp_compile_run(cfg, &co, &c));
+    hp_program *p = hp_compiled_program(c);
+    const hp_graph *g = hp_compiled_graph(c);
+    hp_partition *part = hp_compiled_partition(c);
+    const hp_train_step *ts = hp_compiled_step(c);
+    float one = 1.0f, zero = 0.0f;
+    hp_status st = hp_program_set_input(p, hp_partition_local(part, ts->step), &one, sizeof one);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, hp_partition_local(part, ts->lr), &zero, sizeof zero);
+    int nn = hp_graph_n_nodes(g);
+    double *meas = calloc((size_t)nn, sizeof *meas), t_run = 0;
+    for (int s = 0; s < warmup + steps && st == HP_STATUS_OK; s++) {
+        double t0 = hp_now_seconds();
+        st = hp_program_run(p);
+        if (s < warmup) continue;
+        t_run += hp_now_seconds() - t0;
+        for (int i = 0; i < nn; i++) {
+            double last;
+            if (hp_program_node_seconds(p, i, &last, NULL)) meas[i] += last / steps;
+        }
+    }
+    double pm[HP_OP_COUNT] = {0}, mm[HP_OP_COUNT] = {0}, tp = 0, tm = 0;
+    int cnt[HP_OP_COUNT] = {0};
+    const hp_liveness *lv = hp_program_liveness(p);
+    for (int i = 0; i < nn && st == HP_STATUS_OK; i++) {
+        if (!lv->node_live[i]) continue;
+        const hp_node *n = hp_graph_node(g, i);
+        double pr = (n->flags & HP_NODE_FLAG_ASYNC) ? 0.0 : hp_node_seconds(g, i, m);
+        pm[n->op] += pr;
+        mm[n->op] += meas[i];
+        cnt[n->op]++;
+        tp += pr;
+        tm += meas[i];
+    }
+    if (st == HP_STATUS_OK && (!world || hp_comm_rank(world) == 0)) {
+        fprintf(stderr, "%-24s %5s %12s %12s %7s\n", "operator", "nodes", "measured ms", "model ms", "ratio");
+        for (int op = 0; op < HP_OP_COUNT; op++)
+            if (cnt[op])
+                fprintf(stderr, "%-24s %5d %12.3f %12.3f %7.2f\n", hp_op_name((hp_op)op), cnt[op], 1e3 * mm[op],
+                        1e3 * pm[op], mm[op] > 0 ? pm[op] / mm[op] : 0.0);
+        fprintf(stderr, "%-24s %5s %12.3f %12.3f %7.2f   (run %.3f ms per step)\n", "sum of nodes", "", 1e3 * tm,
+                1e3 * tp, tm > 0 ? tp / tm : 0.0, 1e3 * t_run / steps);
+    }
+    free(meas);
+    hp_compiled_free(c);
+    return st;
+}
+
+static int run(int argc, char **argv, hp_comm *world) {
+    const char *config = NULL, *calpath = NULL, *name = NULL;
+    int steps = 20, warmup = 3;
+    bool calibrate = false, op_table = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--calibration") && i + 1 < argc) calpath = argv[++i];
+        else if (!strcmp(argv[i], "--name") && i + 1 < argc) name = argv[++i];
+        else if (!strcmp(argv[i], "--calibrate")) calibrate = true;
+        else if (!strcmp(argv[i], "--by-op")) op_table = true;
+        else if (argv[i][0] != '-' && !config) config = argv[i];
+        else {
+            fprintf(stderr, "usage: bench_costmodel RUN.yaml [--calibrate] [--calibration FILE] [--steps N] "
+                            "[--warmup N] [--name NAME] [--by-op]\n");
+            return 2;
+        }
+    }
+    if (!config || steps < 1 || warmup < 0) {
+        fprintf(stderr, "bench_costmodel: a config and --steps >= 1 are needed\n");
+        return 2;
+    }
+    int rank = world ? hp_comm_rank(world) : 0, size = world ? hp_comm_size(world) : 1;
+    if (!name) {
+        const char *s = strrchr(config, '/');
+        name = s ? s + 1 : config;
+    }
+    char def[4096];
+    if (!calpath && hp_calibration_default_path(def, sizeof def) == HP_STATUS_OK) calpath = def;
+    hp_calibration *cal = malloc(sizeof *cal);
+    hp_run_config cfg;
+    hp_status st = hp_run_config_load(config, &cfg);
+    if (st != HP_STATUS_OK) return fail(st, config);
+    cfg.train.steps = warmup + steps;
+    cfg.train.eval_every = 0;
+    hp_machine_model m = {.flops_per_s = 150e9, .bytes_per_s = 10e9, .cal = NULL};
+    if (calibrate) {
+        hp_calibrate_opts o = HP_CALIBRATE_OPTS_DEFAULT;
+        st = hp_calibrate(world, &o, cal);
+        if (st != HP_STATUS_OK) return fail(st, "calibrate");
+        if (rank == 0 && calpath && (st = hp_calibration_save(calpath, cal)) != HP_STATUS_OK) return fail(st, "save");
+        m.cal = cal;
+    } else {
+        hp_machine_key key;
+        st = hp_machine_key_local(0, size, &key);
+        if (st == HP_STATUS_OK && calpath) st = hp_calibration_load(calpath, &key, 0, cal);
+        if (st == HP_STATUS_OK && calpath) m.cal = cal;
+        else if (rank == 0) fprintf(stderr, "bench_costmodel: flat model: %s\n", hp_error_message());
+    }
+    /* the prediction: this rank's plan, as `hp plan --rank R` */
+    hp_compile_opts co = HP_COMPILE_OPTS_INIT;
+    co.train = true;
+    co.plan_only = true;
+    co.plan_world_size = size;
+    co.plan_index = rank;
+    hp_compiled *c = NULL;
+    hp_step_prediction p;
+    st = hp_compile_run(&cfg, &co, &c);
+    if (st == HP_STATUS_OK) st = hp_compiled_predict(c, &m, &p);
+    hp_compiled_free(c);
+    if (st != HP_STATUS_OK) return fail(st, "predict");
+    double pred = p.total_s;
+    if ((st = rank_max(world, &pred)) != HP_STATUS_OK) return fail(st, "reduce");
+    if (op_table && (st = by_op(&cfg, world, &m, warmup, steps)) != HP_STATUS_OK) return fail(st, "--by-op");
+    /* the measurement */
+    hp_trainer *t = NULL;
+    st = hp_trainer_new_dist(&cfg, world, &t);
+    if (st != HP_STATUS_OK) return fail(st, "trainer");
+    double *sec = malloc(sizeof(double) * (size_t)steps), sum = 0;
+    for (int s = 0; s < warmup + steps && st == HP_STATUS_OK; s++) {
+        hp_step_metrics mt;
+        st = hp_trainer_step(t, &mt);
+        if (s >= warmup) sum += sec[s - warmup] = mt.seconds;
+    }
+    hp_trainer_free(t);
+    if (st != HP_STATUS_OK) return fail(st, "step");
+    qsort(sec, (size_t)steps, sizeof *sec, cmp_double);
+    double med = steps % 2 ? sec[steps / 2] : 0.5 * (sec[steps / 2 - 1] + sec[steps / 2]);
+    if (rank == 0)
+        printf("{\"config\": \"%s\", \"ranks\": %d, \"threads\": %d, \"model\": \"%s\", \"predicted_s\": %.4f, "
+               "\"measured_s\": %.4f, \"measured_mean_s\": %.4f, \"measured_min_s\": %.4f, \"ratio\": %.3f, "
+               "\"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, \"steps\": %d}\n",
+               name, size, omp_get_max_threads(), m.cal ? "calibrated" : "flat", pred, med, sum / steps, sec[0],
+               pred / med, p.compute_s, p.comm_s, p.exposed_comm_s, steps);
+    fflush(stdout);
+    free(sec);
+    free(cal);
+    hp_run_config_free(&cfg);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    hp_comm *world = NULL;
+    bool mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    if (mpi) {
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0); /* as `hp train` */
+        if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK || hp_comm_mpi_world(&world) != HP_STATUS_OK)
+            return fail(HP_STATUS_COMM, "MPI");
+    }
+    int rc = run(argc, argv, world);
+    if (world) hp_comm_free(world);
+    if (mpi) {
+        if (rc) hp_comm_mpi_abort(rc);
+        hp_comm_mpi_finalize();
+    }
+    return rc;
+}
