@@ -2,9 +2,9 @@
  * Cost model benchmark: the step time `hp plan` predicts for a run config against the step time
  * measured by training it, on this machine, with as many ranks as the command runs (under mpirun for
  * a strategy). One JSON line per run (rank 0):
- *   {"config", "ranks", "threads", "model", "predicted_s", "measured_s" (median step),
- *    "measured_mean_s", "measured_min_s", "ratio" (predicted / measured median), "compute_s",
- *    "comm_s", "exposed_comm_s", "steps"}
+ *   {"config", "pair", "ranks", "threads", "model", "predicted_s", "measured_s" (median step),
+ *    "measured_mean_s", "measured_min_s", "ratio" (predicted / measured median), "ratio_min"
+ *    (predicted / fastest step), "compute_s", "comm_s", "exposed_comm_s", "probe_s", "steps"}
  *
  *   ./build/bench/bench_costmodel examples/kjv.yaml --calibrate --steps 20
  *   mpirun --oversubscribe -n 4 ./build/bench/bench_costmodel examples/dp4.yaml --calibrate
@@ -12,7 +12,9 @@
  *
  * --calibrate runs the probe (hp/calibrate.h) in the same processes right before the training
  * steps (the machine's load then is the load the steps see; with --calibration FILE it is also
- * saved there); otherwise the calibration is read from FILE (default: hp calibrate's cache) and a
+ * saved there; --fastest keeps each probe's fastest run); --pairs N repeats calibration,
+ * prediction and measurement N times (a line each, then the median ratio: a machine shared with
+ * other work changes speed between pairs); otherwise the calibration is read from FILE (default: hp calibrate's cache) and a
  * missing entry falls back to the flat model, as `hp plan` does. --name sets "config" (default the
  * file name). The prediction is the compile driver's plan of each rank (hp_compiled_predict; the
  * largest over the ranks); the measurement skips --warmup steps (default 3) and takes --steps
@@ -88,6 +90,12 @@ static hp_status by_op(const hp_run_config *cfg, hp_comm *world, const hp_machin
         if (!lv->node_live[i]) continue;
         const hp_node *n = hp_graph_node(g, i);
         double pr = (n->flags & HP_NODE_FLAG_ASYNC) ? 0.0 : hp_node_seconds(g, i, m);
+        if (getenv("HP_BENCH_NODES") && (!world || hp_comm_rank(world) == 0)) {
+            hp_op_cost x = hp_node_cost(g, i);
+            fprintf(stderr, "node %4d %-22s m %5lld n %5lld k %5lld b %3lld%s %9.0f B  measured %8.1f us  model %8.1f us\n",
+                    i, hp_op_name(n->op), (long long)x.m, (long long)x.n, (long long)x.k, (long long)x.batch,
+                    x.trans_a ? " T" : "  ", x.bytes_read + x.bytes_written, 1e6 * meas[i], 1e6 * pr);
+        }
         pm[n->op] += pr;
         mm[n->op] += meas[i];
         cnt[n->op]++;
@@ -108,53 +116,30 @@ static hp_status by_op(const hp_run_config *cfg, hp_comm *world, const hp_machin
     return st;
 }
 
-static int run(int argc, char **argv, hp_comm *world) {
-    const char *config = NULL, *calpath = NULL, *name = NULL;
-    int steps = 20, warmup = 3;
-    bool calibrate = false, op_table = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--calibration") && i + 1 < argc) calpath = argv[++i];
-        else if (!strcmp(argv[i], "--name") && i + 1 < argc) name = argv[++i];
-        else if (!strcmp(argv[i], "--calibrate")) calibrate = true;
-        else if (!strcmp(argv[i], "--by-op")) op_table = true;
-        else if (argv[i][0] != '-' && !config) config = argv[i];
-        else {
-            fprintf(stderr, "usage: bench_costmodel RUN.yaml [--calibrate] [--calibration FILE] [--steps N] "
-                            "[--warmup N] [--name NAME] [--by-op]\n");
-            return 2;
-        }
-    }
-    if (!config || steps < 1 || warmup < 0) {
-        fprintf(stderr, "bench_costmodel: a config and --steps >= 1 are needed\n");
-        return 2;
-    }
+typedef struct bench_opts {
+    const char *config, *calpath, *name;
+    int steps, warmup, pairs;
+    bool calibrate, op_table, fastest;
+} bench_opts;
+
+/* One pair: (calibrate,) predict, measure; one JSON line; *ratio = predicted / measured median. */
+static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, hp_calibration *cal, double *ratio) {
     int rank = world ? hp_comm_rank(world) : 0, size = world ? hp_comm_size(world) : 1;
-    if (!name) {
-        const char *s = strrchr(config, '/');
-        name = s ? s + 1 : config;
-    }
-    char def[4096];
-    if (!calpath && hp_calibration_default_path(def, sizeof def) == HP_STATUS_OK) calpath = def;
-    hp_calibration *cal = malloc(sizeof *cal);
-    hp_run_config cfg;
-    hp_status st = hp_run_config_load(config, &cfg);
-    if (st != HP_STATUS_OK) return fail(st, config);
-    cfg.train.steps = warmup + steps;
-    cfg.train.eval_every = 0;
     hp_machine_model m = {.flops_per_s = 150e9, .bytes_per_s = 10e9, .cal = NULL};
-    if (calibrate) {
+    hp_status st;
+    if (b->calibrate) {
         hp_calibrate_opts o = HP_CALIBRATE_OPTS_DEFAULT;
+        if (b->fastest) o.stat = HP_CALIBRATE_STAT_MIN;
         st = hp_calibrate(world, &o, cal);
         if (st != HP_STATUS_OK) return fail(st, "calibrate");
-        if (rank == 0 && calpath && (st = hp_calibration_save(calpath, cal)) != HP_STATUS_OK) return fail(st, "save");
+        if (rank == 0 && b->calpath && (st = hp_calibration_save(b->calpath, cal)) != HP_STATUS_OK)
+            return fail(st, "save");
         m.cal = cal;
     } else {
         hp_machine_key key;
         st = hp_machine_key_local(0, size, &key);
-        if (st == HP_STATUS_OK && calpath) st = hp_calibration_load(calpath, &key, 0, cal);
-        if (st == HP_STATUS_OK && calpath) m.cal = cal;
+        if (st == HP_STATUS_OK && b->calpath) st = hp_calibration_load(b->calpath, &key, 0, cal);
+        if (st == HP_STATUS_OK && b->calpath) m.cal = cal;
         else if (rank == 0) fprintf(stderr, "bench_costmodel: flat model: %s\n", hp_error_message());
     }
     /* the prediction: this rank's plan, as `hp plan --rank R` */
@@ -165,38 +150,93 @@ static int run(int argc, char **argv, hp_comm *world) {
     co.plan_index = rank;
     hp_compiled *c = NULL;
     hp_step_prediction p;
-    st = hp_compile_run(&cfg, &co, &c);
+    st = hp_compile_run(cfg, &co, &c);
     if (st == HP_STATUS_OK) st = hp_compiled_predict(c, &m, &p);
     hp_compiled_free(c);
     if (st != HP_STATUS_OK) return fail(st, "predict");
     double pred = p.total_s;
     if ((st = rank_max(world, &pred)) != HP_STATUS_OK) return fail(st, "reduce");
-    if (op_table && (st = by_op(&cfg, world, &m, warmup, steps)) != HP_STATUS_OK) return fail(st, "--by-op");
+    if (b->op_table && (st = by_op(cfg, world, &m, b->warmup, b->steps)) != HP_STATUS_OK) return fail(st, "--by-op");
     /* the measurement */
     hp_trainer *t = NULL;
-    st = hp_trainer_new_dist(&cfg, world, &t);
+    st = hp_trainer_new_dist(cfg, world, &t);
     if (st != HP_STATUS_OK) return fail(st, "trainer");
+    int steps = b->steps;
     double *sec = malloc(sizeof(double) * (size_t)steps), sum = 0;
-    for (int s = 0; s < warmup + steps && st == HP_STATUS_OK; s++) {
+    for (int s = 0; s < b->warmup + steps && st == HP_STATUS_OK; s++) {
         hp_step_metrics mt;
         st = hp_trainer_step(t, &mt);
-        if (s >= warmup) sum += sec[s - warmup] = mt.seconds;
+        if (s >= b->warmup) sum += sec[s - b->warmup] = mt.seconds;
     }
     hp_trainer_free(t);
-    if (st != HP_STATUS_OK) return fail(st, "step");
+    if (st != HP_STATUS_OK) {
+        free(sec);
+        return fail(st, "step");
+    }
     qsort(sec, (size_t)steps, sizeof *sec, cmp_double);
     double med = steps % 2 ? sec[steps / 2] : 0.5 * (sec[steps / 2 - 1] + sec[steps / 2]);
+    *ratio = pred / med;
     if (rank == 0)
-        printf("{\"config\": \"%s\", \"ranks\": %d, \"threads\": %d, \"model\": \"%s\", \"predicted_s\": %.4f, "
-               "\"measured_s\": %.4f, \"measured_mean_s\": %.4f, \"measured_min_s\": %.4f, \"ratio\": %.3f, "
-               "\"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, \"steps\": %d}\n",
-               name, size, omp_get_max_threads(), m.cal ? "calibrated" : "flat", pred, med, sum / steps, sec[0],
-               pred / med, p.compute_s, p.comm_s, p.exposed_comm_s, steps);
+        printf("{\"config\": \"%s\", \"pair\": %d, \"ranks\": %d, \"threads\": %d, \"model\": \"%s\", "
+               "\"predicted_s\": %.4f, \"measured_s\": %.4f, \"measured_mean_s\": %.4f, \"measured_min_s\": %.4f, "
+               "\"ratio\": %.3f, \"ratio_min\": %.3f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, "
+               "\"probe_s\": %.1f, \"steps\": %d}\n",
+               b->name, k, size, omp_get_max_threads(), m.cal ? (m.cal->fastest ? "calibrated-min" : "calibrated")
+                                                               : "flat",
+               pred, med, sum / steps, sec[0], pred / med, pred / sec[0], p.compute_s, p.comm_s, p.exposed_comm_s,
+               m.cal ? m.cal->probe_seconds : 0.0, steps);
     fflush(stdout);
     free(sec);
+    return 0;
+}
+
+static int run(int argc, char **argv, hp_comm *world) {
+    bench_opts b = {.steps = 20, .warmup = 3, .pairs = 1};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc) b.steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) b.warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) b.pairs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--calibration") && i + 1 < argc) b.calpath = argv[++i];
+        else if (!strcmp(argv[i], "--name") && i + 1 < argc) b.name = argv[++i];
+        else if (!strcmp(argv[i], "--calibrate")) b.calibrate = true;
+        else if (!strcmp(argv[i], "--fastest")) b.fastest = true;
+        else if (!strcmp(argv[i], "--by-op")) b.op_table = true;
+        else if (argv[i][0] != '-' && !b.config) b.config = argv[i];
+        else {
+            fprintf(stderr, "usage: bench_costmodel RUN.yaml [--calibrate [--fastest]] [--calibration FILE] [--steps N] "
+                            "[--warmup N] [--pairs N] [--name NAME] [--by-op]\n");
+            return 2;
+        }
+    }
+    if (!b.config || b.steps < 1 || b.warmup < 0 || b.pairs < 1) {
+        fprintf(stderr, "bench_costmodel: a config, --steps >= 1 and --pairs >= 1 are needed\n");
+        return 2;
+    }
+    if (!b.name) {
+        const char *s = strrchr(b.config, '/');
+        b.name = s ? s + 1 : b.config;
+    }
+    char def[4096];
+    if (!b.calpath && hp_calibration_default_path(def, sizeof def) == HP_STATUS_OK) b.calpath = def;
+    hp_calibration *cal = malloc(sizeof *cal);
+    hp_run_config cfg;
+    hp_status st = hp_run_config_load(b.config, &cfg);
+    if (st != HP_STATUS_OK) return fail(st, b.config);
+    cfg.train.steps = b.warmup + b.steps;
+    cfg.train.eval_every = 0;
+    double *ratios = malloc(sizeof(double) * (size_t)b.pairs);
+    int rc = 0;
+    for (int k = 0; k < b.pairs && rc == 0; k++) rc = pair(&b, world, k, &cfg, cal, &ratios[k]);
+    if (rc == 0 && b.pairs > 1 && (!world || hp_comm_rank(world) == 0)) {
+        qsort(ratios, (size_t)b.pairs, sizeof *ratios, cmp_double);
+        double medr = b.pairs % 2 ? ratios[b.pairs / 2] : 0.5 * (ratios[b.pairs / 2 - 1] + ratios[b.pairs / 2]);
+        printf("{\"config\": \"%s\", \"pairs\": %d, \"median_ratio\": %.3f, \"min_ratio\": %.3f, "
+               "\"max_ratio\": %.3f}\n", b.name, b.pairs, medr, ratios[0], ratios[b.pairs - 1]);
+    }
+    free(ratios);
     free(cal);
     hp_run_config_free(&cfg);
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv) {

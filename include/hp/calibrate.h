@@ -9,15 +9,19 @@
  *     if (hp_comm_rank(world) == 0) HP_CHECK(hp_calibration_save(path, cal));
  *
  * What it runs (each part is a small graph compiled into an hp_program, run once to warm up and then
- * `reps` times with profiling; a node's time is its median over the runs, averaged over the ranks):
+ * `reps` times with profiling; a node's time is its median (or fastest, opts.stat) over the runs,
+ * averaged over the ranks;
+ * with more than one rank the programs run node by node, as a program with collectives does, else
+ * as one batch in the backend's thread team):
  *   - GEMM: for every (m, n, k) of the grid {32, 128, 512, 2048}^3 with m*n*k <= max_gemm (larger
  *     products are interpolated from their neighbours), LINEAR nodes (op(A) = A) and transposed
  *     MATMUL nodes (op(A) = A^T, the weight gradient), enough of them to time reliably;
  *   - memory-bound operators: a synthetic training step (embedding, LayerNorm, GELU, broadcast
- *     add, multiply, softmax, residual adds, cross-entropy, then hp_train_step_build's backward,
- *     global-norm clipping and AdamW) at activation sizes from 128 to 1M elements: one curve per
- *     operator of seconds against bytes moved; the same step run node by node gives the extra
- *     dispatch cost of a program with collectives;
+ *     add, multiply, softmax, scale, residual adds, concat and slice, cross-entropy, then
+ *     hp_train_step_build's backward, global-norm clipping and AdamW) at 13 activation sizes from
+ *     128 to 1M elements, denser around the kernels' thresholds for using their threads: one curve
+ *     per operator of seconds against bytes moved; the same step run in the other mode gives the
+ *     dispatch cost of that mode;
  *   - attention forward and backward at 12 (batch x heads, T, head dim) shapes;
  *   - with a world of more than one rank: all-reduce, all-gather, reduce-scatter and all-to-all on
  *     groups of 2, 4, ... ranks (every group of the world at once, as a mesh axis runs them) and
@@ -35,8 +39,16 @@
 extern "C" {
 #endif
 
+/* Which figure of a node's timed runs the probe keeps. */
+typedef enum hp_calibrate_stat {
+    HP_CALIBRATE_STAT_MEDIAN = 0, /* the typical run, load included */
+    HP_CALIBRATE_STAT_MIN,        /* the fastest run: what a quiet machine gives, robust to other
+                                     processes sharing the cores while the probe runs */
+} hp_calibrate_stat;
+
 typedef struct hp_calibrate_opts {
-    int reps;            /* timed runs per probe (>= 1; the median is kept) */
+    int reps;            /* timed runs per probe (>= 1) */
+    hp_calibrate_stat stat; /* which figure of the runs a node's time is */
     double max_gemm;     /* the largest m*n*k probed (> 0) */
     bool gemm, memory, attention, comm; /* which parts run (comm only with more than one rank) */
     /* Called on rank 0 before each part with a short description (may be NULL). */
@@ -44,7 +56,8 @@ typedef struct hp_calibrate_opts {
     void *user;
 } hp_calibrate_opts;
 #define HP_CALIBRATE_OPTS_DEFAULT                                                                  \
-    ((hp_calibrate_opts){.reps = 5, .max_gemm = 1073741824.0, .gemm = true, .memory = true,           \
+    ((hp_calibrate_opts){.reps = 5, .stat = HP_CALIBRATE_STAT_MEDIAN, .max_gemm = 1073741824.0,         \
+                         .gemm = true, .memory = true,                                                \
                          .attention = true, .comm = true, .progress = NULL, .user = NULL})
 
 /*

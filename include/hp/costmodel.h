@@ -15,6 +15,8 @@
  *   - attention forward and backward rates (FLOP/s) at a few (batch x heads, T, head dim) points;
  *   - the dispatch cost of a node: inside the CPU backend's thread team (a program without
  *     collectives runs as one batch) and on its own (a program with collectives runs node by node);
+ *     the kernels themselves are timed in the mode a run on this many ranks uses (by_node), and a
+ *     program run in the other mode gets the difference of the two dispatch costs per node;
  *   - per communicator operation and group size, alpha (seconds) and beta (seconds per byte received
  *     by the busiest rank), least-squares fits of timed operations of several sizes
  *     (hp_comm_fit_alpha_beta).
@@ -56,7 +58,7 @@ extern "C" {
 #define HP_CAL_FORMAT "hyperparallel-calibration"
 #define HP_CAL_VERSION 1
 #define HP_CAL_GEMM_DIMS 4    /* grid points per GEMM dimension (hp_cal_gemm_dim) */
-#define HP_CAL_MAX_POINTS 8   /* points of one operator's time curve */
+#define HP_CAL_MAX_POINTS 24  /* points of one operator's time curve */
 #define HP_CAL_MAX_ATTENTION 32
 #define HP_CAL_MAX_COMM 64    /* (operation, group size) fits */
 
@@ -116,6 +118,10 @@ typedef struct hp_calibration {
     double probe_seconds;        /* how long the probe ran (seconds) */
     double node_seconds;         /* dispatch of one node in the backend's team (a batched program) */
     double region_seconds;       /* dispatch of one node run on its own (a program with collectives) */
+    bool fastest;                /* times are the fastest of the probe's runs (a quiet machine), else
+                                    the median runs */
+    bool by_node;                /* the kernels were timed node by node (as a program with collectives
+                                    runs; the probe's choice with more than one rank), else in a team */
     /* FLOP/s of one (m, n, k) product on the grid: [trans_a][m][n][k]; 0 where not measured. */
     double gemm[2][HP_CAL_GEMM_DIMS][HP_CAL_GEMM_DIMS][HP_CAL_GEMM_DIMS];
     int n_attention;
@@ -171,7 +177,9 @@ double hp_node_comm_seconds(const hp_graph *g, int i, const hp_machine_model *m)
 typedef struct hp_step_prediction {
     double total_s;        /* until the compute stream and every queue are done */
     double compute_s;      /* the compute stream's busy time (the sum of the classes below) */
-    double gemm_s, attention_s, memory_s, dispatch_s; /* compute by kernel class; dispatch: per-node cost */
+    double gemm_s, attention_s, memory_s; /* compute by kernel class */
+    double dispatch_s;     /* the per-node dispatch the calibration's kernel times do not include (the
+                              program runs in the other mode than the probe did); may be negative */
     double comm_s;         /* the queues' busy time (every collective's alpha-beta time) */
     double exposed_comm_s; /* total_s - compute_s: time the compute stream waits for communication */
     int n_nodes;           /* live nodes in the range */

@@ -160,12 +160,15 @@ hp_tid hp_recv(hp_graph *g, hp_dtype dtype, hp_shape shape, int peer, int tag);
  *                      by the GEMM rate of that shape class; trans_a says op(A) = A^T (the weight
  *                      gradient's dY^T X);
  *   HP_COST_ATTENTION  the fused attention kernels: `batch` = batch x heads score matrices of m
- *                      query rows by n key rows, head dimension k.
+ *                      query rows by n key rows, head dimension k;
+ *   HP_COST_VIEW       usually no kernel at all: the runtime makes the output a view of the input
+ *                      (RESHAPE of a planned activation), so the model gives it no time.
  */
 typedef enum hp_cost_kind {
     HP_COST_MEMORY = 0,
     HP_COST_GEMM,
     HP_COST_ATTENTION,
+    HP_COST_VIEW,
     HP_COST_KIND_COUNT
 } hp_cost_kind;
 

@@ -224,6 +224,7 @@ static double cal_compute_seconds(const hp_graph *g, int i, const hp_machine_mod
     const hp_node *n = hp_graph_node(g, i);
     hp_op_cost x = hp_node_cost(g, i);
     *cls = x.kind;
+    if (x.kind == HP_COST_VIEW) return 0.0;
     double bytes = x.bytes_read + x.bytes_written;
     if (x.kind == HP_COST_GEMM) {
         double r = hp_calibration_gemm_rate(c, x.m, x.n, x.k, x.trans_a);
@@ -302,8 +303,9 @@ hp_status hp_predict_nodes(const hp_graph *g, const hp_liveness *lv, int first, 
     for (int i = 0; i < nn && !out->by_node; i++)
         if ((!lv || lv->node_live[i]) && (hp_graph_node(g, i)->flags & HP_NODE_FLAG_ASYNC)) out->by_node = true;
     const hp_calibration *c = m->cal;
-    double extra = 0; /* per-node dispatch beyond what the probe's team runs included */
-    if (c && out->by_node && c->region_seconds > c->node_seconds) extra = c->region_seconds - c->node_seconds;
+    double extra = 0; /* per-node dispatch of this program's mode beyond what the probe's mode included */
+    if (c && out->by_node != c->by_node) extra = out->by_node ? c->region_seconds - c->node_seconds
+                                                              : c->node_seconds - c->region_seconds;
     double share = c ? c->comm_compute_share : 0.0;
     sim_queue q[MAX_QUEUES];
     int nq = 0;
@@ -332,7 +334,11 @@ hp_status hp_predict_nodes(const hp_graph *g, const hp_liveness *lv, int first, 
         }
         double d;
         int cls = HP_COST_MEMORY;
-        if (c) d = cal_compute_seconds(g, i, m, &cls) + extra;
+        if (c) {
+            d = cal_compute_seconds(g, i, m, &cls);
+            if (cls == HP_COST_VIEW) continue; /* no kernel, no dispatch */
+            d += extra;
+        }
         else {
             d = hp_node_seconds(g, i, m);
             cls = hp_node_cost(g, i).kind;

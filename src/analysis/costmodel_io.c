@@ -5,7 +5,8 @@
  * File layout:
  *   {"format": "hyperparallel-calibration", "version": 1, "entries": [
  *     {"machine": {"cpu": "...", "cores": 2, "threads": 2, "ranks_per_node": 1}, "version": 1,
- *      "created": 1.7e9, "probe_seconds": 9.5, "node_seconds": 2e-6, "region_seconds": 4e-5,
+ *      "created": 1.7e9, "probe_seconds": 9.5, "node_seconds": 2e-6, "region_seconds": 4e-5, "by_node": false,
+ *      "statistic": "median",
  *      "memory_bytes_per_s": 2e10, "comm_compute_share": 0,
  *      "gemm": {"dims": [32, 128, 512, 2048], "n": [64 rates, m-major then n then k], "t": [...]},
  *      "attention": [{"op": "attention", "batch": 16, "t": 128, "d": 32, "flops_per_s": 5e10}, ...],
@@ -121,6 +122,8 @@ static cJSON *entry_json(const hp_calibration *c) {
          cJSON_AddNumberToObject(e, "probe_seconds", c->probe_seconds) &&
          cJSON_AddNumberToObject(e, "node_seconds", c->node_seconds) &&
          cJSON_AddNumberToObject(e, "region_seconds", c->region_seconds) &&
+         cJSON_AddBoolToObject(e, "by_node", c->by_node) &&
+         cJSON_AddStringToObject(e, "statistic", c->fastest ? "min" : "median") &&
          cJSON_AddNumberToObject(e, "memory_bytes_per_s", c->memory_bytes_per_s) &&
          cJSON_AddNumberToObject(e, "comm_compute_share", c->comm_compute_share);
     cJSON *gm = ok ? cJSON_AddObjectToObject(e, "gemm") : NULL;
@@ -250,6 +253,9 @@ static hp_status entry_read(const cJSON *e, const char *path, int idx, hp_calibr
     c->probe_seconds = num(&r, e, "probe_seconds", 0, 1e9);
     c->node_seconds = num(&r, e, "node_seconds", 0, 10);
     c->region_seconds = num(&r, e, "region_seconds", 0, 10);
+    c->by_node = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "by_node"));
+    const cJSON *stat = cJSON_GetObjectItemCaseSensitive(e, "statistic");
+    c->fastest = cJSON_IsString(stat) && !strcmp(stat->valuestring, "min");
     c->memory_bytes_per_s = num(&r, e, "memory_bytes_per_s", 0, 1e15);
     c->comm_compute_share = num(&r, e, "comm_compute_share", 0, 1);
     const cJSON *gm = cJSON_GetObjectItemCaseSensitive(e, "gemm");
@@ -477,8 +483,10 @@ hp_status hp_calibration_save(const char *path, const hp_calibration *c) {
 
 void hp_calibration_print(const hp_calibration *c, FILE *f) {
     char ks[256];
-    fprintf(f, "machine: %s (probe %.1f s)\n", hp_machine_key_str(&c->key, ks, sizeof ks), c->probe_seconds);
-    fprintf(f, "node dispatch: %.2f us in a team, %.2f us on its own\n", 1e6 * c->node_seconds, 1e6 * c->region_seconds);
+    fprintf(f, "machine: %s (probe %.1f s; %s of each probe's runs)\n", hp_machine_key_str(&c->key, ks, sizeof ks),
+            c->probe_seconds, c->fastest ? "fastest" : "median");
+    fprintf(f, "node dispatch: %.2f us in a team, %.2f us on its own; kernels timed %s\n", 1e6 * c->node_seconds,
+            1e6 * c->region_seconds, c->by_node ? "node by node" : "in a team");
     for (int t = 0; t < 2; t++) {
         fprintf(f, "GEMM op(A)=%s GFLOP/s, rows m; columns n x k:\n       ", t ? "A^T" : "A  ");
         for (int b = 0; b < HP_CAL_GEMM_DIMS; b++)

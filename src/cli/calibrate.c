@@ -1,8 +1,9 @@
 /*
- * `hp calibrate [-o FILE] [--reps N] [--quick] [--no-comm] [--show]`: measures this machine for the
+ * `hp calibrate [-o FILE] [--reps N] [--fastest] [--quick] [--no-comm] [--show]`: measures this machine for the
  * cost model (hp/calibrate.h) with the thread count and ranks this process runs with (run it under
  * `mpirun -n N` as the training run will be, to also fit the collectives), and caches the result in
- * FILE under this machine's key (hp/costmodel.h). --show prints the cached entry instead.
+ * FILE under this machine's key (hp/costmodel.h). --fastest keeps each probe's fastest run instead of
+ * the median (a machine shared with other work); --show prints the cached entry instead.
  */
 #include "cli/cli.h"
 
@@ -41,7 +42,7 @@ int hp_cli_calibrate(int argc, char **argv) {
             show = true;
         else {
             fprintf(stderr, "hp: error: unknown option '%s' for calibrate\n"
-                            "usage: hp calibrate [-o FILE] [--reps N] [--quick] [--no-comm] [--show]\n", argv[i]);
+                            "usage: hp calibrate [-o FILE] [--reps N] [--fastest] [--quick] [--no-comm] [--show]\n", argv[i]);
             return 2;
         }
     }

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
             "                       calibration (default: the cache of `hp calibrate`) when it has an\n"
             "                       entry for this machine, else a flat model; --dump-after\n"
             "                       autodiff|shard|offload|memplan prints the IR after that pass instead\n"
-            "  calibrate [-o FILE] [--reps N] [--quick] [--no-comm] [--show]\n"
+            "  calibrate [-o FILE] [--reps N] [--fastest] [--quick] [--no-comm] [--show]\n"
             "                       measure this machine for the cost model (GEMM rates by shape,\n"
             "                       memory-bound kernels, attention; under mpirun also the collectives'\n"
             "                       latency and bandwidth per group size) and cache it in FILE (default\n"

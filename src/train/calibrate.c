@@ -20,6 +20,7 @@
 #define GEMM_TARGET_FLOPS 64e6
 #define GEMM_MAX_NODES 256
 #define GEMM_MAX_OUT_FLOATS (16 << 20)
+#define GEMM_MAX_IN_FLOATS (16 << 20)
 
 void hp__calib_say(const hp__probe *pr, const char *fmt, ...) {
     if (!pr->o->progress || !pr->lead) return;
@@ -84,7 +85,9 @@ static hp_status node_medians(const hp__probe *pr, const hp_graph *g, const hp_t
     }
     for (int i = 0; i < nn; i++) {
         double *ti = t + (size_t)i * reps;
-        med[i] = ti[0] < 0 ? -1.0 : hp__calib_median(ti, reps);
+        med[i] = ti[0] < 0                                   ? -1.0
+                 : pr->o->stat == HP_CALIBRATE_STAT_MIN ? (hp__calib_median(ti, reps), ti[0]) /* sorted */
+                                                        : hp__calib_median(ti, reps);
     }
     st = hp__calib_reduce(pr, med, nn, HP_REDUCE_AVG);
 out:
@@ -112,11 +115,24 @@ static hp_status gemm_point(const hp__probe *pr, int ta, int64_t m, int64_t n, i
         free(med);
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "calibrate: GEMM probe of %d nodes", nodes);
     }
-    hp_tid a = hp_param(g, "a", ta ? HP_SHAPE(k, m) : HP_SHAPE(m, k));
-    hp_tid b = hp_param(g, "b", ta ? HP_SHAPE(k, n) : HP_SHAPE(n, k));
-    for (int i = 0; i < nodes; i++) keep[i] = ta ? hp_matmul(g, a, b, true, false) : hp_linear(g, a, b, HP_TID_NONE);
+    /* operands of their own for the first nodes (as a step's GEMMs read what the nodes before them wrote,
+     * not the same cache-hot matrices), then reused, within GEMM_MAX_IN_FLOATS */
+    int64_t per = (m + n) * k;
+    int own = (int)(GEMM_MAX_IN_FLOATS / per);
+    own = own < 1 ? 1 : own > nodes ? nodes : own;
+    hp_tid a = HP_TID_NONE, b = HP_TID_NONE;
+    for (int i = 0; i < nodes; i++) {
+        if (i < own) {
+            char na[32], nb[32];
+            snprintf(na, sizeof na, "a%d", i);
+            snprintf(nb, sizeof nb, "b%d", i);
+            a = hp_param(g, na, ta ? HP_SHAPE(k, m) : HP_SHAPE(m, k));
+            b = hp_param(g, nb, ta ? HP_SHAPE(k, n) : HP_SHAPE(n, k));
+        }
+        keep[i] = ta ? hp_matmul(g, a, b, true, false) : hp_linear(g, a, b, HP_TID_NONE);
+    }
     hp_status st = hp_graph_status(g);
-    if (st == HP_STATUS_OK) st = node_medians(pr, g, keep, nodes, false, NULL, NULL, NULL, 0, med);
+    if (st == HP_STATUS_OK) st = node_medians(pr, g, keep, nodes, pr->by_node, NULL, NULL, NULL, 0, med);
     if (st == HP_STATUS_OK) {
         double s = 0;
         for (int i = 0; i < nodes; i++) s += med[i] > 0 ? med[i] : 0;
@@ -170,7 +186,7 @@ static int cmp_point(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Sorts the points, merges those within 25% in bytes (mean of each), keeps at most
+/* Sorts the points, merges those within 5% in bytes (mean of each), keeps at most
  * HP_CAL_MAX_POINTS spread over the range. */
 static void make_curve(points *ps, hp_cal_curve *k) {
     memset(k, 0, sizeof *k);
@@ -180,7 +196,7 @@ static void make_curve(points *ps, hp_cal_curve *k) {
     for (int i = 0; i < ps->n;) {
         int j = i;
         double sb = 0, ss = 0;
-        while (j < ps->n && ps->p[j].bytes <= 1.25 * ps->p[i].bytes) {
+        while (j < ps->n && ps->p[j].bytes <= 1.05 * ps->p[i].bytes) {
             sb += ps->p[j].bytes;
             ss += ps->p[j].seconds;
             j++;
@@ -203,15 +219,18 @@ static hp_graph *memory_graph(int64_t R, int64_t C, int L, hp_train_step *st, hp
     if (!g) return NULL;
     *ids = hp_input(g, "ids", HP_DTYPE_I32, HP_SHAPE(R));
     *tg = hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(R));
-    hp_tid x = hp_embedding(g, hp_param(g, "wte", HP_SHAPE(C, C)), *ids);
-    for (int l = 0; l < L; l++) {
+    hp_tid x = hp_embedding(g, hp_param(g, "wte", HP_SHAPE(C, C)), *ids), outs[8];
+    for (int l = 0; l < L && l < 8; l++) {
         hp_graph_push_scopef(g, "l%d", l);
         hp_tid h = hp_layernorm(g, x, hp_param(g, "ln.weight", HP_SHAPE(C)), hp_param(g, "ln.bias", HP_SHAPE(C)), 1e-5f);
         hp_tid v = hp_add(g, hp_gelu(g, h), hp_param(g, "bias", HP_SHAPE(C)));
         hp_tid s = hp_softmax(g, hp_mul(g, v, hp_param(g, "p", HP_SHAPE(R, C))));
-        x = hp_add(g, x, s);
+        x = outs[l] = hp_add(g, x, hp_scale(g, s, 0.5f));
         hp_graph_pop_scope(g);
     }
+    /* packing and unpacking (gradient buckets, sequence shards): concat, slice and their gradients */
+    hp_tid cat = hp_concat(g, outs, L < 8 ? L : 8, 0);
+    x = hp_add(g, x, hp_slice(g, cat, 0, R, R));
     hp_tid loss = hp_cross_entropy(g, x, *tg);
     hp_optim_config oc = {.lr = 1e-3, .min_lr = 0, .warmup = 0, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
                           .eps = 1e-8, .grad_clip = 1.0};
@@ -247,17 +266,19 @@ static hp_status memory_run(const hp__probe *pr, int64_t R, int64_t C, bool by_n
 }
 
 static hp_status probe_memory(const hp__probe *pr, hp_calibration *c) {
-    static const int64_t rows[] = {1, 16, 128, 1024, 8192};
+    /* activation rows of 128 features: powers of two, and sizes just above them, where the kernels'
+     * thresholds for using the threads (16384, 32768, 65536 elements) put steps in the curves */
+    static const int64_t rows[] = {1, 4, 16, 64, 128, 144, 256, 288, 512, 576, 1024, 2048, 8192};
     const int64_t C = 128;
     points ps[HP_OP_COUNT];
     memset(ps, 0, sizeof ps);
     hp_status st = HP_STATUS_OK;
-    double add_bw = 0;
+    double add_bw = 0, here = 0, other = 0; /* dispatch in the probe's mode, the other mode's extra */
     for (size_t s = 0; s < sizeof rows / sizeof rows[0] && st == HP_STATUS_OK; s++) {
         hp__calib_say(pr, "memory-bound operators, %lld x %lld activations", (long long)rows[s], (long long)C);
         hp_graph *g = NULL;
         double *med = NULL;
-        st = memory_run(pr, rows[s], C, false, &g, &med);
+        st = memory_run(pr, rows[s], C, pr->by_node, &g, &med);
         for (int i = 0; st == HP_STATUS_OK && i < hp_graph_n_nodes(g); i++) {
             hp_op_cost x = hp_node_cost(g, i);
             if (med[i] <= 0 || x.kind != HP_COST_MEMORY) continue;
@@ -271,15 +292,15 @@ static hp_status probe_memory(const hp__probe *pr, hp_calibration *c) {
             int n = 0;
             for (int i = 0; v && i < hp_graph_n_nodes(g); i++) {
                 hp_op_cost x = hp_node_cost(g, i);
-                if (med[i] > 0 && x.bytes_read + x.bytes_written <= 4096) v[n++] = med[i];
+                if (med[i] > 0 && x.kind == HP_COST_MEMORY && x.bytes_read + x.bytes_written <= 4096) v[n++] = med[i];
             }
-            c->node_seconds = n ? hp__calib_median(v, n) : 0;
+            here = n ? hp__calib_median(v, n) : 0;
             free(v);
         }
-        if (st == HP_STATUS_OK && rows[s] == 128) { /* the same step node by node: the extra dispatch */
+        if (st == HP_STATUS_OK && rows[s] == 2048) { /* the same step in the other mode: its extra dispatch */
             hp_graph *g2 = NULL;
             double *med2 = NULL;
-            st = memory_run(pr, rows[s], C, true, &g2, &med2);
+            st = memory_run(pr, rows[s], C, !pr->by_node, &g2, &med2);
             double a = 0, b = 0;
             int n = 0;
             for (int i = 0; st == HP_STATUS_OK && i < hp_graph_n_nodes(g2); i++)
@@ -288,7 +309,7 @@ static hp_status probe_memory(const hp__probe *pr, hp_calibration *c) {
                     b += med2[i];
                     n++;
                 }
-            c->region_seconds = c->node_seconds + (n && b > a ? (b - a) / n : 0.0);
+            other = n ? (b - a) / n : 0.0;
             free(med2);
             hp_graph_free(g2);
         }
@@ -299,6 +320,10 @@ static hp_status probe_memory(const hp__probe *pr, hp_calibration *c) {
         if (st == HP_STATUS_OK) make_curve(&ps[op], &c->op_curve[op]);
         free(ps[op].p);
     }
+    double there = here + other > 0 ? here + other : 0.0;
+    c->by_node = pr->by_node;
+    c->node_seconds = pr->by_node ? there : here;
+    c->region_seconds = pr->by_node ? here : there;
     c->memory_bytes_per_s = add_bw;
     return st;
 }
@@ -324,7 +349,7 @@ static hp_status attention_point(const hp__probe *pr, int64_t bh, int64_t T, int
     int nn = hp_graph_n_nodes(g);
     double *med = malloc(sizeof(double) * (size_t)nn);
     if (st == HP_STATUS_OK && !med) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "calibrate: attention probe");
-    if (st == HP_STATUS_OK) st = node_medians(pr, g, grads, 3, false, NULL, NULL, NULL, 0, med);
+    if (st == HP_STATUS_OK) st = node_medians(pr, g, grads, 3, pr->by_node, NULL, NULL, NULL, 0, med);
     hp_op ops[2] = {HP_OP_ATTENTION, HP_OP_ATTENTION_BACKWARD};
     for (int o = 0; o < 2 && st == HP_STATUS_OK; o++) {
         double fl = 0, s = 0;
@@ -355,10 +380,11 @@ static hp_status probe_attention(const hp__probe *pr, hp_calibration *c) {
 /* ---------------------------------------------------------------- the probe */
 
 hp_status hp_calibrate(hp_comm *world, const hp_calibrate_opts *opts, hp_calibration *out) {
-    if (opts->reps < 1 || !(opts->max_gemm > 0))
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "calibrate: reps %d must be >= 1 and max_gemm %g > 0", opts->reps,
-                        opts->max_gemm);
+    if (opts->reps < 1 || !(opts->max_gemm > 0) || opts->stat < 0 || opts->stat > HP_CALIBRATE_STAT_MIN)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "calibrate: reps %d must be >= 1, max_gemm %g > 0, stat %d 0 or 1",
+                        opts->reps, opts->max_gemm, (int)opts->stat);
     hp__probe pr = {.world = world, .o = opts, .size = world ? hp_comm_size(world) : 1};
+    pr.by_node = pr.size > 1; /* a run on several ranks has collectives: its program runs node by node */
     pr.lead = !world || hp_comm_rank(world) == 0;
     double t0 = hp_now_seconds();
     hp_calibration_init(out);
@@ -369,6 +395,7 @@ hp_status hp_calibrate(hp_comm *world, const hp_calibrate_opts *opts, hp_calibra
     if (opts->attention) HP_CHECK(probe_attention(&pr, out));
     if (opts->comm && pr.size > 1) HP_CHECK(hp__calibrate_comm(&pr, out));
     const hp_machine_key *k = &out->key;
+    out->fastest = opts->stat == HP_CALIBRATE_STAT_MIN;
     out->comm_compute_share = k->ranks_per_node * (k->threads + 1) > k->cores ? 1.0 : 0.0;
     out->created = (double)time(NULL);
     double el = hp_now_seconds() - t0;

@@ -63,6 +63,7 @@ static hp_status time_op(const hp__probe *pr, hp_comm *c, hp_xfer_kind kind, siz
     }
     if (st == HP_STATUS_OK) {
         *seconds = hp__calib_median(t, reps);
+        if (pr->o->stat == HP_CALIBRATE_STAT_MIN) *seconds = t[0]; /* sorted by the median */
         st = hp__calib_reduce(pr, seconds, 1, HP_REDUCE_MAX);
     }
     free(t);

@@ -11,6 +11,7 @@ typedef struct hp__probe {
     const hp_calibrate_opts *o;
     int size;                    /* ranks */
     bool lead;                   /* rank 0: reports progress */
+    bool by_node;                /* time kernels node by node (a multi-rank run's mode), else in a team */
 } hp__probe;
 
 /* Reports progress through opts.progress on rank 0. */
