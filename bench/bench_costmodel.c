@@ -13,8 +13,10 @@
  * --calibrate runs the probe (hp/calibrate.h) in the same processes right before the training
  * steps (the machine's load then is the load the steps see; with --calibration FILE it is also
  * saved there; --fastest keeps each probe's fastest run); --pairs N repeats calibration,
- * prediction and measurement N times (a line each, then the median ratio: a machine shared with
- * other work changes speed between pairs); otherwise the calibration is read from FILE (default: hp calibrate's cache) and a
+ * prediction and measurement until N pairs are clean (other work on the machine used at most
+ * --max-foreign, default 0.1, of the cores during the probe and during the steps; at most
+ * --attempts pairs, default 3 N), a line each ("foreign_probe", "foreign_steps", "clean"), then
+ * one line with the median ratio over the clean pairs; otherwise the calibration is read from FILE (default: hp calibrate's cache) and a
  * missing entry falls back to the flat model, as `hp plan` does. --name sets "config" (default the
  * file name). The prediction is the compile driver's plan of each rank (hp_compiled_predict; the
  * largest over the ranks); the measurement skips --warmup steps (default 3) and takes --steps
@@ -32,6 +34,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/*
+ * Other work on the machine: the CPU time every process used (/proc/stat) minus this run's own (every
+ * rank's getrusage, summed), as a fraction of the machine's CPU capacity over the interval. A
+ * machine shared with other work changes the speed of whichever side of the ratio it overlaps.
+ */
+typedef struct cpu_mark {
+    double wall, machine_busy, own;
+} cpu_mark;
+
+static double machine_busy_s(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    if (!f) return 0;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                   &v[7]);
+    fclose(f);
+    if (n < 8) return 0;
+    double busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]); /* all but idle and iowait */
+    return busy / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double own_cpu_s(void) {
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return (double)r.ru_utime.tv_sec + 1e-6 * r.ru_utime.tv_usec + (double)r.ru_stime.tv_sec + 1e-6 * r.ru_stime.tv_usec;
+}
+
+static cpu_mark cpu_now(void) { return (cpu_mark){hp_now_seconds(), machine_busy_s(), own_cpu_s()}; }
+
+/* The fraction of the cores other work used since `a` (the same on every rank). */
+static hp_status foreign_since(hp_comm *world, cpu_mark a, double *out) {
+    cpu_mark b = cpu_now();
+    float v[2] = {(float)(b.own - a.own), (float)(b.machine_busy - a.machine_busy)};
+    if (world) HP_CHECK(hp_comm_all_reduce(world, v, v, 1, HP_DTYPE_F32, HP_REDUCE_SUM)); /* own: every rank's */
+    if (world) HP_CHECK(hp_comm_broadcast(world, &v[1], 1, HP_DTYPE_F32, 0));             /* machine: rank 0's */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double cap = (b.wall - a.wall) * (double)(cores > 0 ? cores : 1);
+    double f = cap > 0 ? ((double)v[1] - (double)v[0]) / cap : 0;
+    *out = f < 0 ? 0 : f;
+    return HP_STATUS_OK;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -118,15 +164,20 @@ static hp_status by_op(const hp_run_config *cfg, hp_comm *world, const hp_machin
 
 typedef struct bench_opts {
     const char *config, *calpath, *name;
-    int steps, warmup, pairs;
+    int steps, warmup, pairs, attempts;
+    double max_foreign;
     bool calibrate, op_table, fastest;
 } bench_opts;
 
-/* One pair: (calibrate,) predict, measure; one JSON line; *ratio = predicted / measured median. */
-static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, hp_calibration *cal, double *ratio) {
+/* One pair: (calibrate,) predict, measure; one JSON line; *ratio = predicted / measured median; *clean:
+ * other work used at most max_foreign of the cores during the probe and during the steps. */
+static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, hp_calibration *cal, double *ratio,
+                bool *clean) {
     int rank = world ? hp_comm_rank(world) : 0, size = world ? hp_comm_size(world) : 1;
     hp_machine_model m = {.flops_per_s = 150e9, .bytes_per_s = 10e9, .cal = NULL};
     hp_status st;
+    double f_probe = 0, f_steps = 0;
+    cpu_mark mark = cpu_now();
     if (b->calibrate) {
         hp_calibrate_opts o = HP_CALIBRATE_OPTS_DEFAULT;
         if (b->fastest) o.stat = HP_CALIBRATE_STAT_MIN;
@@ -135,6 +186,7 @@ static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, 
         if (rank == 0 && b->calpath && (st = hp_calibration_save(b->calpath, cal)) != HP_STATUS_OK)
             return fail(st, "save");
         m.cal = cal;
+        if ((st = foreign_since(world, mark, &f_probe)) != HP_STATUS_OK) return fail(st, "load");
     } else {
         hp_machine_key key;
         st = hp_machine_key_local(0, size, &key);
@@ -164,10 +216,12 @@ static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, 
     int steps = b->steps;
     double *sec = malloc(sizeof(double) * (size_t)steps), sum = 0;
     for (int s = 0; s < b->warmup + steps && st == HP_STATUS_OK; s++) {
+        if (s == b->warmup) mark = cpu_now();
         hp_step_metrics mt;
         st = hp_trainer_step(t, &mt);
         if (s >= b->warmup) sum += sec[s - b->warmup] = mt.seconds;
     }
+    if (st == HP_STATUS_OK) st = foreign_since(world, mark, &f_steps);
     hp_trainer_free(t);
     if (st != HP_STATUS_OK) {
         free(sec);
@@ -176,26 +230,30 @@ static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, 
     qsort(sec, (size_t)steps, sizeof *sec, cmp_double);
     double med = steps % 2 ? sec[steps / 2] : 0.5 * (sec[steps / 2 - 1] + sec[steps / 2]);
     *ratio = pred / med;
+    *clean = f_probe <= b->max_foreign && f_steps <= b->max_foreign;
     if (rank == 0)
         printf("{\"config\": \"%s\", \"pair\": %d, \"ranks\": %d, \"threads\": %d, \"model\": \"%s\", "
                "\"predicted_s\": %.4f, \"measured_s\": %.4f, \"measured_mean_s\": %.4f, \"measured_min_s\": %.4f, "
                "\"ratio\": %.3f, \"ratio_min\": %.3f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, "
-               "\"probe_s\": %.1f, \"steps\": %d}\n",
+               "\"probe_s\": %.1f, \"steps\": %d, \"foreign_probe\": %.2f, \"foreign_steps\": %.2f, "
+               "\"clean\": %s}\n",
                b->name, k, size, omp_get_max_threads(), m.cal ? (m.cal->fastest ? "calibrated-min" : "calibrated")
                                                                : "flat",
                pred, med, sum / steps, sec[0], pred / med, pred / sec[0], p.compute_s, p.comm_s, p.exposed_comm_s,
-               m.cal ? m.cal->probe_seconds : 0.0, steps);
+               m.cal ? m.cal->probe_seconds : 0.0, steps, f_probe, f_steps, *clean ? "true" : "false");
     fflush(stdout);
     free(sec);
     return 0;
 }
 
 static int run(int argc, char **argv, hp_comm *world) {
-    bench_opts b = {.steps = 20, .warmup = 3, .pairs = 1};
+    bench_opts b = {.steps = 20, .warmup = 3, .pairs = 1, .attempts = 0, .max_foreign = 0.1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) b.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) b.warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) b.pairs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--attempts") && i + 1 < argc) b.attempts = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-foreign") && i + 1 < argc) b.max_foreign = atof(argv[++i]);
         else if (!strcmp(argv[i], "--calibration") && i + 1 < argc) b.calpath = argv[++i];
         else if (!strcmp(argv[i], "--name") && i + 1 < argc) b.name = argv[++i];
         else if (!strcmp(argv[i], "--calibrate")) b.calibrate = true;
@@ -204,7 +262,7 @@ static int run(int argc, char **argv, hp_comm *world) {
         else if (argv[i][0] != '-' && !b.config) b.config = argv[i];
         else {
             fprintf(stderr, "usage: bench_costmodel RUN.yaml [--calibrate [--fastest]] [--calibration FILE] [--steps N] "
-                            "[--warmup N] [--pairs N] [--name NAME] [--by-op]\n");
+                            "[--warmup N] [--pairs N] [--attempts N] [--max-foreign F] [--name NAME] [--by-op]\n");
             return 2;
         }
     }
@@ -224,14 +282,20 @@ static int run(int argc, char **argv, hp_comm *world) {
     if (st != HP_STATUS_OK) return fail(st, b.config);
     cfg.train.steps = b.warmup + b.steps;
     cfg.train.eval_every = 0;
-    double *ratios = malloc(sizeof(double) * (size_t)b.pairs);
-    int rc = 0;
-    for (int k = 0; k < b.pairs && rc == 0; k++) rc = pair(&b, world, k, &cfg, cal, &ratios[k]);
-    if (rc == 0 && b.pairs > 1 && (!world || hp_comm_rank(world) == 0)) {
-        qsort(ratios, (size_t)b.pairs, sizeof *ratios, cmp_double);
-        double medr = b.pairs % 2 ? ratios[b.pairs / 2] : 0.5 * (ratios[b.pairs / 2 - 1] + ratios[b.pairs / 2]);
-        printf("{\"config\": \"%s\", \"pairs\": %d, \"median_ratio\": %.3f, \"min_ratio\": %.3f, "
-               "\"max_ratio\": %.3f}\n", b.name, b.pairs, medr, ratios[0], ratios[b.pairs - 1]);
+    if (b.attempts < b.pairs) b.attempts = 3 * b.pairs;
+    double *ratios = malloc(sizeof(double) * (size_t)b.attempts);
+    int rc = 0, n = 0, k = 0;
+    for (; k < b.attempts && n < b.pairs && rc == 0; k++) {
+        bool clean = false;
+        rc = pair(&b, world, k, &cfg, cal, &ratios[n], &clean);
+        if (clean) n++;
+    }
+    if (rc == 0 && (!world || hp_comm_rank(world) == 0)) {
+        qsort(ratios, (size_t)n, sizeof *ratios, cmp_double);
+        double medr = n == 0 ? 0 : n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+        printf("{\"config\": \"%s\", \"clean_pairs\": %d, \"attempts\": %d, \"median_ratio\": %.3f, "
+               "\"min_ratio\": %.3f, \"max_ratio\": %.3f}\n",
+               b.name, n, k, medr, n ? ratios[0] : 0.0, n ? ratios[n - 1] : 0.0);
     }
     free(ratios);
     free(cal);

@@ -100,7 +100,14 @@ typedef struct hp_cal_attention {
     double flops_per_s;  /* FLOP/s (hp_op_cost.flops / seconds) */
 } hp_cal_attention;
 
-/* alpha + beta * bytes for one communicator operation on groups of `group` ranks. */
+#define HP_CAL_COMM_POINTS 12 /* measured sizes kept per communication fit */
+
+/*
+ * alpha + beta * bytes for one communicator operation on groups of `group` ranks, and the
+ * measurements it was fitted to. One line rarely fits every size (a transport switches protocol
+ * between small and large messages), so hp_xfer_seconds interpolates between the kept measurements
+ * inside their range and uses the fit's slope beyond the largest.
+ */
 typedef struct hp_comm_fit {
     hp_xfer_kind kind;
     int group;
@@ -108,6 +115,9 @@ typedef struct hp_comm_fit {
     double beta;         /* seconds per byte (bytes received by the busiest rank) */
     int n_points;        /* measurements fitted */
     double max_rel_err;  /* the worst |fit - measured| / measured over them */
+    int n_kept;          /* measurements kept (at most HP_CAL_COMM_POINTS; 0: the fit alone) */
+    double bytes[HP_CAL_COMM_POINTS];   /* bytes, strictly increasing */
+    double seconds[HP_CAL_COMM_POINTS]; /* seconds */
 } hp_comm_fit;
 
 /* A machine's measured rates. A plain struct: hp_calibration_init, then fill (the probe, or a test). */
@@ -163,7 +173,9 @@ double hp_calibration_gemm_rate(const hp_calibration *c, int64_t m, int64_t n, i
  * when op has no curve. */
 double hp_calibration_curve_seconds(const hp_calibration *c, hp_op op, double bytes);
 
-/* Seconds of one communicator operation under m: alpha + beta * bytes from the calibration, else
+/* Seconds of one communicator operation under m: from the calibration's fit of its kind and group
+ * size (the kept measurements interpolated linearly inside their range, the first one's time below
+ * it, the last one's plus beta per byte above it; alpha + beta * bytes without measurements), else
  * bytes / m->bytes_per_s (0 for a non-positive rate). */
 double hp_xfer_seconds(const hp_machine_model *m, const hp_xfer *x);
 

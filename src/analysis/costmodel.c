@@ -198,6 +198,15 @@ static double attention_rate(const hp_calibration *c, hp_op op, const hp_op_cost
 
 double hp_xfer_seconds(const hp_machine_model *m, const hp_xfer *x) {
     const hp_comm_fit *f = m->cal ? hp_calibration_comm(m->cal, x->kind, x->group) : NULL;
+    if (f && f->n_kept > 0) {
+        int n = f->n_kept;
+        if (x->bytes <= f->bytes[0]) return f->seconds[0];
+        for (int i = 1; i < n; i++)
+            if (x->bytes <= f->bytes[i])
+                return f->seconds[i - 1] + (x->bytes - f->bytes[i - 1]) / (f->bytes[i] - f->bytes[i - 1]) *
+                                               (f->seconds[i] - f->seconds[i - 1]);
+        return f->seconds[n - 1] + f->beta * (x->bytes - f->bytes[n - 1]);
+    }
     if (f) return f->alpha + f->beta * x->bytes;
     return m->bytes_per_s > 0 ? x->bytes / m->bytes_per_s : 0.0;
 }

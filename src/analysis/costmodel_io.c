@@ -12,7 +12,7 @@
  *      "attention": [{"op": "attention", "batch": 16, "t": 128, "d": 32, "flops_per_s": 5e10}, ...],
  *      "curves": {"layernorm": {"bytes": [...], "seconds": [...]}, ...},
  *      "comm": [{"op": "all_reduce", "group": 2, "alpha_s": 1e-5, "beta_s_per_byte": 1e-10,
- *                "points": 8, "max_rel_err": 0.1}, ...]}]}
+ *                "points": 7, "max_rel_err": 0.1, "bytes": [...], "seconds": [...]}, ...]}]}
  */
 #include "hp/costmodel.h"
 
@@ -167,6 +167,10 @@ static cJSON *entry_json(const hp_calibration *c) {
              cJSON_AddNumberToObject(o, "beta_s_per_byte", f->beta) &&
              cJSON_AddNumberToObject(o, "points", f->n_points) &&
              cJSON_AddNumberToObject(o, "max_rel_err", f->max_rel_err);
+        cJSON *b = ok ? doubles(f->bytes, f->n_kept) : NULL;
+        ok = b && cJSON_AddItemToObject(o, "bytes", b);
+        cJSON *s = ok ? doubles(f->seconds, f->n_kept) : NULL;
+        ok = s && cJSON_AddItemToObject(o, "seconds", s);
     }
     if (!ok) {
         cJSON_Delete(e);
@@ -320,6 +324,18 @@ static hp_status entry_read(const cJSON *e, const char *path, int idx, hp_calibr
         f.beta = num(&r, v, "beta_s_per_byte", 0, 1);
         f.n_points = (int)num(&r, v, "points", 0, 1e6);
         f.max_rel_err = num(&r, v, "max_rel_err", 0, 1e9);
+        const cJSON *kb = cJSON_GetObjectItemCaseSensitive(v, "bytes"), *ks = cJSON_GetObjectItemCaseSensitive(v, "seconds");
+        if (kb || ks) { /* the kept measurements (optional) */
+            int nb = nums(&r, kb, "comm bytes", f.bytes, HP_CAL_COMM_POINTS);
+            int ns = nums(&r, ks, "comm seconds", f.seconds, HP_CAL_COMM_POINTS);
+            bool inc = true;
+            for (int i = 1; i < nb; i++) inc &= f.bytes[i] > f.bytes[i - 1];
+            if (r.st == HP_STATUS_OK && (nb != ns || !inc))
+                r.st = hp_error(HP_STATUS_INVALID_ARGUMENT,
+                                "%s: entry %d: comm fit %d needs as many seconds as bytes (%d, %d), bytes increasing",
+                                path, idx, c->n_comm, ns, nb);
+            f.n_kept = nb;
+        }
         if (r.st == HP_STATUS_OK) r.st = hp_calibration_set_comm(c, &f);
     }
     return r.st;

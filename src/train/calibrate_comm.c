@@ -1,7 +1,7 @@
 /*
  * The calibration probe's communicator part (hp/calibrate.h): for every group size that divides the
  * world, every group of that size at once (as the groups of one mesh axis run their collectives),
- * each operation timed at several sizes and fitted to alpha + beta * bytes, where bytes is what the
+ * each operation timed at several sizes (kept) and fitted to alpha + beta * bytes, where bytes is what the
  * busiest rank receives under the redistribution planner's convention (hp_redistribute_min_bytes):
  * all-reduce 2 (p-1)/p x, all-gather (p-1) x of a block x, reduce-scatter and all-to-all (p-1)/p x.
  */
@@ -79,6 +79,11 @@ static hp_status fit_group(const hp__probe *pr, hp_comm *c, int p, float *a, flo
             HP_CHECK(time_op(pr, c, (hp_xfer_kind)kind, sizes[s], a, b, &secs[s], &bytes[s]));
         hp_comm_fit f = {.kind = (hp_xfer_kind)kind, .group = p, .n_points = N_SIZES};
         HP_CHECK(hp_comm_fit_alpha_beta(bytes, secs, N_SIZES, &f.alpha, &f.beta, &f.max_rel_err));
+        for (int s = 0; s < N_SIZES && f.n_kept < HP_CAL_COMM_POINTS; s++)
+            if (f.n_kept == 0 || bytes[s] > f.bytes[f.n_kept - 1]) {
+                f.bytes[f.n_kept] = bytes[s];
+                f.seconds[f.n_kept++] = secs[s];
+            }
         HP_CHECK(hp_calibration_set_comm(out, &f));
     }
     return HP_STATUS_OK;

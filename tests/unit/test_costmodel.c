@@ -77,6 +77,17 @@ static void test_comm_lookup(void **state) {
     assert_close(hp_xfer_seconds(&m, &x), 4e-5 + 2e-3, 1e-12, 0);
     x.kind = HP_XFER_ALL_GATHER; /* not calibrated: the flat rate */
     assert_close(hp_xfer_seconds(&m, &x), 1e-3, 1e-12, 0);
+    /* with measurements kept: interpolated inside their range, the fit's slope above, the first below */
+    hp_comm_fit f4 = {.kind = HP_XFER_ALL_GATHER, .group = 4, .alpha = 1e-5, .beta = 1e-9, .n_kept = 3,
+                      .bytes = {100, 1e4, 1e6}, .seconds = {2e-5, 4e-5, 1.04e-3}};
+    assert_ok(hp_calibration_set_comm(c, &f4));
+    x = (hp_xfer){.kind = HP_XFER_ALL_GATHER, .group = 4, .bytes = 5.05e5};
+    assert_close(hp_xfer_seconds(&m, &x), 4e-5 + 0.5 * 1e-3, 1e-9, 0);
+    x.bytes = 3e6;
+    assert_close(hp_xfer_seconds(&m, &x), 1.04e-3 + 2e6 * 1e-9, 1e-9, 0);
+    x.bytes = 10;
+    assert_close(hp_xfer_seconds(&m, &x), 2e-5, 1e-12, 0);
+    c->n_comm--;
     f2.alpha = 3e-5; /* replacing keeps one entry */
     assert_ok(hp_calibration_set_comm(c, &f2));
     assert_int_equal(c->n_comm, 2);
@@ -248,7 +259,7 @@ static void test_cache_round_trip(void **state) {
     c->attention[c->n_attention++] = (hp_cal_attention){.op = HP_OP_ATTENTION_BACKWARD, .batch = 64, .t = 128,
                                                         .d = 32, .flops_per_s = 3.25e10};
     hp_comm_fit f = {.kind = HP_XFER_REDUCE_SCATTER, .group = 4, .alpha = 3.5e-5, .beta = 2.5e-10, .n_points = 7,
-                     .max_rel_err = 0.125};
+                     .max_rel_err = 0.125, .n_kept = 2, .bytes = {64, 65536}, .seconds = {3e-5, 5e-5}};
     assert_ok(hp_calibration_set_comm(c, &f));
     assert_ok(hp_calibration_save(path, c));
     /* a second machine setting in the same file */
@@ -289,6 +300,9 @@ static void test_cache_round_trip(void **state) {
     assert_close(r->comm[0].alpha, 3.5e-5, 1e-12, 0);
     assert_close(r->comm[0].beta, 2.5e-10, 1e-12, 0);
     assert_close(r->comm[0].max_rel_err, 0.125, 1e-12, 0);
+    assert_int_equal(r->comm[0].n_kept, 2);
+    assert_close(r->comm[0].bytes[1], 65536, 0, 0);
+    assert_close(r->comm[0].seconds[1], 5e-5, 1e-12, 0);
     /* the other entry, and any thread count (threads 0) finds the first match */
     assert_ok(hp_calibration_load(path, &c2->key, 0, r));
     assert_close(r->node_seconds, 7e-6, 1e-12, 0);
