@@ -16,7 +16,8 @@
  * prediction and measurement until N pairs are clean (other work on the machine used at most
  * --max-foreign, default 0.1, of the cores during the probe and during the steps; at most
  * --attempts pairs, default 3 N), a line each ("foreign_probe", "foreign_steps", "clean"), then
- * one line with the median ratio over the clean pairs; otherwise the calibration is read from FILE (default: hp calibrate's cache) and a
+ * one line with the median ratio over the clean pairs; --wait-quiet S waits before each attempt (up
+ * to S seconds, every rank asleep) until other work uses at most --max-foreign of the cores; otherwise the calibration is read from FILE (default: hp calibrate's cache) and a
  * missing entry falls back to the flat model, as `hp plan` does. --name sets "config" (default the
  * file name). The prediction is the compile driver's plan of each rank (hp_compiled_predict; the
  * largest over the ranks); the measurement skips --warmup steps (default 3) and takes --steps
@@ -77,6 +78,28 @@ static hp_status foreign_since(hp_comm *world, cpu_mark a, double *out) {
     double f = cap > 0 ? ((double)v[1] - (double)v[0]) / cap : 0;
     *out = f < 0 ? 0 : f;
     return HP_STATUS_OK;
+}
+
+/* Waits (every rank sleeping) until other work used at most max_foreign of the cores over 2 s, for at
+ * most `limit` seconds; *waited gets the seconds spent. */
+static hp_status wait_quiet(hp_comm *world, double max_foreign, double limit, double *waited) {
+    double t0 = hp_now_seconds();
+    for (;;) {
+        cpu_mark a = cpu_now();
+        usleep(2000000);
+        double f;
+        HP_CHECK(foreign_since(world, a, &f));
+        double el = hp_now_seconds() - t0;
+        if (world) {
+            float e = (float)el; /* one decision for every rank */
+            HP_CHECK(hp_comm_broadcast(world, &e, 1, HP_DTYPE_F32, 0));
+            el = e;
+        }
+        if (f <= max_foreign || el >= limit) {
+            *waited = el;
+            return HP_STATUS_OK;
+        }
+    }
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -165,7 +188,7 @@ static hp_status by_op(const hp_run_config *cfg, hp_comm *world, const hp_machin
 typedef struct bench_opts {
     const char *config, *calpath, *name;
     int steps, warmup, pairs, attempts;
-    double max_foreign;
+    double max_foreign, wait;
     bool calibrate, op_table, fastest;
 } bench_opts;
 
@@ -254,6 +277,7 @@ static int run(int argc, char **argv, hp_comm *world) {
         else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) b.pairs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--attempts") && i + 1 < argc) b.attempts = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-foreign") && i + 1 < argc) b.max_foreign = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--wait-quiet") && i + 1 < argc) b.wait = atof(argv[++i]);
         else if (!strcmp(argv[i], "--calibration") && i + 1 < argc) b.calpath = argv[++i];
         else if (!strcmp(argv[i], "--name") && i + 1 < argc) b.name = argv[++i];
         else if (!strcmp(argv[i], "--calibrate")) b.calibrate = true;
@@ -262,7 +286,8 @@ static int run(int argc, char **argv, hp_comm *world) {
         else if (argv[i][0] != '-' && !b.config) b.config = argv[i];
         else {
             fprintf(stderr, "usage: bench_costmodel RUN.yaml [--calibrate [--fastest]] [--calibration FILE] [--steps N] "
-                            "[--warmup N] [--pairs N] [--attempts N] [--max-foreign F] [--name NAME] [--by-op]\n");
+                            "[--warmup N] [--pairs N] [--attempts N] [--max-foreign F] [--wait-quiet S] [--name NAME] "
+                            "[--by-op]\n");
             return 2;
         }
     }
@@ -287,6 +312,11 @@ static int run(int argc, char **argv, hp_comm *world) {
     int rc = 0, n = 0, k = 0;
     for (; k < b.attempts && n < b.pairs && rc == 0; k++) {
         bool clean = false;
+        double waited = 0;
+        if (b.wait > 0 && (st = wait_quiet(world, b.max_foreign, b.wait, &waited)) != HP_STATUS_OK) {
+            rc = fail(st, "wait");
+            break;
+        }
         rc = pair(&b, world, k, &cfg, cal, &ratios[n], &clean);
         if (clean) n++;
     }
