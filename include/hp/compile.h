@@ -218,6 +218,14 @@ const hp_program_stats *hp_compiled_memory(const hp_compiled *c);
 hp_tid hp_compiled_loss(const hp_compiled *c);
 hp_tid hp_compiled_grad_sq(const hp_compiled *c);
 hp_tid hp_compiled_kept(const hp_compiled *c, int i);
+struct hp_step_prediction; /* hp/costmodel.h */
+/*
+ * The predicted time of this rank's step (hp_predict_nodes, hp/costmodel.h) over the per-rank graph
+ * after the last pass that ran, with the liveness the program has (or would have: the loss, the
+ * gradient norm and the kept tensors kept). `hp plan` and bench_costmodel call it. Errors:
+ * HP_STATUS_INVALID_ARGUMENT before the shard pass; liveness and prediction errors.
+ */
+hp_status hp_compiled_predict(const hp_compiled *c, const hp_machine_model *m, struct hp_step_prediction *out);
 /* Writes the IR at the stage reached ("== IR after PASS" then hp_graph_dump of the logical graph
  * before the shard pass, the per-rank graph after it). */
 void hp_compiled_dump(const hp_compiled *c, FILE *f);

@@ -81,6 +81,28 @@ typedef struct hp_exec_ctx {
 } hp_exec_ctx;
 
 /*
+ * What a transfer instruction moves, for the cost model (hp/costmodel.h): one communicator operation
+ * on a group of `group` ranks, with the bytes the busiest member receives (for SEND_RECV the message).
+ */
+typedef enum hp_xfer_kind {
+    HP_XFER_ALL_REDUCE = 0,
+    HP_XFER_ALL_GATHER,
+    HP_XFER_REDUCE_SCATTER,
+    HP_XFER_ALL_TO_ALL,
+    HP_XFER_SEND_RECV,
+    HP_XFER_KIND_COUNT
+} hp_xfer_kind;
+
+typedef struct hp_xfer {
+    hp_xfer_kind kind;
+    int group;    /* ranks taking part (2 for SEND_RECV) */
+    double bytes; /* bytes */
+} hp_xfer;
+
+/* "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"; "?" out of range. */
+const char *hp_xfer_kind_name(hp_xfer_kind k);
+
+/*
  * A runtime instruction: what a pass attaches to a transfer node (node->extra, with
  * HP_NODE_FLAG_INSTR) so that neither the backend nor the runtime needs the pass's internals. The
  * pass's own record begins with this struct. Collectives, point-to-point transfers and tier copies
@@ -116,6 +138,10 @@ struct hp_instr {
      * owned by the pass, living as long as the instruction. NULL: the operator's name / none. */
     const char *label;
     const char *group_name;
+    /* Optional: the communicator operations one run makes, in order, for the cost model: writes
+     * up to `max` of them to out and returns how many there are (which may exceed max). NULL: the
+     * model times `bytes` at its flat network rate. */
+    int (*xfers)(const hp_instr *self, hp_xfer *out, int max);
 };
 
 /* The instruction of node n, or NULL when it has none. */

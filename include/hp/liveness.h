@@ -80,19 +80,30 @@ hp_status hp_memplan_assign(hp_mem_interval *blocks, int n, size_t align, size_t
 
 /* ---------------------------------------------------------------- compute time between uses */
 
+struct hp_calibration; /* hp/costmodel.h */
+
 /*
- * A machine model for the cost rules (hp_node_cost): a node takes max(flops / flops_per_s,
- * (bytes read + written) / bytes_per_s) seconds (the roofline model, Williams et al., CACM 2009).
- * The default, 100 GFLOP/s and 10 GB/s, is a modest CPU; HyperOffload uses the model to decide how
- * early a prefetch must start so that it finishes before the tensor's next use.
+ * A machine model for the cost rules (hp_node_cost). Flat (cal NULL): a node takes
+ * max(flops / flops_per_s, (bytes read + written) / bytes_per_s) seconds (the roofline model,
+ * Williams et al., CACM 2009). The default, 100 GFLOP/s and 10 GB/s, is a modest CPU; HyperOffload
+ * uses the model to decide how early a prefetch must start so that it finishes before the tensor's
+ * next use. Calibrated (cal set): the rates measured on this machine per kernel class and shape, and
+ * per collective and group size (hp/costmodel.h); the flat rates remain the fallback for whatever
+ * the calibration did not measure.
  */
 typedef struct hp_machine_model {
-    double flops_per_s; /* > 0 */
-    double bytes_per_s; /* > 0 */
+    double flops_per_s; /* FLOP/s, > 0 */
+    double bytes_per_s; /* bytes/s, > 0; also the network rate of collectives without a calibration */
+    const struct hp_calibration *cal; /* borrowed; NULL: the flat model */
 } hp_machine_model;
-#define HP_MACHINE_MODEL_DEFAULT ((hp_machine_model){.flops_per_s = 100e9, .bytes_per_s = 10e9})
+#define HP_MACHINE_MODEL_DEFAULT ((hp_machine_model){.flops_per_s = 100e9, .bytes_per_s = 10e9, .cal = NULL})
 
-/* Predicted seconds of node i under model m (0 for a model with a non-positive rate). */
+/*
+ * Predicted seconds of node i on the compute stream under model m (0 for a flat model with a
+ * non-positive rate). A collective or point-to-point node (HP_NODE_FLAG_ASYNC) costs its bytes moved
+ * at bytes_per_s here under the flat model and its alpha-beta time under a calibrated one
+ * (hp_node_comm_seconds in hp/costmodel.h separates the two streams).
+ */
 double hp_node_seconds(const hp_graph *g, int i, const hp_machine_model *m);
 
 /*

@@ -159,11 +159,37 @@ hp_tid hp_recv(hp_graph *g, hp_dtype dtype, hp_shape shape, int peer, int tag);
 
 /* ---------------------------------------------------------------- cost model */
 
-/* Work of one node: floating-point operations and bytes of tensor data read and written. */
+/*
+ * Which rate of a calibrated machine model (hp/costmodel.h) times a node: its operator's cost rule
+ * says what kind of kernel runs it, so the model needs no switch on operator kind.
+ *   HP_COST_MEMORY     bound by memory traffic (elementwise, LayerNorm, softmax, reductions, AdamW,
+ *                      ...): timed from bytes read + written with the operator's measured curve;
+ *   HP_COST_GEMM       BLAS matrix products: `batch` products of op(A) (m x k) times (k x n), timed
+ *                      by the GEMM rate of that shape class; trans_a says op(A) = A^T (the weight
+ *                      gradient's dY^T X);
+ *   HP_COST_ATTENTION  the fused attention kernels: `batch` = batch x heads score matrices of m
+ *                      query rows by n key rows, head dimension k;
+ *   HP_COST_VIEW       usually no kernel at all: the runtime makes the output a view of the input
+ *                      (RESHAPE of a planned activation), so the model gives it no time.
+ */
+typedef enum hp_cost_kind {
+    HP_COST_MEMORY = 0,
+    HP_COST_GEMM,
+    HP_COST_ATTENTION,
+    HP_COST_VIEW,
+    HP_COST_KIND_COUNT
+} hp_cost_kind;
+
+/* Work of one node: floating-point operations and bytes of tensor data read and written, and the
+ * kernel class with its shape (zero where the rule sets none: HP_COST_MEMORY, no shape). */
 typedef struct hp_op_cost {
     double flops;
-    double bytes_read;
-    double bytes_written;
+    double bytes_read;    /* bytes */
+    double bytes_written; /* bytes */
+    hp_cost_kind kind;
+    int64_t m, n, k;      /* GEMM: one product's dims; ATTENTION: query rows, key rows, head dim */
+    int64_t batch;        /* GEMM: products; ATTENTION: batch x heads (0 taken as 1) */
+    bool trans_a;         /* GEMM: op(A) = A^T */
 } hp_op_cost;
 
 /* Scratch bytes node n's kernel needs from the operator's workspace rule (0 without one). */

@@ -270,6 +270,14 @@ typedef struct hp_program_stats {
 void hp_program_get_stats(const hp_program *p, hp_program_stats *s);
 
 /*
+ * With opts.profile: node `node`'s time in the last run (*last) and its fastest run (*best), in
+ * seconds (either pointer may be NULL); in a batched run a node's time includes the team's barrier
+ * after it. False (nothing written) when the node is not run (dead, a RESHAPE view) or no profiled
+ * run has completed. The calibration probe (hp/calibrate.h) reads per-node times through it.
+ */
+bool hp_program_node_seconds(const hp_program *p, int node, double *last, double *best);
+
+/*
  * What hp_program_new would build, without allocating any data: the same liveness, arena plan
  * and workspace rule, so `stats` (persistent_bytes, arena_bytes, workspace_bytes, naive_bytes,
  * peak_live_bytes, n_nodes, device_bytes) are the numbers a real program of `g` would have. For
@@ -311,6 +319,7 @@ typedef struct hp_p2p_instr {
     hp_instr instr;
     hp_comm *comm;        /* borrowed */
     hp_comm_request *req; /* a send in flight, or NULL */
+    double msg_bytes;     /* the message (the tensor sent or received), bytes: the cost model's */
 } hp_p2p_instr;
 
 /*

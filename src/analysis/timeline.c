@@ -1,6 +1,7 @@
 /*
  * The compute timeline over a graph's program order (hp/liveness.h, hp_timeline_*): predicted
- * seconds per node from the operators' cost rules under a roofline machine model, prefix sums over
+ * seconds per node from the operators' cost rules under a machine model (hp_node_seconds, in
+ * costmodel.c: the flat roofline or the calibrated rates), prefix sums over
  * the live nodes, and the two searches HyperOffload places its transfers with (how early a prefetch
  * must start, how late an offload may be waited for).
  */
@@ -9,13 +10,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-double hp_node_seconds(const hp_graph *g, int i, const hp_machine_model *m) {
-    if (!(m->flops_per_s > 0) || !(m->bytes_per_s > 0)) return 0.0;
-    hp_op_cost c = hp_node_cost(g, i);
-    double tf = c.flops / m->flops_per_s, tb = (c.bytes_read + c.bytes_written) / m->bytes_per_s;
-    return tf > tb ? tf : tb;
-}
 
 hp_status hp_timeline_compute(const hp_graph *g, const hp_liveness *lv, const hp_machine_model *m, hp_timeline *out) {
     memset(out, 0, sizeof *out);

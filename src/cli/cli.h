@@ -14,6 +14,13 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks);
 int hp_cli_check(int argc, char **argv);
 int hp_cli_ckpt(int argc, char **argv);
 int hp_cli_trace_view(int argc, char **argv);
+int hp_cli_calibrate(int argc, char **argv);
+
+/* The world communicator: MPI when the process was started by mpirun (or another MPI launcher),
+ * otherwise NULL (one rank, no MPI runtime needed); *mpi says whether MPI was initialised. */
+hp_status hp_cli_world(hp_comm **out, bool *mpi);
+/* Frees the world and finalises MPI (aborting every rank when rc is not 0). */
+void hp_cli_world_end(hp_comm *world, bool mpi, int rc);
 
 /* main's argc/argv (MPI_Init may consume arguments) and this process's rank (-1: one process). */
 extern int *hp_cli_argc;

@@ -1,21 +1,25 @@
 /*
- * `hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]`: what a run would do, without
- * running it — the mesh, the layout of every parameter, input and optimizer state, each inserted
- * collective with its bytes, the bytes per rank per step, the memory per rank, a predicted step
- * time and the compile driver's pass times (hp/compile.h); or the IR after one pass. A config with
- * HyperMPMD groups gets the pipeline's plan instead (plan_pipeline.c).
+ * `hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS] [--calibration FILE]`: what a run
+ * would do, without running it — the mesh, the layout of every parameter, input and optimizer
+ * state, each inserted collective with its bytes, the bytes per rank per step, the memory per rank,
+ * a predicted step time and the compile driver's pass times (hp/compile.h); or the IR after one
+ * pass. The prediction uses the calibrated cost model (hp/costmodel.h) when the calibration file
+ * (default: hp calibrate's cache) has an entry for this machine and the run's ranks per node, else
+ * the flat model below.
+ * A config with HyperMPMD groups gets the pipeline's plan instead (plan_pipeline.c).
  */
 #include "cli/cli.h"
 
 #include "hp/compile.h"
 #include "hp/config.h"
+#include "hp/costmodel.h"
 #include "hp/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A simple machine model for the prediction: sustained GEMM rate and network bandwidth. */
+/* The flat machine model, without a calibration: sustained GEMM rate and network bandwidth. */
 #define PLAN_FLOPS_PER_S 150e9
 #define PLAN_NET_BYTES_PER_S 10e9
 
@@ -27,9 +31,65 @@ static const char *phase_name(uint32_t flags) {
 
 static double mib(double b) { return b / (1024.0 * 1024.0); }
 
+/* The predicted step: under the calibration of this machine with `world` ranks on it when `path`
+ * (NULL: the default cache) has one, else the flat model, saying which and why. */
+static void print_prediction(const hp_compiled *c, double flops, int64_t total, int world, const char *path) {
+    char def[4096], ks[256];
+    hp_machine_key key;
+    hp_calibration *cal = malloc(sizeof *cal);
+    hp_status st = cal ? HP_STATUS_OK : hp_error(HP_STATUS_OUT_OF_MEMORY, "calibration");
+    if (st == HP_STATUS_OK && !path) {
+        st = hp_calibration_default_path(def, sizeof def);
+        path = def;
+    }
+    /* the threads each rank will run: OMP_NUM_THREADS when set, else whatever the cache has */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    int threads = omp ? atoi(omp) : 0;
+    if (st == HP_STATUS_OK) st = hp_machine_key_local(threads > 0 ? threads : 0, world, &key);
+    if (st == HP_STATUS_OK) st = hp_calibration_load(path, &key, 0, cal);
+    printf("\n== predicted step\n");
+    hp_machine_model m = {.flops_per_s = PLAN_FLOPS_PER_S, .bytes_per_s = PLAN_NET_BYTES_PER_S, .cal = NULL};
+    if (st != HP_STATUS_OK) {
+        printf("  model: flat (%.0f GFLOP/s, %.0f GB/s): %s\n", PLAN_FLOPS_PER_S / 1e9, PLAN_NET_BYTES_PER_S / 1e9,
+               hp_error_message());
+        double tc = flops / PLAN_FLOPS_PER_S, tn = (double)total / PLAN_NET_BYTES_PER_S;
+        printf("  %.2f GFLOP per rank -> %.3f s compute at %.0f GFLOP/s; %.3f s communication at %.0f GB/s"
+               " (%.3f s if not overlapped)\n",
+               flops / 1e9, tc, PLAN_FLOPS_PER_S / 1e9, tn, PLAN_NET_BYTES_PER_S / 1e9, tc + tn);
+        free(cal);
+        return;
+    }
+    m.cal = cal;
+    hp_step_prediction p;
+    st = hp_compiled_predict(c, &m, &p);
+    if (st != HP_STATUS_OK) {
+        printf("  (no prediction: %s)\n", hp_error_message());
+        free(cal);
+        return;
+    }
+    printf("  model: calibrated (%s: %s, probed in %.0f s)\n", path, hp_machine_key_str(&cal->key, ks, sizeof ks),
+           cal->probe_seconds);
+    printf("  compute %.3f s over %d nodes (%.2f GFLOP): GEMM %.3f s, attention %.3f s, memory-bound %.3f s%s",
+           p.compute_s, p.n_nodes, flops / 1e9, p.gemm_s, p.attention_s, p.memory_s,
+           p.by_node ? ", node-by-node dispatch " : "\n");
+    if (p.by_node) printf("%.3f s\n", p.dispatch_s);
+    if (p.n_comm)
+        printf("  communication %.3f s on the queues for %d collective nodes (alpha-beta per operation and group "
+               "size); exposed %.3f s\n",
+               p.comm_s, p.n_comm, p.exposed_comm_s);
+    printf("  predicted step: %.3f s\n", p.total_s);
+    if (p.n_comm)
+        printf("  assumptions: collectives start in program order on their group's queue once their input is ready "
+               "and overlap compute until their result's first use; %.0f%% of their time also occupies the compute "
+               "cores (%s)\n",
+               100 * cal->comm_compute_share,
+               cal->comm_compute_share > 0 ? "no core is left for the progress threads" : "a core is left for them");
+    free(cal);
+}
+
 /* The plan of `rank` of `ranks`; with `dump` (not HP_PASS_NONE) only the IR after that pass and
  * the pass times (`--dump-after PASS`). */
-static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dump) {
+static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dump, const char *calibration) {
     hp_compile_opts o = HP_COMPILE_OPTS_INIT;
     o.train = true;
     o.plan_only = true;
@@ -115,10 +175,7 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dum
            mib(bytes_by_kind[HP_TENSOR_KIND_INPUT]), mib((double)ps.arena_bytes), mib((double)ps.workspace_bytes));
     printf("  total %.2f MiB%s\n", mib((double)ps.device_bytes),
            hp_compiled_offload(c) ? " in the fast tier after the offload pass (the residency plan is below)" : "");
-    double tc = flops / PLAN_FLOPS_PER_S, tn = (double)total / PLAN_NET_BYTES_PER_S;
-    printf("\n== predicted step\n  %.2f GFLOP per rank -> %.3f s compute at %.0f GFLOP/s; %.3f s communication at %.0f GB/s"
-           " (%.3f s if not overlapped)\n",
-           flops / 1e9, tc, PLAN_FLOPS_PER_S / 1e9, tn, PLAN_NET_BYTES_PER_S / 1e9, tc + tn);
+    print_prediction(c, flops, total, hp_mesh_size(mesh), calibration);
     if (hp_compiled_report(c)->strategy_warnings)
         printf("  (%d strategy rule(s) matched no parameter)\n", hp_compiled_report(c)->strategy_warnings);
     if (hp_compiled_offload(c)) { /* the residency plan of this rank's step under the offload budgets */
@@ -131,7 +188,7 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dum
     return 0;
 }
 int hp_cli_plan(int argc, char **argv) {
-    const char *config = NULL;
+    const char *config = NULL, *calibration = NULL;
     int64_t ranks = 0, rank = 0;
     hp_pass dump = HP_PASS_NONE;
     for (int i = 0; i < argc; i++) {
@@ -141,6 +198,9 @@ int hp_cli_plan(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--rank")) {
             if (!hp_cli_has_value(argc, argv, i) || !hp_cli_int("--rank", argv[++i], 0, HP_CLI_MAX_RANKS - 1, &rank))
                 return 2;
+        } else if (!strcmp(argv[i], "--calibration")) {
+            if (!hp_cli_has_value(argc, argv, i)) return 2;
+            calibration = argv[++i];
         } else if (!strcmp(argv[i], "--dump-after")) {
             if (!hp_cli_has_value(argc, argv, i)) return 2;
             hp_status st = hp_pass_parse(argv[++i], &dump);
@@ -156,7 +216,7 @@ int hp_cli_plan(int argc, char **argv) {
         }
     }
     if (!config) {
-        fprintf(stderr, "usage: hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS]\n");
+        fprintf(stderr, "usage: hp plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS] [--calibration FILE]\n");
         return 2;
     }
     if (ranks > 0 && rank >= ranks) {
@@ -173,7 +233,7 @@ int hp_cli_plan(int argc, char **argv) {
         return rc;
     }
     /* ranks 0: the strategy's own device count */
-    int rc = print_plan(&cfg, (int)ranks, (int)rank, dump);
+    int rc = print_plan(&cfg, (int)ranks, (int)rank, dump, calibration);
     hp_run_config_free(&cfg);
     return rc;
 }

@@ -17,25 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The world communicator: MPI when the process was started by mpirun (or another MPI launcher),
- * otherwise NULL (one rank, no MPI runtime needed). */
-static hp_status world_comm(hp_comm **out, bool *mpi) {
-    *out = NULL;
-    *mpi = false;
-#ifdef HP_HAVE_MPI
-    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
-        /* The communication thread waits inside MPI while compute runs: Open MPI's default
-         * busy-polling would take a core from the compute threads (measured: the overlapped
-         * step 40% slower on 2 cores). A user's own setting wins. */
-        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-        HP_CHECK(hp_comm_mpi_init(hp_cli_argc, hp_cli_argv));
-        *mpi = true;
-        return hp_comm_mpi_world(out);
-    }
-#endif
-    return HP_STATUS_OK;
-}
-
 static void fmt_duration(double s, char *buf, size_t n) {
     long t = (long)(s + 0.5);
     if (t >= 3600)
@@ -125,7 +106,7 @@ int hp_cli_train(int argc, char **argv) {
     hp_run_dir_lock *lock = NULL;
     bool mpi = false, together = false; /* together: every rank stops with the same error (no abort) */
     int rc = 1;
-    st = world_comm(&world, &mpi);
+    st = hp_cli_world(&world, &mpi);
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, "starting MPI");
         goto out;

@@ -4,6 +4,7 @@
  * driver owns what the passes make and resolves the per-rank ids callers need.
  */
 #include "hp/compile.h"
+#include "hp/costmodel.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -311,4 +312,18 @@ hp_tid hp_compiled_grad_sq(const hp_compiled *c) { return c->part && c->has_step
 hp_tid hp_compiled_kept(const hp_compiled *c, int i) {
     int at = 1 + (c->has_step ? 1 : 0) + i;
     return c->part && i >= 0 && at < c->n_resolve ? c->local[at] : HP_TID_NONE;
+}
+
+hp_status hp_compiled_predict(const hp_compiled *c, const hp_machine_model *m, hp_step_prediction *out) {
+    if (!c->part) return hp_error(HP_STATUS_INVALID_ARGUMENT, "predict: the shard pass has not run");
+    const hp_graph *g = hp_partition_graph(c->part);
+    const hp_liveness *lv = c->program ? hp_program_liveness(c->program) : NULL;
+    hp_liveness own;
+    if (!lv) {
+        HP_CHECK(hp_liveness_compute(g, c->local, c->n_resolve, &own));
+        lv = &own;
+    }
+    hp_status st = hp_predict_nodes(g, lv, 0, hp_graph_n_nodes(g), m, out);
+    if (lv == &own) hp_liveness_free(&own);
+    return st;
 }

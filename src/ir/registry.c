@@ -1,5 +1,6 @@
 /* The operator registry, generated from HP_OP_LIST, and the ir-level helpers declared in ir/op.h. */
 #include "ir/op.h"
+#include "hp/instr.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -53,12 +54,18 @@ void hp__cost_default(const hp_graph *g, const hp_node *n, double flops_per_out,
 hp_op_cost hp_node_cost(const hp_graph *g, int i) {
     const hp_node *n = hp_graph_node(g, i);
     hp_op_cost c;
+    memset(&c, 0, sizeof c); /* rules that set only some fields leave the rest zero */
     const hp_op_def *d = hp__op_def(n->op);
     if (d->cost)
         d->cost(g, n, &c);
     else
         hp__cost_default(g, n, 0.0, &c);
     return c;
+}
+
+const char *hp_xfer_kind_name(hp_xfer_kind k) {
+    static const char *names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"};
+    return (int)k >= 0 && k < HP_XFER_KIND_COUNT ? names[k] : "?";
 }
 
 size_t hp_op_workspace(const hp_graph *g, const hp_node *n) {

@@ -105,16 +105,27 @@ static double score_pairs(const hp_graph *g, const hp_node *n, int qi) {
     return B * H * (n->attr.i[1] ? T * (T + 1) / 2 : T * T);
 }
 
+/* The kernel class of input qi's attention: B x H score matrices of T x T, head dim D. */
+static void attention_shape(const hp_graph *g, const hp_node *n, int qi, hp_op_cost *c) {
+    const hp_shape *q = hp__shp(g, n->in[qi]);
+    c->kind = HP_COST_ATTENTION;
+    c->m = c->n = q->dim[1];
+    c->k = q->dim[2] / n->attr.i[0];
+    c->batch = q->dim[0] * n->attr.i[0];
+}
+
 static void attention_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     hp__cost_default(g, n, 0.0, c);
     double D = (double)hp__shp(g, n->in[0])->dim[2] / (double)n->attr.i[0];
     c->flops = 4.0 * score_pairs(g, n, 0) * D; /* QK^T and PV, 2 flops per multiply-add */
+    attention_shape(g, n, 0, c);
 }
 
 static void attention_backward_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     hp__cost_default(g, n, 0.0, c);
     double D = (double)hp__shp(g, n->in[1])->dim[2] / (double)n->attr.i[0];
     c->flops = 10.0 * score_pairs(g, n, 1) * D; /* QK^T again, dV, dP, dQ, dK */
+    attention_shape(g, n, 1, c);
 }
 
 static size_t workspace_common(const hp_graph *g, const hp_node *n, int qi, int n_blocks) {

@@ -139,19 +139,37 @@ static hp_status linear_grad(hp_graph *g, int node, const hp_tid *dout, const bo
 
 /* ---- cost ---- */
 
+/* The GEMMs the CPU kernel runs (k_matmul.c): one product with a's batch folded into the rows when
+ * b is not batched and a not transposed (or with the fold attribute), else one per batch element. */
 static void matmul_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     hp__cost_default(g, n, 0.0, c);
-    const hp_shape *A = hp__shp(g, n->in[0]), *Y = hp__shp(g, n->out[0]);
-    hp_shape a = n->attr.i[2] ? fold2(A) : *A;
-    int64_t K = a.dim[a.ndim - (n->attr.i[0] ? 2 : 1)];
+    const hp_shape *A = hp__shp(g, n->in[0]), *B = hp__shp(g, n->in[1]), *Y = hp__shp(g, n->out[0]);
+    bool ta = n->attr.i[0] != 0, fold = n->attr.i[2] != 0;
+    hp_shape a = fold ? fold2(A) : *A;
+    int64_t K = a.dim[a.ndim - (ta ? 2 : 1)];
     c->flops = 2.0 * (double)hp_shape_numel(Y) * (double)K;
+    int64_t M = Y->dim[Y->ndim - 2], N = Y->dim[Y->ndim - 1];
+    int64_t batch = M > 0 && N > 0 ? hp_shape_numel(Y) / (M * N) : 1;
+    bool one = fold || (!ta && hp_shape_prod(B, 0, B->ndim - 2) == 1 && hp_shape_prod(A, 0, A->ndim - 2) == batch);
+    c->kind = HP_COST_GEMM;
+    c->m = one ? M * batch : M;
+    c->n = N;
+    c->k = K;
+    c->batch = one ? 1 : batch;
+    c->trans_a = ta;
 }
 
 static void linear_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
     hp__cost_default(g, n, 0.0, c);
     const hp_shape *X = hp__shp(g, n->in[0]), *Y = hp__shp(g, n->out[0]);
     double out = (double)hp_shape_numel(Y);
-    c->flops = 2.0 * out * (double)X->dim[X->ndim - 1] + (n->in[2] != HP_TID_NONE ? out : 0.0);
+    int64_t K = X->dim[X->ndim - 1], N = Y->dim[Y->ndim - 1];
+    c->flops = 2.0 * out * (double)K + (n->in[2] != HP_TID_NONE ? out : 0.0);
+    c->kind = HP_COST_GEMM; /* x (M, K) w^T: one (M, N, K) product */
+    c->m = N ? hp_shape_numel(Y) / N : 0;
+    c->n = N;
+    c->k = K;
+    c->batch = 1;
 }
 
 /* ---- sharding rules ---- */

@@ -25,6 +25,13 @@ static hp_status p2p_complete(hp_instr *self) {
     return hp_comm_wait(r); /* NULL: nothing in flight */
 }
 
+/* One message to or from the peer: the tensor sent or received. */
+static int p2p_xfers(const hp_instr *self, hp_xfer *out, int max) {
+    const hp_p2p_instr *x = (const hp_p2p_instr *)(const void *)self;
+    if (max > 0) out[0] = (hp_xfer){.kind = HP_XFER_SEND_RECV, .group = 2, .bytes = x->msg_bytes};
+    return 1;
+}
+
 hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p_instr *x) {
     if (node < 0 || node >= hp_graph_n_nodes(g))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: node %d out of range (graph has %d)", node,
@@ -42,10 +49,10 @@ hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p
                   .complete = n->op == HP_OP_SEND ? p2p_complete : NULL},
         .comm = comm,
     };
-    if (n->op == HP_OP_RECV) {
-        const hp_tensor *t = hp_graph_tensor(g, n->out[0]);
-        x->instr.bytes = (double)count_of(t) * (double)hp_dtype_size(t->dtype);
-    }
+    x->instr.xfers = p2p_xfers;
+    const hp_tensor *t = hp_graph_tensor(g, n->op == HP_OP_RECV ? n->out[0] : n->in[0]);
+    x->msg_bytes = (double)count_of(t) * (double)hp_dtype_size(t->dtype);
+    if (n->op == HP_OP_RECV) x->instr.bytes = x->msg_bytes;
     n->extra = x;
     n->flags |= HP_NODE_FLAG_INSTR | (async ? HP_NODE_FLAG_ASYNC : 0u);
     return HP_STATUS_OK;

@@ -628,6 +628,7 @@ static hp_status prepare_instrs(hp_program *p) {
 static void profile_node(hp_program *p, int e, double dt) {
     hp_op op = p->exec[e].node->op;
     if (p->exec_best[e] == 0 || dt < p->exec_best[e]) p->exec_best[e] = dt;
+    p->exec_seconds[e] = dt;
     p->stats.op_seconds[op] += dt;
     p->stats.op_calls[op]++;
     p->stats.op_flops[op] += p->exec_flops[e];
@@ -715,6 +716,22 @@ void *hp_program_arena_peek(hp_program *p, hp_tid t) {
     if (!p || !p->arena || t < 0 || t >= p->lv.n_tensors || p->offset[t] == SIZE_MAX) return NULL;
     (void)ext_sync(p, -1);
     return (char *)p->arena + p->offset[t];
+}
+
+bool hp_program_node_seconds(const hp_program *p, int node, double *last, double *best) {
+    if (!p->opts.profile || p->stats.n_runs == 0) return false;
+    int a = 0, b = p->n_exec - 1; /* exec_node is increasing */
+    while (a <= b) {
+        int m = a + (b - a) / 2;
+        if (p->exec_node[m] < node) a = m + 1;
+        else if (p->exec_node[m] > node) b = m - 1;
+        else {
+            if (last) *last = p->exec_seconds[m];
+            if (best) *best = p->exec_best[m];
+            return true;
+        }
+    }
+    return false;
 }
 
 hp_status hp_program_new(const hp_graph *g, const hp_program_opts *opts, hp_program **out) {

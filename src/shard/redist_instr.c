@@ -46,6 +46,30 @@ static void append(char *buf, size_t n, const char *sep, const char *s) {
     if (len + 1 < n) snprintf(buf + len, n - len, "%s%s", len ? sep : "", s);
 }
 
+/* The plan's collectives for the cost model: one per step that moves data; the all-to-allv over the
+ * whole mesh counts as an all-to-all of the mesh. */
+static int redist_xfers(const hp_instr *self, hp_xfer *out, int max) {
+    const hp__redist_extra *x = (const hp__redist_extra *)(const void *)self;
+    int n = 0;
+    for (int k = 0; k < x->plan.nsteps; k++) {
+        const hp_redist_step *s = &x->plan.steps[k];
+        hp_xfer_kind kind;
+        switch (s->kind) {
+        case HP_REDIST_ALL_GATHER: kind = HP_XFER_ALL_GATHER; break;
+        case HP_REDIST_REDUCE_SCATTER: kind = HP_XFER_REDUCE_SCATTER; break;
+        case HP_REDIST_ALL_REDUCE: kind = HP_XFER_ALL_REDUCE; break;
+        case HP_REDIST_ALL_TO_ALL:
+        case HP_REDIST_ALL_TO_ALLV: kind = HP_XFER_ALL_TO_ALL; break;
+        case HP_REDIST_SEND_RECV: kind = HP_XFER_SEND_RECV; break;
+        default: continue; /* local steps move nothing */
+        }
+        int group = s->kind == HP_REDIST_SEND_RECV ? 2 : s->axis >= 0 ? hp_mesh_dim(x->mesh, s->axis) : hp_mesh_size(x->mesh);
+        if (n < max) out[n] = (hp_xfer){.kind = kind, .group = group, .bytes = (double)s->bytes};
+        n++;
+    }
+    return n;
+}
+
 void hp__redist_instr_init(hp__redist_extra *x) {
     uint32_t axes = 0;
     bool all = false;
@@ -71,5 +95,6 @@ void hp__redist_instr_init(hp__redist_extra *x) {
         .start = x->plan.nsteps == 1 && x->plan.steps[0].kind == HP_REDIST_ALL_REDUCE ? redist_start : NULL,
         .label = x->label,
         .group_name = x->group_name,
+        .xfers = redist_xfers,
     };
 }

@@ -280,7 +280,7 @@ static void test_chain_budget_and_order(void **state) {
     for (int f = 0; f < 2; f++) {
         hp_graph *g = chain_graph(8, 64, &loss);
         c.device_budget = s0.peak_before * (f ? 6 : 4) / 10;
-        c.machine = (hp_machine_model){1e9, 1e9}; /* slow compute: transfers hide */
+        c.machine = (hp_machine_model){.flops_per_s = 1e9, .bytes_per_s = 1e9}; /* slow compute: transfers hide */
         hp_program_opts oo = HP_PROGRAM_OPTS_DEFAULT;
         oo.keep = &loss;
         oo.n_keep = 1;

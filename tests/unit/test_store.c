@@ -441,7 +441,7 @@ static void test_home_outlives_program(void **state) {
     hp_offload_plan_config c;
     hp_offload_plan_config_init(&c);
     c.device_budget = plain.device_bytes * 5 / 10;
-    c.machine = (hp_machine_model){1e9, 1e9};
+    c.machine = (hp_machine_model){.flops_per_s = 1e9, .bytes_per_s = 1e9};
     hp_offload_state *ofl = NULL;
     assert_ok(hp_offload_apply_config(&c, tr.g, &o, &ofl));
     o.store = s;
