@@ -32,6 +32,8 @@
 #include "hp/ir.h"
 #include "hp/ops.h"
 #include "hp/liveness.h"
+#include "hp/costmodel.h"
+#include "hp/calibrate.h"
 #include "hp/backend.h"
 #include "hp/runtime.h"
 #include "hp/trace.h"
@@ -60,5 +62,6 @@
 #include "hp/safetensors.h"
 #include "hp/checkpoint.h"
 #include "hp/run_dir.h"
+#include "hp/fit.h"
 
 #endif /* HP_HP_H */

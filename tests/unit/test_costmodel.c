@@ -400,7 +400,8 @@ static void test_probe_smoke(void **state) {
     assert_true(c->gemm[0][0][0][0] > 0 && c->gemm[1][0][0][1] > 0);
     assert_true(c->gemm[0][3][3][3] == 0); /* beyond max_gemm */
     assert_true(c->op_curve[HP_OP_LAYERNORM].n >= 3 && c->op_curve[HP_OP_ADAMW].n >= 3);
-    assert_true(c->node_seconds > 0 && c->region_seconds > 0 && !c->by_node);
+    /* the other dispatch mode is a measured difference, which noise (a sanitizer build) can clamp to 0 */
+    assert_true(c->node_seconds > 0 && c->region_seconds >= 0 && !c->by_node);
     assert_int_equal(c->n_comm, 0);
     o.reps = 0;
     assert_int_equal(hp_calibrate(NULL, &o, c), HP_STATUS_INVALID_ARGUMENT);
