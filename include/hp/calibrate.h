@@ -9,7 +9,10 @@
  *     if (hp_comm_rank(world) == 0) HP_CHECK(hp_calibration_save(path, cal));
  *
  * What it runs (each part is a small graph compiled into an hp_program, run once to warm up and then
- * `reps` times with profiling; a node's time is its median (or fastest, opts.stat) over the runs,
+ * `reps` times with profiling — where the ranks' threads outnumber the cores, each timed run
+ * repeats the program for 30 ms so that the scheduler shares the cores out as in a step, and the
+ * wall time is shared out over the nodes in proportion to their profiled times (time a rank spends
+ * descheduled counts); a node's time is its median (or fastest, opts.stat) over the timed runs,
  * averaged over the ranks;
  * with more than one rank the programs run node by node, as a program with collectives does, else
  * as one batch in the backend's thread team):
