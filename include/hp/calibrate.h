@@ -53,6 +53,9 @@ typedef struct hp_calibrate_opts {
     int reps;            /* timed runs per probe (>= 1) */
     hp_calibrate_stat stat; /* which figure of the runs a node's time is */
     double max_gemm;     /* the largest m*n*k probed (> 0) */
+    double gemm_flops;   /* FLOPs per GEMM probe program (> 0): that many products of the shape, up to
+                            256, each with operands of its own within 64 MiB (a step's GEMMs read
+                            matrices other nodes wrote, not the same cache-hot ones) */
     bool gemm, memory, attention, comm; /* which parts run (comm only with more than one rank) */
     /* Called on rank 0 before each part with a short description (may be NULL). */
     void (*progress)(void *user, const char *what);
@@ -60,6 +63,7 @@ typedef struct hp_calibrate_opts {
 } hp_calibrate_opts;
 #define HP_CALIBRATE_OPTS_DEFAULT                                                                  \
     ((hp_calibrate_opts){.reps = 5, .stat = HP_CALIBRATE_STAT_MEDIAN, .max_gemm = 1073741824.0,         \
+                         .gemm_flops = 64e6,                                                          \
                          .gemm = true, .memory = true,                                                \
                          .attention = true, .comm = true, .progress = NULL, .user = NULL})
 

@@ -16,8 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-/* Work per probe run: enough nodes to time reliably, within these bounds. */
-#define GEMM_TARGET_FLOPS 64e6
+/* Bounds on the nodes of a GEMM probe (opts.gemm_flops sets how many). */
 #define GEMM_MAX_NODES 256
 #define GEMM_MAX_OUT_FLOATS (16 << 20)
 #define GEMM_MAX_IN_FLOATS (16 << 20)
@@ -119,7 +118,7 @@ out:
 /* Per-node seconds of an (m, n, k) product: LINEAR nodes (trans_a 0) or A^T B MATMUL nodes. */
 static hp_status gemm_point(const hp__probe *pr, int ta, int64_t m, int64_t n, int64_t k, double *rate) {
     double flops = 2.0 * (double)m * (double)n * (double)k;
-    int nodes = (int)ceil(GEMM_TARGET_FLOPS / flops);
+    int nodes = (int)ceil(pr->o->gemm_flops / flops);
     int64_t cap = GEMM_MAX_OUT_FLOATS / (m * n);
     if (nodes > cap) nodes = (int)cap;
     if (nodes > GEMM_MAX_NODES) nodes = GEMM_MAX_NODES;
@@ -398,9 +397,11 @@ static hp_status probe_attention(const hp__probe *pr, hp_calibration *c) {
 /* ---------------------------------------------------------------- the probe */
 
 hp_status hp_calibrate(hp_comm *world, const hp_calibrate_opts *opts, hp_calibration *out) {
-    if (opts->reps < 1 || !(opts->max_gemm > 0) || opts->stat < 0 || opts->stat > HP_CALIBRATE_STAT_MIN)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "calibrate: reps %d must be >= 1, max_gemm %g > 0, stat %d 0 or 1",
-                        opts->reps, opts->max_gemm, (int)opts->stat);
+    if (opts->reps < 1 || !(opts->max_gemm > 0) || !(opts->gemm_flops > 0) || opts->stat < 0 ||
+        opts->stat > HP_CALIBRATE_STAT_MIN)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                        "calibrate: reps %d must be >= 1, max_gemm %g and gemm_flops %g > 0, stat %d 0 or 1", opts->reps,
+                        opts->max_gemm, opts->gemm_flops, (int)opts->stat);
     hp__probe pr = {.world = world, .o = opts, .size = world ? hp_comm_size(world) : 1};
     pr.by_node = pr.size > 1; /* a run on several ranks has collectives: its program runs node by node */
     pr.lead = !world || hp_comm_rank(world) == 0;

@@ -316,6 +316,9 @@ static void test_cache_round_trip(void **state) {
     hp_xfer x = {.kind = HP_XFER_REDUCE_SCATTER, .group = 4, .bytes = 12345};
     assert_close(hp_xfer_seconds(&m2, &x), hp_xfer_seconds(&m1, &x), 1e-12, 0);
     remove(path);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tmp_path("sub"));
+    rmdir(dir);
     free(c);
     free(c2);
     free(r);
@@ -370,6 +373,9 @@ static void test_cache_rejects(void **state) {
     remove(path);
     assert_int_equal(hp_calibration_load(path, &c->key, 0, r), HP_STATUS_IO);
     hp_test_assert_error_contains(path);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tmp_path(""));
+    rmdir(dir);
     free(c);
     free(r);
 }
