@@ -258,12 +258,14 @@ static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, 
     if (rank == 0)
         printf("{\"config\": \"%s\", \"pair\": %d, \"ranks\": %d, \"threads\": %d, \"model\": \"%s\", "
                "\"predicted_s\": %.4f, \"measured_s\": %.4f, \"measured_mean_s\": %.4f, \"measured_min_s\": %.4f, "
-               "\"ratio\": %.3f, \"ratio_min\": %.3f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, "
+               "\"ratio\": %.3f, \"ratio_min\": %.3f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"comm_on_compute_s\": %.4f, "
+               "\"exposed_comm_s\": %.4f, "
                "\"probe_s\": %.1f, \"steps\": %d, \"foreign_probe\": %.2f, \"foreign_steps\": %.2f, "
                "\"clean\": %s}\n",
                b->name, k, size, omp_get_max_threads(), m.cal ? (m.cal->fastest ? "calibrated-min" : "calibrated")
                                                                : "flat",
-               pred, med, sum / steps, sec[0], pred / med, pred / sec[0], p.compute_s, p.comm_s, p.exposed_comm_s,
+               pred, med, sum / steps, sec[0], pred / med, pred / sec[0], p.compute_s, p.comm_s, p.comm_compute_s,
+               p.exposed_comm_s,
                m.cal ? m.cal->probe_seconds : 0.0, steps, f_probe, f_steps, *clean ? "true" : "false");
     fflush(stdout);
     free(sec);

@@ -63,7 +63,7 @@ typedef struct hp_calibrate_opts {
 } hp_calibrate_opts;
 #define HP_CALIBRATE_OPTS_DEFAULT                                                                  \
     ((hp_calibrate_opts){.reps = 5, .stat = HP_CALIBRATE_STAT_MEDIAN, .max_gemm = 1073741824.0,         \
-                         .gemm_flops = 64e6,                                                          \
+                         .gemm_flops = 512e6,                                                         \
                          .gemm = true, .memory = true,                                                \
                          .attention = true, .comm = true, .progress = NULL, .user = NULL})
 

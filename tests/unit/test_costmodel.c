@@ -220,6 +220,9 @@ static void test_predict_overlap(void **state) {
     c->comm_compute_share = 1.0;
     assert_ok(hp_predict_nodes(g, NULL, 0, 4, &m, &p));
     assert_close(p.total_s, 1.1e-3 + 2.2e-3, 1e-9, 0);
+    assert_close(p.comm_compute_s, 1.1e-3, 1e-9, 0);
+    assert_close(p.compute_s, 2.2e-3, 1e-9, 0);
+    assert_close(p.exposed_comm_s, 0, 0, 1e-12);
     /* node-by-node dispatch beyond the team's, per compute node */
     c->comm_compute_share = 0;
     c->node_seconds = 1e-6;
