@@ -188,7 +188,7 @@ static hp_status by_op(const hp_run_config *cfg, hp_comm *world, const hp_machin
 typedef struct bench_opts {
     const char *config, *calpath, *name;
     int steps, warmup, pairs, attempts;
-    double max_foreign, wait;
+    double max_foreign, wait, gemm_flops;
     bool calibrate, op_table, fastest;
 } bench_opts;
 
@@ -204,6 +204,7 @@ static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, 
     if (b->calibrate) {
         hp_calibrate_opts o = HP_CALIBRATE_OPTS_DEFAULT;
         if (b->fastest) o.stat = HP_CALIBRATE_STAT_MIN;
+        if (b->gemm_flops > 0) o.gemm_flops = b->gemm_flops;
         st = hp_calibrate(world, &o, cal);
         if (st != HP_STATUS_OK) return fail(st, "calibrate");
         if (rank == 0 && b->calpath && (st = hp_calibration_save(b->calpath, cal)) != HP_STATUS_OK)
@@ -257,12 +258,14 @@ static int pair(const bench_opts *b, hp_comm *world, int k, hp_run_config *cfg, 
     if (rank == 0)
         printf("{\"config\": \"%s\", \"pair\": %d, \"ranks\": %d, \"threads\": %d, \"model\": \"%s\", "
                "\"predicted_s\": %.4f, \"measured_s\": %.4f, \"measured_mean_s\": %.4f, \"measured_min_s\": %.4f, "
-               "\"ratio\": %.3f, \"ratio_min\": %.3f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, "
+               "\"ratio\": %.3f, \"ratio_min\": %.3f, \"compute_s\": %.4f, \"comm_s\": %.4f, \"comm_on_compute_s\": %.4f, "
+               "\"exposed_comm_s\": %.4f, "
                "\"probe_s\": %.1f, \"steps\": %d, \"foreign_probe\": %.2f, \"foreign_steps\": %.2f, "
                "\"clean\": %s}\n",
                b->name, k, size, omp_get_max_threads(), m.cal ? (m.cal->fastest ? "calibrated-min" : "calibrated")
                                                                : "flat",
-               pred, med, sum / steps, sec[0], pred / med, pred / sec[0], p.compute_s, p.comm_s, p.exposed_comm_s,
+               pred, med, sum / steps, sec[0], pred / med, pred / sec[0], p.compute_s, p.comm_s, p.comm_compute_s,
+               p.exposed_comm_s,
                m.cal ? m.cal->probe_seconds : 0.0, steps, f_probe, f_steps, *clean ? "true" : "false");
     fflush(stdout);
     free(sec);
@@ -278,6 +281,7 @@ static int run(int argc, char **argv, hp_comm *world) {
         else if (!strcmp(argv[i], "--attempts") && i + 1 < argc) b.attempts = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-foreign") && i + 1 < argc) b.max_foreign = atof(argv[++i]);
         else if (!strcmp(argv[i], "--wait-quiet") && i + 1 < argc) b.wait = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--gemm-flops") && i + 1 < argc) b.gemm_flops = atof(argv[++i]);
         else if (!strcmp(argv[i], "--calibration") && i + 1 < argc) b.calpath = argv[++i];
         else if (!strcmp(argv[i], "--name") && i + 1 < argc) b.name = argv[++i];
         else if (!strcmp(argv[i], "--calibrate")) b.calibrate = true;

@@ -22,7 +22,7 @@ steps="${3:-20}"
 bench="$build/bench/bench_costmodel"
 work="$(mktemp -d "${TMPDIR:-/tmp}/hp-costmodel.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-ln -s "$root/data" "$work/data"
+ln -s "${HP_DATA_DIR:-$root/data}" "$work/data" # the corpus (data/kjv.txt)
 for c in dp tp fsdp; do
     sed -e 's/device_matrix: \[4\]/device_matrix: [2]/' "$root/examples/${c}4.yaml" > "$work/${c}2.yaml"
 done

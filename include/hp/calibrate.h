@@ -9,7 +9,10 @@
  *     if (hp_comm_rank(world) == 0) HP_CHECK(hp_calibration_save(path, cal));
  *
  * What it runs (each part is a small graph compiled into an hp_program, run once to warm up and then
- * `reps` times with profiling; a node's time is its median (or fastest, opts.stat) over the runs,
+ * `reps` times with profiling — where the ranks' threads outnumber the cores, each timed run
+ * repeats the program for 30 ms so that the scheduler shares the cores out as in a step, and the
+ * wall time is shared out over the nodes in proportion to their profiled times (time a rank spends
+ * descheduled counts); a node's time is its median (or fastest, opts.stat) over the timed runs,
  * averaged over the ranks;
  * with more than one rank the programs run node by node, as a program with collectives does, else
  * as one batch in the backend's thread team):
@@ -50,6 +53,9 @@ typedef struct hp_calibrate_opts {
     int reps;            /* timed runs per probe (>= 1) */
     hp_calibrate_stat stat; /* which figure of the runs a node's time is */
     double max_gemm;     /* the largest m*n*k probed (> 0) */
+    double gemm_flops;   /* FLOPs per GEMM probe program (> 0): that many products of the shape, up to
+                            256, each with operands of its own within 64 MiB (a step's GEMMs read
+                            matrices other nodes wrote, not the same cache-hot ones) */
     bool gemm, memory, attention, comm; /* which parts run (comm only with more than one rank) */
     /* Called on rank 0 before each part with a short description (may be NULL). */
     void (*progress)(void *user, const char *what);
@@ -57,6 +63,7 @@ typedef struct hp_calibrate_opts {
 } hp_calibrate_opts;
 #define HP_CALIBRATE_OPTS_DEFAULT                                                                  \
     ((hp_calibrate_opts){.reps = 5, .stat = HP_CALIBRATE_STAT_MEDIAN, .max_gemm = 1073741824.0,         \
+                         .gemm_flops = 512e6,                                                         \
                          .gemm = true, .memory = true,                                                \
                          .attention = true, .comm = true, .progress = NULL, .user = NULL})
 

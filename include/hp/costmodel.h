@@ -188,12 +188,14 @@ double hp_node_comm_seconds(const hp_graph *g, int i, const hp_machine_model *m)
 /* The predicted time of a node range, and where it goes (seconds). */
 typedef struct hp_step_prediction {
     double total_s;        /* until the compute stream and every queue are done */
-    double compute_s;      /* the compute stream's busy time (the sum of the classes below) */
+    double compute_s;      /* the kernels' time on the compute stream (the sum of the classes below) */
     double gemm_s, attention_s, memory_s; /* compute by kernel class */
     double dispatch_s;     /* the per-node dispatch the calibration's kernel times do not include (the
                               program runs in the other mode than the probe did); may be negative */
     double comm_s;         /* the queues' busy time (every collective's alpha-beta time) */
-    double exposed_comm_s; /* total_s - compute_s: time the compute stream waits for communication */
+    double comm_compute_s; /* the part of comm_s that also took the compute cores (comm_compute_share) */
+    double exposed_comm_s; /* total_s - compute_s - comm_compute_s: the compute stream waiting for
+                              communication */
     int n_nodes;           /* live nodes in the range */
     int n_comm;            /* asynchronous (queue) nodes among them */
     bool calibrated;       /* the model had a calibration */

@@ -338,7 +338,7 @@ hp_status hp_predict_nodes(const hp_graph *g, const hp_liveness *lv, int first, 
             out->n_comm++;
             /* what the progress thread takes from the compute cores (no spare core) */
             clock += share * d;
-            out->compute_s += share * d;
+            out->comm_compute_s += share * d;
             continue;
         }
         double d;
@@ -365,7 +365,8 @@ hp_status hp_predict_nodes(const hp_graph *g, const hp_liveness *lv, int first, 
     for (int k = 0; k < nq; k++)
         if (q[k].free_at > end) end = q[k].free_at;
     out->total_s = end;
-    out->exposed_comm_s = end - out->compute_s > 0 ? end - out->compute_s : 0.0;
+    double busy = out->compute_s + out->comm_compute_s;
+    out->exposed_comm_s = end - busy > 0 ? end - busy : 0.0;
     free(ready);
     return HP_STATUS_OK;
 }

@@ -78,8 +78,11 @@ bool hp_machine_key_equal(const hp_machine_key *a, const hp_machine_key *b) {
 }
 
 char *hp_machine_key_str(const hp_machine_key *k, char *buf, size_t n) {
-    snprintf(buf, n, "%s, %d cores, %d thread%s x %d rank%s per node", k->cpu, k->cores, k->threads,
-             k->threads == 1 ? "" : "s", k->ranks_per_node, k->ranks_per_node == 1 ? "" : "s");
+    char th[32];
+    if (k->threads > 0) snprintf(th, sizeof th, "%d thread%s", k->threads, k->threads == 1 ? "" : "s");
+    else snprintf(th, sizeof th, "any threads");
+    snprintf(buf, n, "%s, %d cores, %s x %d rank%s per node", k->cpu, k->cores, th, k->ranks_per_node,
+             k->ranks_per_node == 1 ? "" : "s");
     return buf;
 }
 

@@ -46,6 +46,7 @@ static void print_prediction(const hp_compiled *c, double flops, int64_t total, 
     const char *omp = getenv("OMP_NUM_THREADS");
     int threads = omp ? atoi(omp) : 0;
     if (st == HP_STATUS_OK) st = hp_machine_key_local(threads > 0 ? threads : 0, world, &key);
+    if (threads <= 0) key.threads = 0; /* any: mpirun's binding decides, which plan cannot see */
     if (st == HP_STATUS_OK) st = hp_calibration_load(path, &key, 0, cal);
     printf("\n== predicted step\n");
     hp_machine_model m = {.flops_per_s = PLAN_FLOPS_PER_S, .bytes_per_s = PLAN_NET_BYTES_PER_S, .cal = NULL};
@@ -69,14 +70,15 @@ static void print_prediction(const hp_compiled *c, double flops, int64_t total, 
     }
     printf("  model: calibrated (%s: %s, probed in %.0f s)\n", path, hp_machine_key_str(&cal->key, ks, sizeof ks),
            cal->probe_seconds);
-    printf("  compute %.3f s over %d nodes (%.2f GFLOP): GEMM %.3f s, attention %.3f s, memory-bound %.3f s%s",
-           p.compute_s, p.n_nodes, flops / 1e9, p.gemm_s, p.attention_s, p.memory_s,
-           p.by_node ? ", node-by-node dispatch " : "\n");
-    if (p.by_node) printf("%.3f s\n", p.dispatch_s);
+    printf("  compute %.3f s over %d nodes (%.2f GFLOP): GEMM %.3f s, attention %.3f s, memory-bound %.3f s\n",
+           p.compute_s, p.n_nodes, flops / 1e9, p.gemm_s, p.attention_s, p.memory_s);
+    if (p.dispatch_s != 0)
+        printf("  (of which %.3f s node dispatch: the program runs %s, the kernels were probed %s)\n", p.dispatch_s,
+               p.by_node ? "node by node" : "in a team", cal->by_node ? "node by node" : "in a team");
     if (p.n_comm)
         printf("  communication %.3f s on the queues for %d collective nodes (alpha-beta per operation and group "
-               "size); exposed %.3f s\n",
-               p.comm_s, p.n_comm, p.exposed_comm_s);
+               "size): %.3f s of it also on the compute cores, %.3f s exposed waiting\n",
+               p.comm_s, p.n_comm, p.comm_compute_s, p.exposed_comm_s);
     printf("  predicted step: %.3f s\n", p.total_s);
     if (p.n_comm)
         printf("  assumptions: collectives start in program order on their group's queue once their input is ready "

@@ -16,8 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-/* Work per probe run: enough nodes to time reliably, within these bounds. */
-#define GEMM_TARGET_FLOPS 64e6
+/* Bounds on the nodes of a GEMM probe (opts.gemm_flops sets how many). */
 #define GEMM_MAX_NODES 256
 #define GEMM_MAX_OUT_FLOATS (16 << 20)
 #define GEMM_MAX_IN_FLOATS (16 << 20)
@@ -77,11 +76,29 @@ static hp_status node_medians(const hp__probe *pr, const hp_graph *g, const hp_t
     HP_CHECK_GOTO(hp_program_run(p), st, out);
     for (int r = 0; r < reps; r++) {
         HP_CHECK_GOTO(hp__calib_barrier(pr), st, out);
-        HP_CHECK_GOTO(hp_program_run(p), st, out);
-        for (int i = 0; i < nn; i++) {
-            double last;
-            t[(size_t)i * reps + r] = hp_program_node_seconds(p, i, &last, NULL) ? last : -1.0;
-        }
+        /* Where ranks share the cores (4 ranks on 2), one short run of each rank would run alone
+         * while the others wait for a core: every rank runs for a window long enough for the
+         * scheduler to share the cores out, and the window's wall time is shared out over the nodes
+         * in proportion to their profiled times (a rank is descheduled between nodes as well as
+         * within them, and a step pays for both). */
+        double t0 = hp_now_seconds(), wall, sum = 0;
+        int runs = 0;
+        for (int i = 0; i < nn; i++) t[(size_t)i * reps + r] = -1.0;
+        do {
+            HP_CHECK_GOTO(hp_program_run(p), st, out);
+            runs++;
+            for (int i = 0; i < nn; i++) {
+                double last;
+                if (!hp_program_node_seconds(p, i, &last, NULL)) continue;
+                double *ti = &t[(size_t)i * reps + r];
+                *ti = (*ti < 0 ? 0 : *ti) + last;
+                sum += last;
+            }
+            wall = hp_now_seconds() - t0;
+        } while (wall < pr->window);
+        double scale = sum > 0 && wall > sum ? wall / sum : 1.0;
+        for (int i = 0; i < nn; i++)
+            if (t[(size_t)i * reps + r] >= 0) t[(size_t)i * reps + r] *= scale / runs;
     }
     for (int i = 0; i < nn; i++) {
         double *ti = t + (size_t)i * reps;
@@ -101,7 +118,7 @@ out:
 /* Per-node seconds of an (m, n, k) product: LINEAR nodes (trans_a 0) or A^T B MATMUL nodes. */
 static hp_status gemm_point(const hp__probe *pr, int ta, int64_t m, int64_t n, int64_t k, double *rate) {
     double flops = 2.0 * (double)m * (double)n * (double)k;
-    int nodes = (int)ceil(GEMM_TARGET_FLOPS / flops);
+    int nodes = (int)ceil(pr->o->gemm_flops / flops);
     int64_t cap = GEMM_MAX_OUT_FLOATS / (m * n);
     if (nodes > cap) nodes = (int)cap;
     if (nodes > GEMM_MAX_NODES) nodes = GEMM_MAX_NODES;
@@ -380,9 +397,11 @@ static hp_status probe_attention(const hp__probe *pr, hp_calibration *c) {
 /* ---------------------------------------------------------------- the probe */
 
 hp_status hp_calibrate(hp_comm *world, const hp_calibrate_opts *opts, hp_calibration *out) {
-    if (opts->reps < 1 || !(opts->max_gemm > 0) || opts->stat < 0 || opts->stat > HP_CALIBRATE_STAT_MIN)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "calibrate: reps %d must be >= 1, max_gemm %g > 0, stat %d 0 or 1",
-                        opts->reps, opts->max_gemm, (int)opts->stat);
+    if (opts->reps < 1 || !(opts->max_gemm > 0) || !(opts->gemm_flops > 0) || opts->stat < 0 ||
+        opts->stat > HP_CALIBRATE_STAT_MIN)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT,
+                        "calibrate: reps %d must be >= 1, max_gemm %g and gemm_flops %g > 0, stat %d 0 or 1", opts->reps,
+                        opts->max_gemm, opts->gemm_flops, (int)opts->stat);
     hp__probe pr = {.world = world, .o = opts, .size = world ? hp_comm_size(world) : 1};
     pr.by_node = pr.size > 1; /* a run on several ranks has collectives: its program runs node by node */
     pr.lead = !world || hp_comm_rank(world) == 0;
@@ -390,6 +409,7 @@ hp_status hp_calibrate(hp_comm *world, const hp_calibrate_opts *opts, hp_calibra
     hp_calibration_init(out);
     HP_CHECK(hp_machine_key_local(0, 0, &out->key));
     if (pr.size > 1 && out->key.ranks_per_node == 1) out->key.ranks_per_node = pr.size; /* one node assumed */
+    if (out->key.ranks_per_node * out->key.threads > out->key.cores) pr.window = 0.03; /* shared cores */
     if (opts->memory) HP_CHECK(probe_memory(&pr, out));
     if (opts->gemm) HP_CHECK(probe_gemm(&pr, out));
     if (opts->attention) HP_CHECK(probe_attention(&pr, out));

@@ -12,6 +12,8 @@ typedef struct hp__probe {
     int size;                    /* ranks */
     bool lead;                   /* rank 0: reports progress */
     bool by_node;                /* time kernels node by node (a multi-rank run's mode), else in a team */
+    double window;               /* seconds each timed run of a probe lasts at least (repeating the
+                                    program): > 0 where ranks share the cores */
 } hp__probe;
 
 /* Reports progress through opts.progress on rank 0. */

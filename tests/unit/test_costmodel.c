@@ -220,6 +220,9 @@ static void test_predict_overlap(void **state) {
     c->comm_compute_share = 1.0;
     assert_ok(hp_predict_nodes(g, NULL, 0, 4, &m, &p));
     assert_close(p.total_s, 1.1e-3 + 2.2e-3, 1e-9, 0);
+    assert_close(p.comm_compute_s, 1.1e-3, 1e-9, 0);
+    assert_close(p.compute_s, 2.2e-3, 1e-9, 0);
+    assert_close(p.exposed_comm_s, 0, 0, 1e-12);
     /* node-by-node dispatch beyond the team's, per compute node */
     c->comm_compute_share = 0;
     c->node_seconds = 1e-6;
@@ -316,6 +319,9 @@ static void test_cache_round_trip(void **state) {
     hp_xfer x = {.kind = HP_XFER_REDUCE_SCATTER, .group = 4, .bytes = 12345};
     assert_close(hp_xfer_seconds(&m2, &x), hp_xfer_seconds(&m1, &x), 1e-12, 0);
     remove(path);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tmp_path("sub"));
+    rmdir(dir);
     free(c);
     free(c2);
     free(r);
@@ -370,6 +376,9 @@ static void test_cache_rejects(void **state) {
     remove(path);
     assert_int_equal(hp_calibration_load(path, &c->key, 0, r), HP_STATUS_IO);
     hp_test_assert_error_contains(path);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tmp_path(""));
+    rmdir(dir);
     free(c);
     free(r);
 }
