@@ -95,6 +95,14 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
 hp_status hp_gpt_init_param(const hp_gpt_config *c, const char *name, uint64_t seed, int64_t first,
                             int64_t n, float *data);
 
+/*
+ * hp_gpt_init_param for the box [start, start + len) of a parameter of logical `shape` (a sharded
+ * parameter's block, hp_layout_slice_of): `data` receives prod(len) values, row-major over the box,
+ * each the value the whole tensor has at that index. Errors: hp_gpt_init_param's.
+ */
+hp_status hp_gpt_init_block(const hp_gpt_config *c, const char *name, uint64_t seed, const hp_shape *shape,
+                            const int64_t *start, const int64_t *len, float *data);
+
 /* Parameter count (elements), with the tied head counted once. */
 int64_t hp_gpt_n_params(const hp_gpt_config *c);
 

@@ -107,7 +107,7 @@ static hp_status reqs_room(hp_pipeline *pp, pp_reqs *q) {
  * receive into it. Every pair of ranks moves at most one block per (kind, stage, micro-batch). */
 static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int tag, pp_reqs *q) {
     HP_CHECK(reqs_room(pp, q));
-    int d = pp->grp_size[peer];
+    int d = pp->grp_dp[peer], tp = pp->grp_tp[peer], mine = pp->grp_tp[pp->rank];
     size_t row = (size_t)pp->seq * (size_t)pp->model.width;
     for (int j = 0; j < d; j++) {
         int a0, a1;
@@ -116,12 +116,15 @@ static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int 
         if (lo >= hi) continue;
         float *at = buf + (size_t)(lo - pp->row0) * row;
         size_t count = (size_t)(hi - lo) * row;
-        int to = pp->grp_ranks[pp->grp_off[peer] + j];
-        hp_comm_request **r = &q->r[q->n];
-        HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, to, tag, r)
-                      : hp_comm_irecv(pp->comm, at, count, HP_DTYPE_F32, to, tag, r));
-        q->n++;
-        if (send) pp->stats.bytes_sent += (int64_t)(count * sizeof(float));
+        /* model-parallel rank i of the receiving group takes the rows from rank i mod t of the sending one */
+        for (int i = send ? pp->tpi : pp->tpi % tp; i < tp; i += send ? mine : tp) {
+            int other = pp->grp_ranks[pp->grp_off[peer] + j * tp + i];
+            hp_comm_request **r = &q->r[q->n];
+            HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, other, tag, r)
+                          : hp_comm_irecv(pp->comm, at, count, HP_DTYPE_F32, other, tag, r));
+            q->n++;
+            if (send) pp->stats.bytes_sent += (int64_t)(count * sizeof(float));
+        }
     }
     return HP_STATUS_OK;
 }
@@ -339,7 +342,8 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     pp->stats.step_seconds += hp_now_seconds() - t_start; /* the schedule, before the gradient reductions */
     pp->stats.steps++;
     HP_CHECK(reduce_gradients(pp));
-    float mine = (float)(loss_sum / pp->m), total = 0; /* only the last stage's ranks have a loss */
+    /* only the last stage's ranks have a loss; model-parallel rank 0 counts it */
+    float mine = pp->tpi == 0 ? (float)(loss_sum / pp->m) : 0.0f, total = 0;
     double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
     if (pp->trace) trace_all_reduce(pp, 4, t0, sizeof(float));

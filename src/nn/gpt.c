@@ -153,6 +153,25 @@ hp_status hp_gpt_init_param(const hp_gpt_config *c, const char *name, uint64_t s
     return HP_STATUS_OK;
 }
 
+hp_status hp_gpt_init_block(const hp_gpt_config *c, const char *name, uint64_t seed, const hp_shape *shape,
+                            const int64_t *start, const int64_t *len, float *data) {
+    int nd = shape->ndim;
+    int64_t gstride[HP_MAX_DIMS], idx[HP_MAX_DIMS] = {0};
+    hp_shape_strides(shape, gstride);
+    int64_t rows = 1, inner = nd ? len[nd - 1] : 1;
+    for (int d = 0; d < nd - 1; d++) rows *= len[d];
+    for (int64_t r = 0; r < rows && inner > 0; r++) { /* one run of the innermost dim at a time */
+        int64_t flat = nd ? start[nd - 1] : 0, rem = r;
+        for (int d = nd - 2; d >= 0; d--) {
+            idx[d] = rem % len[d];
+            rem /= len[d];
+        }
+        for (int d = 0; d < nd - 1; d++) flat += (start[d] + idx[d]) * gstride[d];
+        HP_CHECK(hp_gpt_init_param(c, name, seed, flat, inner, data + r * inner));
+    }
+    return HP_STATUS_OK;
+}
+
 int64_t hp_gpt_n_params(const hp_gpt_config *c) {
     int64_t C = c->width, V = c->vocab, L = c->layers;
     int64_t block = 2 * C + 4 * (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);

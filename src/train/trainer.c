@@ -101,27 +101,14 @@ static hp_status init_params(hp_trainer *t) {
         const hp_tensor *x = hp_graph_tensor(pr->lg, p);
         hp_store_entry_info e;
         HP_CHECK(hp_store_info(t->store, x->name, &e));
-        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], gstride[HP_MAX_DIMS], idx[HP_MAX_DIMS] = {0};
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
         HP_CHECK(hp_layout_slice_of(&e.layout, t->mesh, &e.shape, t->index, start, len));
-        hp_shape_strides(&x->shape, gstride);
         float *dst = malloc(e.bytes + 4);
         if (!dst) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory initialising '%s'", x->name);
-        int nd = x->shape.ndim;
-        int64_t rows = 1, inner = nd ? len[nd - 1] : 1;
-        for (int d = 0; d < nd - 1; d++) rows *= len[d];
-        for (int64_t r = 0; r < rows && inner > 0; r++) {
-            int64_t flat = 0, rem = r;
-            for (int d = nd - 2; d >= 0; d--) {
-                idx[d] = rem % len[d];
-                rem /= len[d];
-            }
-            for (int d = 0; d < nd - 1; d++) flat += (start[d] + idx[d]) * gstride[d];
-            if (nd) flat += start[nd - 1];
-            hp_status st = hp_gpt_init_param(&t->gcfg, x->name, (uint64_t)t->cfg.train.seed, flat, inner, dst + r * inner);
-            if (st != HP_STATUS_OK) {
-                free(dst);
-                return st;
-            }
+        hp_status ist = hp_gpt_init_block(&t->gcfg, x->name, (uint64_t)t->cfg.train.seed, &x->shape, start, len, dst);
+        if (ist != HP_STATUS_OK) {
+            free(dst);
+            return ist;
         }
         hp_status st = hp_store_write(t->store, x->name, dst, e.bytes);
         free(dst);

@@ -1,4 +1,4 @@
-/* ranks: 2 4 */
+/* ranks: 2 4 8 */
 /*
  * `hp train` with `groups:` and `pipeline:` (the trainer's pipeline mode, src/train/trainer_pipe.c)
  * over real MPI processes: for every schedule, one stage per rank, the 50-step loss trajectory
@@ -23,6 +23,14 @@
 /* The run config: no groups (schedule NULL), or p one-rank stages under `schedule` with m
  * micro-batches; `layers` blocks split as evenly as the config's auto split does. */
 static const int *g_gsize; /* stage group sizes of the configs load() makes (NULL: one rank each) */
+static const int *g_tp;    /* each stage group's tensor-parallel size (NULL: 1; the rest of a group is dp) */
+
+/* Megatron-LM's column- then row-parallel linears over the group's "tp" axis. */
+static const char *const TP_RULES =
+    "strategy: {params: [{match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}, "
+    "{match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}, {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}, "
+    "{match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}, {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}, "
+    "{match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}]}";
 
 static hp_status load(const char *schedule, int p, int m, int layers, bool tied, const char *ckdir, hp_run_config *cfg) {
     char corpus[1024], text[8192];
@@ -38,9 +46,17 @@ static hp_status load(const char *schedule, int p, int m, int layers, bool tied,
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "pipeline: {schedule: %s, micro_batches: %d, split: auto}\ngroups:\n", schedule, m);
         for (int s = 0; s < p; s++) {
-            int d = g_gsize ? g_gsize[s] : 1;
+            int d = g_gsize ? g_gsize[s] : 1, tp = g_tp ? g_tp[s] : 1;
             if (d == 1)
                 off += snprintf(text + off, sizeof text - (size_t)off, "  stage%d: {ranks: 1}\n", s);
+            else if (tp > 1 && d == tp)
+                off += snprintf(text + off, sizeof text - (size_t)off,
+                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d], alias_name: [tp]}, %s}\n", s, d, d,
+                                TP_RULES);
+            else if (tp > 1)
+                off += snprintf(text + off, sizeof text - (size_t)off,
+                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d, %d], alias_name: [dp, tp]}, %s}\n", s,
+                                d, d / tp, tp, TP_RULES);
             else
                 off += snprintf(text + off, sizeof text - (size_t)off,
                                 "  stage%d: {ranks: %d, mesh: {device_matrix: [%d], alias_name: [dp]}}\n", s, d, d);
@@ -164,6 +180,7 @@ int main(int argc, char **argv) {
     g_rank = hp_comm_rank(world);
     int p = hp_comm_size(world);
     double ref_loss[STEPS], ref_gn[STEPS], ref_val = 0;
+    if (p == 8) goto eight;
     /* 2p layers: one per virtual stage of the two-chunk schedules, two per stage otherwise */
     reference(2 * p, false, ref_loss, ref_gn, &ref_val);
     const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"};
@@ -174,15 +191,32 @@ int main(int argc, char **argv) {
     check_schedule(world, "1f1b", 8, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_schedule(world, "gpipe", p == 4 ? 2 : 1, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_resume(world);
-    if (p == 4) { /* stages over several ranks: pp2 x dp2, and 3 stages on 1, 2 and 1 ranks */
-        static const int two[] = {2, 2, 0}, uneq[] = {1, 2, 1, 0};
+    if (p == 4) { /* stages over several ranks: pp2 x dp2, pp2 x tp2, and 3 stages on 1, 2 and 1 ranks */
+        static const int two[] = {2, 2, 0}, uneq[] = {1, 2, 1, 0}, tp_two[] = {2, 2}, tp_one[] = {1, 2};
         reference(4, false, ref_loss, ref_gn, &ref_val);
         g_gsize = two;
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         check_schedule(world, "zb-v", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_two; /* pp2 x tp2 */
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_one; /* a dp2 stage handing over to a tp2 stage */
+        check_schedule(world, "gpipe", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = NULL;
         g_gsize = uneq;
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         g_gsize = NULL;
+    }
+eight:
+    if (p == 8) { /* pp2 x dp2 x tp2; a tied head split alike on both ends */
+        static const int four[] = {4, 4, 0}, tp_two[] = {2, 2};
+        reference(4, false, ref_loss, ref_gn, &ref_val);
+        g_gsize = four;
+        g_tp = tp_two;
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        reference(4, true, ref_loss, ref_gn, &ref_val);
+        check_schedule(world, "zb-v", 4, 4, true, ref_loss, ref_gn, ref_val);
+        g_gsize = NULL, g_tp = NULL;
     }
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
