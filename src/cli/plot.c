@@ -7,8 +7,8 @@
  * directory when two names collide).
  *
  * Input lines are JSON objects with "step" and any of "loss", "val_loss", "lr", "tokens_per_s"
- * (other fields are ignored; a field that is missing, null or not a number leaves a gap in that
- * series only). A resumed run appends to its file, so a step that is not after the previous line's
+ * (other fields are ignored; a field that is missing, null or not a number is left out of that
+ * series only, whose line then joins the points either side). A resumed run appends to its file, so a step that is not after the previous line's
  * starts the run again from there: the points at and after it are replaced by the new ones.
  * Blank lines are skipped; a line that is not JSON is an error naming the file and line.
  * Long runs: a series with more points than 2 per pixel column keeps each column's first, lowest,
@@ -86,8 +86,9 @@ static bool load(run *r, const char *path) {
         cJSON *o = cJSON_Parse(line);
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
         if (!cJSON_IsObject(o) || !cJSON_IsNumber(step) || !isfinite(step->valuedouble)) {
+            int show = (int)strcspn(p, "\r\n");
             fprintf(stderr, "hp: error: plot: %s:%d is not a metrics line (a JSON object with a numeric \"step\", as "
-                    "hp train --metrics writes): %.60s%s\n", path, lineno, p, strlen(p) > 60 ? "..." : "");
+                    "hp train --metrics writes): %.*s%s\n", path, lineno, show > 60 ? 60 : show, p, show > 60 ? "..." : "");
             cJSON_Delete(o);
             ok = false;
             break;
@@ -233,7 +234,7 @@ static void draw_panel(FILE *f, const panel *p, run *runs, int nr, double xmin, 
                 p->x - 4, y, p->x, y, p->x - 7, y + 4, buf);
     }
     /* grid and ticks: x */
-    double xs = nice_step(xmax - xmin, p->w > 500 ? 10 : 5);
+    double xs = fmax(1, nice_step(xmax - xmin, p->w > 500 ? 10 : 5)); /* steps are whole numbers */
     for (double v = ceil(xmin / xs) * xs; v <= xmax + 1e-9 * xs; v += xs) {
         double x = p->x + (v - xmin) / (xmax - xmin) * p->w;
         fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", x, p->y, x, p->y + p->h);
@@ -267,12 +268,19 @@ static void draw_panel(FILE *f, const panel *p, run *runs, int nr, double xmin, 
             fprintf(f, "\"><title>");
             xml_text(f, runs[r].label);
             fprintf(f, ": %s, %d points</title></polyline>\n", series_name[w], s->n);
-            if (val && s->n <= 200)
-                for (int i = 0; i < s->n; i++)
-                    fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"><title>step %g: val loss %.4f</title>"
-                               "</circle>\n", p->x + (s->x[i] - xmin) * sx, oy - s->y[i] * sy, color, s->x[i], s->y[i]);
         }
-    fputs("</g>\n</g>\n", f);
+    fputs("</g>\n", f);
+    /* a dot per evaluation, outside the clip (a dot on the frame stays whole) */
+    for (int r = 0; r < nr; r++)
+        for (int k = 0; k < p->n_which; k++) {
+            const series *s = &runs[r].s[p->which[k]];
+            if (p->which[k] != S_VAL || s->n > 200) continue;
+            for (int i = 0; i < s->n; i++)
+                fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"><title>step %g: val loss %.4f</title>"
+                           "</circle>\n", p->x + (s->x[i] - xmin) * sx, oy - s->y[i] * sy, palette[r % N_COLORS],
+                        s->x[i], s->y[i]);
+        }
+    fputs("</g>\n", f);
 }
 
 static void draw(FILE *f, run *runs, int nr, double width) {
