@@ -73,6 +73,20 @@ cp y/metrics.jsonl run-b.jsonl
 "$hp" plot run-b.jsonl -o one.svg 2> /dev/null || fail "hp plot of one file failed"
 xmllint --noout one.svg && [[ "$(xmllint --xpath "count(//*[@data-run='run-b'])" one.svg)" == 3 ]] || fail "one.svg"
 
+# a long run: 100000 steps draw as at most 4 points per pixel column, keeping the extremes
+awk 'BEGIN { for (s = 1; s <= 100000; s++) printf "{\"step\": %d, \"loss\": %.4f, \"lr\": 1e-3, \"tokens_per_s\": %d}\n", s, (s == 50000 ? 9.5 : 2 + 1 / s), 1000 + s % 7 }' > long.jsonl
+"$hp" plot long.jsonl -o long.svg 2> /dev/null || fail "hp plot of 100000 steps failed"
+xmllint --noout long.svg || fail "long.svg is not well-formed"
+pts="$(xmllint --xpath "string(//*[local-name()='polyline'][@data-series='train_loss']/@points)" long.svg)"
+n="$(wc -w <<<"$pts")"
+(( n > 500 && n <= 4 * 1000 )) || fail "100000 steps drawn with $n points (want at most 4 per column)"
+# the spike at step 50000 (loss 9.5, the top of the axis) survives the thinning: some point sits
+# at the plot area's top margin (5% of the range below its top edge)
+top="$(tr ' ' '\n' <<<"$pts" | awk -F, 'NF == 2 { if (min == "" || $2 < min) min = $2 } END { print min }')"
+[[ -n "$top" ]] && awk -v t="$top" 'BEGIN { exit !(t < 150) }' || fail "the loss spike was thinned away (highest point y=$top)"
+(( $(stat -c %s long.svg) < 400000 )) || fail "long.svg is $(stat -c %s long.svg) bytes"
+echo "ok: 100000 steps drawn with $n points, $(stat -c %s long.svg) bytes"
+
 bad() {
     local what="$1" want="$2" needle="$3" out rc
     shift 3
