@@ -63,5 +63,6 @@
 #include "hp/checkpoint.h"
 #include "hp/run_dir.h"
 #include "hp/fit.h"
+#include "hp/eval.h"
 
 #endif /* HP_HP_H */

@@ -323,6 +323,13 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
     return HP_STATUS_OK;
 }
 
+void hp_trainer_val_coverage(const hp_trainer *t, hp_val_coverage *c) {
+    int64_t W = hp_loader_val_windows(t->loader), n = t->cfg.train.eval_batches * t->cfg.train.batch;
+    c->windows = n < W ? n : W;
+    c->tokens = c->windows * t->cfg.model.context;
+    c->fraction = (double)c->tokens / (double)(hp_loader_val_tokens(t->loader) - 1);
+}
+
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
     /* NULL for a tensor HyperOffload keeps on disk: it has no address in memory; also NULL when a
      * deferred optimizer update that writes it failed (the error is the thread's last) */

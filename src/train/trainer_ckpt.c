@@ -278,3 +278,5 @@ out:
     hp_checkpoint_state_free(&s);
     return st;
 }
+
+hp_status hp__ckpt_check_paths(const char *path, const char *step_dir) { return check_paths(path, step_dir); }

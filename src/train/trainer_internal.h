@@ -85,6 +85,10 @@ hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m);
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m);
 
+/* trainer_ckpt.c: a checkpoint path is a directory and its step directory (NULL: not checked yet)
+ * holds only regular files (stat before open); HP_STATUS_INVALID_ARGUMENT / HP_STATUS_CORRUPT. */
+hp_status hp__ckpt_check_paths(const char *path, const char *step_dir);
+
 /* Samples one token id from logits (V) with temperature and top-k; deterministic in (key, counter). */
 hp_status hp__sample_logits(const float *logits, int V, float temp, int top_k, uint64_t key, uint64_t counter,
                             int *out);
