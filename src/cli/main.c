@@ -64,6 +64,10 @@ static void usage(FILE *f) {
             "                       rank and stream, spans coloured by kind (F, B, W, optimizer,\n"
             "                       collective, send/recv, copy, wait), a time axis in ms; --step N\n"
             "                       zooms on training step N, --from/--to on a window\n"
+            "  data prepare CORPUS... --tokenizer T -o DIR [--shard-tokens N] [--threads N] [--val-fraction F]\n"
+            "                       tokenize text files and JSONL ({\"text\": ...} per line) into token\n"
+            "                       shards for data.shards (the held-out tail of the input is the\n"
+            "                       validation split); `data verify DIR` checks a shard set\n"
             "  help                 this text\n");
 }
 
@@ -178,6 +182,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return hp_cli_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace-view")) return hp_cli_trace_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "calibrate")) return hp_cli_calibrate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "data")) return hp_cli_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
