@@ -154,6 +154,8 @@ typedef struct hp_model_config {
 
 typedef struct hp_data_config {
     char corpus[HP_CONFIG_STR_MAX]; /* UTF-8 text file; relative to the working directory */
+    char shards[HP_CONFIG_STR_MAX]; /* a shard set (`hp data prepare`, hp/shards.h): when not "", the
+                                       data instead of corpus, with its own validation split */
     double val_fraction;            /* held-out tail of the corpus, in (0, 1) */
 } hp_data_config;
 
