@@ -144,6 +144,21 @@ static void scatter_batch(hp_trainer *t, const hp_trainer_prog *pr) {
     }
 }
 
+/* The global rows [*r0, *r1) of the (B, T) batch that this rank's blocks of the tokens and targets
+ * cover: a data-parallel rank reads only its own rows from the loader. */
+static void batch_rows(const hp_trainer *t, const hp_trainer_prog *pr, int64_t *r0, int64_t *r1) {
+    hp_tid ids[2] = {pr->gpt.tokens, pr->gpt.targets};
+    *r0 = t->cfg.train.batch, *r1 = 0;
+    for (int k = 0; k < 2; k++) {
+        int64_t start[2], len[2];
+        hp__prog_slice(t, pr, ids[k], start, len);
+        if (len[0] <= 0) continue;
+        if (start[0] < *r0) *r0 = start[0];
+        if (start[0] + len[0] > *r1) *r1 = start[0] + len[0];
+    }
+    if (*r1 < *r0) *r0 = *r1 = 0;
+}
+
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out) { return hp_trainer_new_dist(cfg, NULL, out); }
 
 hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_trainer **out) {
@@ -267,7 +282,9 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     }
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
-    HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
+    int64_t r0, r1, T = t->cfg.model.context;
+    batch_rows(t, pr, &r0, &r1);
+    HP_CHECK(hp_loader_batch_rows(t->loader, s, r0, r1, t->tok_buf + r0 * T, t->tgt_buf + r0 * T));
     scatter_batch(t, pr);
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
     *(float *)hp__prog_data(pr, pr->step.lr) = (float)lr;
