@@ -42,7 +42,7 @@ hp_status hp__split_writer_finish(hp__split_writer *w);
 /* Removes the open shard's temporary file and frees the entries (the closed shards stay). */
 void hp__split_writer_free(hp__split_writer *w);
 
-/* Makes `dir` (one level; an existing directory is fine) and refuses one that holds index.json. */
+/* Makes `dir` and its missing parents (an existing directory is fine); refuses one holding index.json. */
 hp_status hp__shards_dir_prepare(const char *dir);
 /* Writes dir/index.json atomically from the two split writers (finished). */
 hp_status hp__shards_write_index(const char *dir, const char *tokenizer_spec, const char *tokenizer_source,

@@ -88,8 +88,25 @@ hp_status hp__shards_dir_prepare(const char *dir) {
     struct stat sb;
     if (stat(dir, &sb) == 0) {
         if (!S_ISDIR(sb.st_mode)) return hp_error(HP_STATUS_IO, "output '%s' exists and is not a directory", dir);
-    } else if (mkdir(dir, 0777) != 0) {
-        return hp_error(HP_STATUS_IO, "cannot create the output directory '%s': %s", dir, strerror(errno));
+    } else {
+        /* mkdir -p: every missing component in turn */
+        char *p = strdup(dir);
+        if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory");
+        for (char *q = p + 1;; q++) {
+            if (*q != '/' && *q != 0) continue;
+            char c = *q;
+            *q = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                hp_status st = hp_error(HP_STATUS_IO, "cannot create the output directory '%s': %s", p, strerror(errno));
+                free(p);
+                return st;
+            }
+            *q = c;
+            if (!c) break;
+        }
+        free(p);
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return hp_error(HP_STATUS_IO, "cannot create the output directory '%s'", dir);
     }
     char *idx = join(dir, HP_SHARDS_INDEX);
     if (!idx) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory");
