@@ -351,7 +351,49 @@ static void test_trainer_on_shards_resumes(void **state) {
     assert_int_equal(hp_trainer_steps_done(t), 3);
     hp_test_run_steps(t, 3, tail);
     for (int i = 0; i < 3; i++) assert_close(tail[i], full[3 + i], 1e-6, 0);
+    /* sampling through the set's tokenizer ("bytes") is the byte-level sampler's text exactly */
+    char *a = NULL, *g = NULL;
+    assert_ok(hp_trainer_sample(t, "And God said", 24, 0.8f, 20, 5, &a));
+    assert_ok(hp_trainer_save(t, NULL, 0));
+    assert_ok(hp_generate_from_checkpoint(ck, "And God said", 24, 0.8f, 20, 5, &g));
+    assert_int_equal(strncmp(a, "And God said", 12), 0);
+    assert_int_equal(strlen(a), 12 + 24);
+    assert_string_equal(a, g);
+    free(a);
+    free(g);
     hp_trainer_free(t);
+}
+
+static void test_tokenizer_files_copy(void **state) {
+    (void)state;
+    char out[512], spec[64], src[512];
+    snprintf(out, sizeof out, "%s", path("tokcopy"));
+    assert_int_equal(mkdir(out, 0777), 0);
+    assert_ok(hp_tokenizer_files_copy("bytes", out, spec, sizeof spec));
+    assert_string_equal(spec, "bytes");
+    write_text(path("my-tokenizer.json"), "{\"model\": {\"type\": \"BPE\"}}");
+    snprintf(src, sizeof src, "%s", path("my-tokenizer.json"));
+    assert_ok(hp_tokenizer_files_copy(src, out, spec, sizeof spec));
+    assert_string_equal(spec, "tokenizer.json");
+    FILE *f = fopen(path("tokcopy/tokenizer.json"), "rb");
+    assert_non_null(f);
+    char buf[64] = {0};
+    assert_true(fread(buf, 1, sizeof buf - 1, f) > 0);
+    fclose(f);
+    assert_string_equal(buf, "{\"model\": {\"type\": \"BPE\"}}");
+    /* a GPT-2 directory: encoder.json + vocab.bpe, loaded as the directory "." */
+    snprintf(src, sizeof src, "%s", path("gpt2"));
+    assert_int_equal(mkdir(src, 0777), 0);
+    write_text(path("gpt2/encoder.json"), "{}");
+    write_text(path("gpt2/vocab.bpe"), "#version: 0.2\n");
+    snprintf(out, sizeof out, "%s", path("tokcopy2"));
+    assert_int_equal(mkdir(out, 0777), 0);
+    assert_ok(hp_tokenizer_files_copy(src, out, spec, sizeof spec));
+    assert_string_equal(spec, ".");
+    assert_int_equal(access(path("tokcopy2/vocab.bpe"), R_OK), 0);
+    assert_int_equal(access(path("tokcopy2/encoder.json"), R_OK), 0);
+    assert_int_equal(hp_tokenizer_files_copy(path("nowhere"), out, spec, sizeof spec), HP_STATUS_IO);
+    hp_test_assert_error_contains("nowhere");
 }
 
 int main(void) {
@@ -363,6 +405,7 @@ int main(void) {
         cmocka_unit_test(test_prepare_text_and_jsonl),
         cmocka_unit_test(test_trainer_checks_vocab),
         cmocka_unit_test(test_trainer_on_shards_resumes),
+        cmocka_unit_test(test_tokenizer_files_copy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
