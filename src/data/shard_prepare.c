@@ -134,6 +134,7 @@ static hp_status next_text(reader *r, chunk *c, bool *done) {
         if (cut == have && !eof) cut = lim; /* no boundary after it here: cut at the point itself */
         cross = true;
     } else if (!eof) {
+        cut = have - 1; /* a cut at `have` would need the byte after it, not read yet */
         while (cut > 0 && !safe_cut(r->carry, cut)) cut--;
         if (cut == 0) cut = have; /* no boundary in a whole chunk: cut at its end */
     }
