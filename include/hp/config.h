@@ -119,8 +119,8 @@
  * reads it instead of data.corpus (and val_fraction, which the set fixed when it was prepared), and
  * hp_trainer_new refuses a model.vocab below the set's vocabulary (HP_STATUS_CONFIG, naming both).
  *
- * Relative paths (data.corpus, data.shards, train.checkpoint_dir) are kept as written and resolve relative to
- * the CURRENT WORKING DIRECTORY of the process, not to the config file's folder.
+ * Relative paths (data.corpus, data.shards, train.checkpoint_dir) are kept as written and resolve
+ * relative to the CURRENT WORKING DIRECTORY of the process, not to the config file's folder.
  *
  * Errors (all HP_STATUS_CONFIG except I/O) name the file, and the line and column of the value
  * whenever the value came from a file: malformed YAML ("run.yaml:3:7: malformed YAML: ..."),
