@@ -12,7 +12,7 @@
  * Schema (every key optional; the value shown is the default):
  *
  *     model:    {vocab: 256, context: 256, layers: 4, heads: 4, width: 256, tied_head: false, dropout: 0.0}
- *     data:     {corpus: data/kjv.txt, val_fraction: 0.05}
+ *     data:     {corpus: data/kjv.txt, val_fraction: 0.05, shards: ""}
  *     train:    {steps: 1000, batch: 8, seed: 1, log_every: 10, eval_every: 100, eval_batches: 8,
  *                checkpoint_dir: runs/kjv, checkpoint_every: 200, sample_every: 0, sample_tokens: 200,
  *                sample_prompt: "And God said", threads: 0, skip_nonfinite: 0, comm_timeout: 600}
@@ -115,8 +115,12 @@
  * peak and final learning rates of warmup (linear, `warmup` steps) then cosine decay; grad_clip is a
  * global-norm clip (0 turns it off).
  *
- * Relative paths (data.corpus, train.checkpoint_dir) are kept as written and resolve relative to
- * the CURRENT WORKING DIRECTORY of the process, not to the config file's folder.
+ * data.shards names a shard set made by `hp data prepare` (hp/shards.h); when it is not empty the run
+ * reads it instead of data.corpus (and val_fraction, which the set fixed when it was prepared), and
+ * hp_trainer_new refuses a model.vocab below the set's vocabulary (HP_STATUS_CONFIG, naming both).
+ *
+ * Relative paths (data.corpus, data.shards, train.checkpoint_dir) are kept as written and resolve
+ * relative to the CURRENT WORKING DIRECTORY of the process, not to the config file's folder.
  *
  * Errors (all HP_STATUS_CONFIG except I/O) name the file, and the line and column of the value
  * whenever the value came from a file: malformed YAML ("run.yaml:3:7: malformed YAML: ..."),
@@ -154,6 +158,8 @@ typedef struct hp_model_config {
 
 typedef struct hp_data_config {
     char corpus[HP_CONFIG_STR_MAX]; /* UTF-8 text file; relative to the working directory */
+    char shards[HP_CONFIG_STR_MAX]; /* a shard set (`hp data prepare`, hp/shards.h): when not "", the
+                                       data instead of corpus, with its own validation split */
     double val_fraction;            /* held-out tail of the corpus, in (0, 1) */
 } hp_data_config;
 

@@ -59,6 +59,8 @@
 #include "hp/nn.h"
 #include "hp/train.h"
 #include "hp/data.h"
+#include "hp/tokenizer.h"
+#include "hp/shards.h"
 #include "hp/safetensors.h"
 #include "hp/checkpoint.h"
 #include "hp/run_dir.h"

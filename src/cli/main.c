@@ -71,6 +71,10 @@ static void usage(FILE *f) {
             "                       rank and stream, spans coloured by kind (F, B, W, optimizer,\n"
             "                       collective, send/recv, copy, wait), a time axis in ms; --step N\n"
             "                       zooms on training step N, --from/--to on a window\n"
+            "  data prepare CORPUS... --tokenizer T -o DIR [--shard-tokens N] [--threads N] [--val-fraction F]\n"
+            "                       tokenize text files and JSONL ({\"text\": ...} per line) into token\n"
+            "                       shards for data.shards (the held-out tail of the input is the\n"
+            "                       validation split); `data verify DIR` checks a shard set\n"
             "  help                 this text\n");
 }
 
@@ -187,6 +191,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "calibrate")) return hp_cli_calibrate(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return hp_cli_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return hp_cli_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "data")) return hp_cli_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

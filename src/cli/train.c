@@ -225,7 +225,8 @@ int hp_cli_train(int argc, char **argv) {
             "data: %s | unigram entropy %.3f nats/token\n",
             (long long)cfg.model.layers, (long long)cfg.model.heads, (long long)cfg.model.width,
             (long long)cfg.model.context, (long long)cfg.model.vocab, (long long)cfg.train.batch,
-            (long long)cfg.train.steps, hp_backend_cpu_threads(), cfg.data.corpus, hp_trainer_unigram_entropy(t));
+            (long long)cfg.train.steps, hp_backend_cpu_threads(), cfg.data.shards[0] ? cfg.data.shards : cfg.data.corpus,
+            hp_trainer_unigram_entropy(t));
     if (lead && cfg.groups.present) {
         fprintf(stderr, "pipeline: %s over %d stages, %lld micro-batches of %lld rows, %lld chunk%s per stage\n",
                 hp_pipeline_schedule_name(cfg.pipeline.schedule), cfg.groups.n_stages,

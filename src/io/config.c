@@ -34,7 +34,8 @@ static const field model_fields[] = {
     INT(hp_model_config, heads, 1, I32),   INT(hp_model_config, width, 1, I32),   FLD(hp_model_config, tied_head, F_BOOL),
     FLD(hp_model_config, dropout, F_DOUBLE),
 };
-static const field data_fields[] = {FLD(hp_data_config, corpus, F_STR), FLD(hp_data_config, val_fraction, F_DOUBLE)};
+static const field data_fields[] = {FLD(hp_data_config, corpus, F_STR), FLD(hp_data_config, val_fraction, F_DOUBLE),
+                                    FLD(hp_data_config, shards, F_STR)};
 static const field train_fields[] = {
     INT(hp_train_config, steps, 1, BIG),         INT(hp_train_config, batch, 1, I32),
     INT(hp_train_config, seed, 0, BIG),          INT(hp_train_config, log_every, 0, BIG),

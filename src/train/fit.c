@@ -204,7 +204,8 @@ hp_status hp_run_memory_estimate(const hp_run_config *cfg, int world_size, int r
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "memory estimate: rank %d is not a rank of %d", rank, world_size);
     HP_CHECK(cfg->groups.present ? estimate_pipeline(cfg, world_size, rank, out) : estimate_spmd(cfg, world_size, out));
     struct stat sb;
-    if (stat(cfg->data.corpus, &sb) == 0 && S_ISREG(sb.st_mode)) out->corpus = (uint64_t)sb.st_size;
+    /* a shard set is memory-mapped and read window by window: nothing of it stays resident */
+    if (!cfg->data.shards[0] && stat(cfg->data.corpus, &sb) == 0 && S_ISREG(sb.st_mode)) out->corpus = (uint64_t)sb.st_size;
     out->ram = out->fast + out->host + out->corpus;
     return HP_STATUS_OK;
 }

@@ -131,6 +131,21 @@ static void scatter_batch(hp_trainer *t, const hp_trainer_prog *pr) {
     }
 }
 
+/* The global rows [*r0, *r1) of the (B, T) batch that this rank's blocks of the tokens and targets
+ * cover: a data-parallel rank reads only its own rows from the loader. */
+static void batch_rows(const hp_trainer *t, const hp_trainer_prog *pr, int64_t *r0, int64_t *r1) {
+    hp_tid ids[2] = {pr->gpt.tokens, pr->gpt.targets};
+    *r0 = t->cfg.train.batch, *r1 = 0;
+    for (int k = 0; k < 2; k++) {
+        int64_t start[2], len[2];
+        hp__prog_slice(t, pr, ids[k], start, len);
+        if (len[0] <= 0) continue;
+        if (start[0] < *r0) *r0 = start[0];
+        if (start[0] + len[0] > *r1) *r1 = start[0] + len[0];
+    }
+    if (*r1 < *r0) *r0 = *r1 = 0;
+}
+
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out) { return hp_trainer_new_dist(cfg, NULL, out); }
 
 hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_trainer **out) {
@@ -169,13 +184,7 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         st = hp_error(HP_STATUS_INVALID_ARGUMENT, "rank %d is not in the strategy's mesh", hp_comm_rank(t->world));
         goto fail;
     }
-    HP_CHECK_GOTO(hp_corpus_load(cfg->data.corpus, &t->corpus), st, fail);
-    hp_loader_options lo = hp_loader_options_default();
-    lo.batch = cfg->train.batch;
-    lo.context = cfg->model.context;
-    lo.val_fraction = cfg->data.val_fraction;
-    lo.seed = (uint64_t)cfg->train.seed;
-    HP_CHECK_GOTO(hp_loader_new(t->corpus, &lo, &t->loader), st, fail);
+    HP_CHECK_GOTO(hp__trainer_data_new(t), st, fail); /* before any graph: checks the vocabulary */
     size_t bt = (size_t)(cfg->train.batch * cfg->model.context);
     t->tok_buf = malloc(bt * sizeof *t->tok_buf);
     t->tgt_buf = malloc(bt * sizeof *t->tgt_buf);
@@ -193,7 +202,6 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
     }
     HP_CHECK_GOTO(declare_entries(t), st, fail);
     if (!pipeline) HP_CHECK_GOTO(init_params(t), st, fail);
-    t->unigram = hp_corpus_unigram_entropy(t->corpus, 0, hp_loader_train_tokens(t->loader));
     *out = t;
     return HP_STATUS_OK;
 fail:
@@ -210,8 +218,7 @@ void hp_trainer_free(hp_trainer *t) {
     hp_program_free(t->sample.p);
     hp_graph_free(t->sample.g);
     hp_store_free(t->store); /* after every program bound to it */
-    hp_loader_free(t->loader);
-    hp_corpus_free(t->corpus);
+    hp__trainer_data_free(t);
     free(t->tok_buf);
     free(t->tgt_buf);
     hp_strategy_free(t->strategy);
@@ -262,7 +269,9 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     }
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
-    HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
+    int64_t r0, r1, T = t->cfg.model.context;
+    batch_rows(t, pr, &r0, &r1);
+    HP_CHECK(hp_loader_batch_rows(t->loader, s, r0, r1, t->tok_buf + r0 * T, t->tgt_buf + r0 * T));
     scatter_batch(t, pr);
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
     *(float *)hp__prog_data(pr, pr->step.lr) = (float)lr;
@@ -409,12 +418,13 @@ hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, flo
                             char **text_out) {
     *text_out = NULL;
     HP_CHECK(gather_for_sampling(t));
-    return hp__generate(t->sample.g, t->sample.p, &t->sample.gpt, prompt, n_tokens, temp, top_k, seed, text_out);
+    return hp__generate(t->sample.g, t->sample.p, &t->sample.gpt, t->tok, prompt, n_tokens, temp, top_k, seed, text_out);
 }
 
-hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const char *prompt, int n_tokens,
-                       float temp, int top_k, uint64_t seed, char **text_out) {
+hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const hp_tokenizer *tokenizer, const char *prompt,
+                       int n_tokens, float temp, int top_k, uint64_t seed, char **text_out) {
     (void)g;
+    if (tokenizer) return hp__generate_tokens(p, gpt, tokenizer, prompt, n_tokens, temp, top_k, seed, text_out);
     int T = gpt->seq, V = gpt->cfg.vocab;
     size_t plen = strlen(prompt);
     char *text = malloc(plen + (size_t)n_tokens + 1);
