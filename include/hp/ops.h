@@ -121,6 +121,17 @@ hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool 
  */
 hp_tid hp_dropout(hp_graph *g, hp_tid x, hp_tid step, float p, uint64_t key);
 
+/*
+ * Makes DROPOUT node `node` (of hp_dropout, before autodiff, which carries it to the backward) a
+ * block of `rows` global rows along dim 0 starting at the run-time row `row0` (an i32 scalar
+ * tensor of g, typically an input): its mask is then the one the (rows, ...) tensor of the
+ * single-device run has at those rows. A pipeline stage runs one micro-batch of the global batch
+ * per run (hp/pipeline.h). The kernel fails (HP_STATUS_INVALID_ARGUMENT naming the offset) when
+ * row0 puts the block outside [0, rows). Errors: HP_STATUS_INVALID_ARGUMENT for a node that is not
+ * a DROPOUT; HP_STATUS_SHAPE for a row0 that is not an i32 scalar or rows below the block's.
+ */
+hp_status hp_dropout_set_row_input(hp_graph *g, int node, hp_tid row0, int64_t rows);
+
 /* ---------------------------------------------------------------- optimizer (optim.c) */
 
 /* AdamW hyper-parameters (Loshchilov & Hutter 2019, decoupled weight decay). */

@@ -65,8 +65,12 @@
  * loss is counted by model-parallel rank 0. The store is over the group's mesh (entries declared
  * with their logical shapes and layouts), so hp_store_view gives a full copy of a split entry.
  *
- * Not built yet: sequence parallelism and FSDP/ZeRO inside a stage, offload inside a stage, dropout
- * (its masks are keyed by the element's index in the micro-batch, not the batch).
+ * Dropout (model.dropout > 0): each DROPOUT node of a stage takes its rows' first index in the
+ * global batch as the run-time input "stage.row0" (hp_dropout_set_row_input) and the step as
+ * "opt.step", both set by each F action, so every micro-batch drops the elements the single-device
+ * batch drops at those rows.
+ *
+ * Not built yet: sequence parallelism and FSDP/ZeRO inside a stage, offload inside a stage.
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
@@ -119,7 +123,7 @@ typedef struct hp_pipeline_opts {
  * Builds this rank's stage programs (one per chunk and slot), the optimizer programs and the
  * state store. Not collective (nothing is sent). Errors (HP_STATUS_INVALID_ARGUMENT naming the
  * value): a batch not divisible by the schedule's m, a communicator whose size is not the
- * schedule's p, a stage with no layer, embedding or head, dropout > 0, layer ranges out of order;
+ * schedule's p, a stage with no layer, embedding or head, layer ranges out of order;
  * the schedule's own problems (hp_schedule_validate); the model builder's and autodiff's errors;
  * HP_STATUS_OUT_OF_MEMORY. On failure *out is NULL.
  */

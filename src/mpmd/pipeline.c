@@ -81,11 +81,18 @@ static hp_status order_phases(pp_chunk *c) {
 
 /* The stage graph for one micro-batch of `rows` rows (of m): forward, surrogate backward, gradient
  * accumulation, nodes in phase order. */
-static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, float loss_scale, pp_chunk *c) {
+static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int batch, float loss_scale, pp_chunk *c) {
     c->g = hp_graph_new();
     if (!c->g) return OOM("a graph");
     hp_graph *g = c->g;
     HP_CHECK(hp_gpt_build_stage(g, model, &c->part, rows, seq, c->part.head, &c->gpt));
+    c->row0 = HP_TID_NONE;
+    if (model->dropout > 0.0f) { /* each run's rows are a block of the batch: the single-device masks */
+        int nn = hp_graph_n_nodes(g);
+        c->row0 = hp_input(g, "stage.row0", HP_DTYPE_I32, HP_SHAPE_SCALAR);
+        for (int i = 0; i < nn; i++)
+            if (hp_graph_node(g, i)->op == HP_OP_DROPOUT) HP_CHECK(hp_dropout_set_row_input(g, i, c->row0, batch));
+    }
     const hp_gpt *m = &c->gpt;
     c->dy = HP_TID_NONE;
     c->act_bytes = (size_t)rows * (size_t)seq * (size_t)model->width * sizeof(float);
@@ -179,6 +186,8 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
     m->targets = m->targets != HP_TID_NONE ? hp_partition_local(c->partition, m->targets) : HP_TID_NONE;
     m->x_in = m->x_in != HP_TID_NONE ? hp_partition_local(c->partition, m->x_in) : HP_TID_NONE;
     c->dy = c->dy != HP_TID_NONE ? hp_partition_local(c->partition, c->dy) : HP_TID_NONE;
+    c->row0 = c->row0 != HP_TID_NONE ? hp_partition_local(c->partition, c->row0) : HP_TID_NONE;
+    m->step = m->step != HP_TID_NONE ? hp_partition_local(c->partition, m->step) : HP_TID_NONE;
     m->x_out = at_out >= 0 ? hp_partition_resolved(c->partition, at_out) : HP_TID_NONE;
     c->dx = at_dx >= 0 ? hp_partition_resolved(c->partition, at_dx) : HP_TID_NONE;
     m->loss = at_loss >= 0 ? hp_partition_resolved(c->partition, at_loss) : HP_TID_NONE;
@@ -195,7 +204,7 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
 }
 
 static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
-    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp_loss_scale(pp), c));
+    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp->rows_mb * pp->m, pp_loss_scale(pp), c));
     hp_tid keep[3];
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
     po.keep = keep;
@@ -240,7 +249,7 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
     memset(out, 0, sizeof *out);
     pp_chunk c = {.part = *part};
-    hp_status st = stage_graph(model, rows, seq, 1.0f / (float)m, &c);
+    hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
     for (int i = 0; st == HP_STATUS_OK && i < c.n_nodes; i++) {
         double s = hp_node_seconds(c.g, i, mm);
         if (i < c.f_end) out->f_seconds += s;
@@ -446,9 +455,6 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     if (!o->model || !s || !o->optim || !o->comm)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model, schedule, optim and comm are required");
     HP_CHECK(hp_gpt_config_check(o->model));
-    if (o->model->dropout > 0.0f)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model.dropout %g is not supported with a pipeline yet "
-                        "(dropout masks are keyed by the element's index in the batch)", (double)o->model->dropout);
     int total = 0;
     for (int r = 0; r < s->p; r++) {
         int d = o->group_size ? o->group_size[r] : 1;

@@ -30,6 +30,7 @@ typedef struct pp_chunk {
     hp_partition *partition; /* with model-parallel axes: the stage graph partitioned; else NULL */
     hp_gpt gpt;
     hp_tid dy;        /* input: the output gradient (not on the last stage) */
+    hp_tid row0;      /* with dropout: input "stage.row0", the micro-batch's first row in the batch; else NONE */
     hp_tid dx;        /* the input gradient (not on the first stage) */
     int f_end, b_end; /* phases: F nodes [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     int n_nodes;

@@ -245,6 +245,12 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
             HP_CHECK(wait_recv(pp, a, c, sl, 2));
         }
         if (c->part.head) HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + first_row, rows_bytes));
+        if (c->row0 != HP_TID_NONE) { /* dropout: the step's masks at this micro-batch's rows */
+            int32_t row0 = a->mb * pp->rows_mb + pp->row0;
+            float step = (float)(pp->step + 1);
+            HP_CHECK(hp_program_set_input(sl->p, c->row0, &row0, sizeof row0));
+            HP_CHECK(hp_program_set_input(sl->p, c->gpt.step, &step, sizeof step));
+        }
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_F));
         double t0 = hp_now_seconds();
         HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));

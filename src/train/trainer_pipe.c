@@ -75,7 +75,9 @@ hp_status hp__pipe_new(hp_trainer *t) {
     hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
     o.group_size = gsize;
     o.group_strategy = gstrat;
-    o.model = &t->gcfg;
+    hp_gpt_config train_model = t->gcfg; /* dropout in the training stages only */
+    train_model.dropout = (float)cfg->model.dropout, train_model.seed = (uint64_t)cfg->train.seed;
+    o.model = &train_model;
     o.batch = (int)cfg->train.batch;
     o.seq = (int)cfg->model.context;
     o.schedule = s;

@@ -23,6 +23,7 @@
 /* The run config: no groups (schedule NULL), or p one-rank stages under `schedule` with m
  * micro-batches; `layers` blocks split as evenly as the config's auto split does. */
 static const int *g_gsize; /* stage group sizes of the configs load() makes (NULL: one rank each) */
+static double g_dropout;   /* model.dropout of the configs load() makes */
 static const int *g_tp;    /* each stage group's tensor-parallel size (NULL: 1; the rest of a group is dp) */
 
 /* Megatron-LM's column- then row-parallel linears over the group's "tp" axis. */
@@ -37,11 +38,11 @@ static hp_status load(const char *schedule, int p, int m, int layers, bool tied,
     const char *root = getenv("HP_SOURCE_DIR");
     snprintf(corpus, sizeof corpus, "%s/data/kjv.txt", root ? root : ".");
     int off = snprintf(text, sizeof text,
-                       "model: {vocab: 256, context: 32, layers: %d, heads: 4, width: 32, tied_head: %s}\n"
+                       "model: {vocab: 256, context: 32, layers: %d, heads: 4, width: 32, tied_head: %s, dropout: %g}\n"
                        "data: {corpus: \"%s\", val_fraction: 0.05}\n"
                        "train: {steps: %d, batch: 8, seed: 3, eval_batches: 2, checkpoint_dir: \"%s\"}\n"
                        "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5, weight_decay: 0.1, grad_clip: 1.0}\n",
-                       layers, tied ? "true" : "false", corpus, STEPS, ckdir);
+                       layers, tied ? "true" : "false", g_dropout, corpus, STEPS, ckdir);
     if (schedule) {
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "pipeline: {schedule: %s, micro_batches: %d, split: auto}\ngroups:\n", schedule, m);
@@ -191,6 +192,12 @@ int main(int argc, char **argv) {
     check_schedule(world, "1f1b", 8, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_schedule(world, "gpipe", p == 4 ? 2 : 1, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_resume(world);
+    /* dropout: each micro-batch's masks are the single-device batch's at its rows */
+    g_dropout = 0.1;
+    reference(2 * p, false, ref_loss, ref_gn, &ref_val);
+    check_schedule(world, "1f1b", 2 * p, 2 * p, false, ref_loss, ref_gn, ref_val);
+    check_schedule(world, "zb-v", 2 * p, 2 * p, false, ref_loss, ref_gn, ref_val);
+    g_dropout = 0;
     if (p == 4) { /* stages over several ranks: pp2 x dp2, pp2 x tp2, and 3 stages on 1, 2 and 1 ranks */
         static const int two[] = {2, 2, 0}, uneq[] = {1, 2, 1, 0}, tp_two[] = {2, 2}, tp_one[] = {1, 2};
         reference(4, false, ref_loss, ref_gn, &ref_val);
@@ -202,6 +209,11 @@ int main(int argc, char **argv) {
         check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
         g_tp = tp_one; /* a dp2 stage handing over to a tp2 stage */
         check_schedule(world, "gpipe", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_two, g_dropout = 0.1; /* pp2 x tp2 with dropout */
+        reference(4, false, ref_loss, ref_gn, &ref_val);
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_dropout = 0;
+        reference(4, false, ref_loss, ref_gn, &ref_val);
         g_tp = NULL;
         g_gsize = uneq;
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
