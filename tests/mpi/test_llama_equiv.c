@@ -4,8 +4,9 @@
  * with 4 heads over 2 kv heads, SwiGLU, Hugging Face names) over real MPI processes: the first-step
  * loss and gradient norm equal the single-rank run's within 1e-5 (relative) and the 50-step loss
  * trajectory within 1e-4, for data parallelism, tensor parallelism over heads (Megatron on the HF
- * projections), FSDP, ZeRO-2 and (4 ranks) dp x tp and tp4 (2 kv heads over 4 ranks: attention
- * replicated). A checkpoint saved under tp resumes on one rank with the same losses.
+ * projections), FSDP, ZeRO-2, (4 ranks) dp x tp and tp4 (2 kv heads over 4 ranks: attention
+ * replicated), and (2 ranks) a two-stage 1F1B pipeline whose last stage holds the tied head's copy
+ * of model.embed_tokens.weight. A checkpoint saved under tp resumes on one rank with the same losses.
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -51,6 +52,11 @@ static void make_config(char *buf, size_t cap, const char *family, int n, const 
     else if (!strcmp(family, "dpxtp"))
         snprintf(buf + off, cap - off, "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, tp]}\n%s%s",
                  n / 2, dp_in, TP_PARAMS);
+    else if (!strcmp(family, "pp")) /* two pipeline stages, 1F1B over 4 micro-batches; tied head */
+        snprintf(buf + off, cap - off,
+                 "pipeline: {schedule: 1f1b, micro_batches: 4}\n"
+                 "groups:\n  s0: {ranks: [0], module: [embedding, blocks.0]}\n"
+                 "  s1: {ranks: [1], module: [blocks.1, head]}\n");
     else if (!strcmp(family, "fsdp"))
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n%s"
@@ -147,9 +153,10 @@ int main(int argc, char **argv) {
     run(t, STEPS, ref_loss, ref_gn);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-    const char *families[] = {"dp", "zero2", "tp", "fsdp", "dpxtp"};
+    const char *families[] = {"dp", "zero2", "tp", "fsdp", "dpxtp", "pp"};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        if (strcmp(families[i], "dpxtp") || n == 4) check_family(world, families[i], ref_loss, ref_gn);
+        if ((strcmp(families[i], "dpxtp") || n == 4) && (strcmp(families[i], "pp") || n == 2))
+            check_family(world, families[i], ref_loss, ref_gn);
     check_resume(world);
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
