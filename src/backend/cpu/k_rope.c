@@ -1,6 +1,6 @@
-/* CPU kernel for ROPE (rotate_half form; src/ops/rope.c has the formula). Rows (b, t) in parallel;
- * each row computes its D/2 angles once (f32 angle as Hugging Face forms it, cos/sin in double of
- * that angle) and rotates every head. A team kernel. */
+/* CPU kernel for ROPE (rotate_half form; src/ops/rope.c has the formula). Time steps in parallel;
+ * each computes its D/2 angles once (f32 angle as Hugging Face forms it, cos/sin in double of that
+ * angle) and rotates every head of every batch row at that time. A team kernel. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/team.h"
 
@@ -15,21 +15,23 @@ typedef struct rope_args {
 } rope_args;
 
 static void rope_body(const rope_args *r) {
-    const int64_t half = r->D / 2, C = r->H * r->D;
+    const int64_t half = r->D / 2, C = r->H * r->D, B = r->rows / r->T;
 #pragma omp for schedule(static) nowait
-    for (int64_t row = 0; row < r->rows; row++) {
-        const float pos = (float)(r->p0 + row % r->T);
-        const float *xr = r->x + row * C;
-        float *yr = r->y + row * C;
+    for (int64_t t = 0; t < r->T; t++) {
+        const float pos = (float)(r->p0 + t);
         for (int64_t j = 0; j < half; j++) {
             float inv = 1.0f / powf(r->base, (float)(2 * j) / (float)r->D), a = pos * inv;
             float cs = (float)cos((double)a), sn = r->sign * (float)sin((double)a);
-            for (int64_t h = 0; h < r->H; h++) {
-                const float *xh = xr + h * r->D;
-                float *yh = yr + h * r->D;
-                float x1 = xh[j], x2 = xh[j + half];
-                yh[j] = x1 * cs - x2 * sn;
-                yh[j + half] = x2 * cs + x1 * sn;
+            for (int64_t b = 0; b < B; b++) {
+                const float *xr = r->x + (b * r->T + t) * C;
+                float *yr = r->y + (b * r->T + t) * C;
+                for (int64_t h = 0; h < r->H; h++) {
+                    const float *xh = xr + h * r->D;
+                    float *yh = yr + h * r->D;
+                    float x1 = xh[j], x2 = xh[j + half];
+                    yh[j] = x1 * cs - x2 * sn;
+                    yh[j + half] = x2 * cs + x1 * sn;
+                }
             }
         }
     }
