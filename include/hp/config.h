@@ -92,7 +92,8 @@
  * divide heads, the head dim width/heads must be even (RoPE rotates pairs), and dropout must be 0.
  *
  * Integer ranges (checked in 64 bits before anything narrows to the int the model uses):
- *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1];
+ *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1]; model.kv_heads,
+ *   ffn_width [0, 2^31-1];
  *   train.batch, eval_batches [1, 2^31-1]; train.sample_tokens [0, 2^31-1]; train.threads [0, 4096];
  *   train.steps [1, 10^15 - 1]; train.seed, log_every, eval_every, checkpoint_every, sample_every,
  *   skip_nonfinite and optim.warmup [0, 10^15 - 1] (integers of 15 digits: written exactly as JSON
