@@ -35,7 +35,6 @@
 #ifndef HP_NN_H
 #define HP_NN_H
 
-#include "hp/config.h"
 #include "hp/ir.h"
 
 #ifdef __cplusplus
@@ -76,7 +75,8 @@ typedef struct hp_gpt_config {
 /* The model part of a run config as a decoder config (no dropout: hp_gpt_build's callers set it
  * in a training graph). Family names other than "llama" give GPT-2 (the config loader refuses
  * them before). */
-hp_gpt_config hp_gpt_config_from_model(const hp_model_config *m);
+struct hp_model_config; /* hp/config.h */
+hp_gpt_config hp_gpt_config_from_model(const struct hp_model_config *m);
 
 /* Llama's SwiGLU width when none is given: 8/3 C rounded up to a multiple of 256 (Meta's Llama
  * reference code, multiple_of = 256). */

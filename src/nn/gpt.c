@@ -1,6 +1,7 @@
 /* GPT-2-style decoder built on the IR (see hp/nn.h for the architecture and parameter names). */
 #include "nn/nn_internal.h"
 
+#include "hp/config.h"
 #include "hp/ops.h"
 #include "hp/rng.h"
 
