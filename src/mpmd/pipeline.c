@@ -275,7 +275,7 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
 static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
     if (pp->replica != 0) return false; /* the group's replicas hold the same reduced gradients */
     if (pp->tpi != 0 && !split_entry(pp, name)) return false; /* replicated over the model-parallel ranks */
-    return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, "wte.weight"));
+    return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, hp_gpt_embedding_name(&pp->model)));
 }
 
 /* The norm program (squared norm of the owned accumulators) and the update program (clip, AdamW,

@@ -300,7 +300,7 @@ static hp_status reduce_gradients(hp_pipeline *pp) {
         int pass = k / hp_store_n_entries(pp->store), i = k % hp_store_n_entries(pp->store);
         const char *name = hp_store_name(pp->store, i);
         if (strncmp(name, "grad_acc.", 9)) continue;
-        bool tied = pp->tied_exchange && !strcmp(name, "grad_acc.wte.weight");
+        bool tied = pp->tied_exchange && !strcmp(name + 9, hp_gpt_embedding_name(&pp->model));
         if (tied != (pass == 0)) continue;
         hp_comm *c = tied ? pp->tied_comm : pp->stage_comm;
         if (!c) continue;
