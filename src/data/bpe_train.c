@@ -134,7 +134,7 @@ static void report(reporter *r, hp_tokenizer_train_phase ph, int64_t done, int64
     r->o->progress(r->o->progress_ctx, ph, done, total);
 }
 
-#define CHUNK ((size_t)16 << 20)
+#define CHUNK ((size_t)1 << 20) /* bytes read at a time (more for a longer line) */
 
 /* Reads one file in chunks cut where the pre-tokens cannot change. */
 static hp_status count_file(words *w, const char *path, reporter *rep, int64_t *done, int64_t total) {
