@@ -71,7 +71,7 @@ hp_status hp_tokenizer_decode(const hp_tokenizer *t, const int32_t *ids, size_t 
 
 /*
  * Encodes like hp_tokenizer_encode with `threads` POSIX threads (<= 0: one per online CPU; 1: the
- * calling thread only). The text is cut into about `threads` * 4 chunks only at single newlines
+ * calling thread only). The text is cut into `threads` chunks (one per thread) only at single newlines
  * between two ASCII non-space bytes, where the pre-tokens cannot change, so *ids equals
  * hp_tokenizer_encode's result exactly. The caller frees *ids. HP_STATUS_OUT_OF_MEMORY,
  * HP_STATUS_INTERNAL (a thread could not be started).

@@ -188,8 +188,23 @@ static const cache_ent *cache_get(const word_cache *c, const uint8_t *w, size_t 
     return NULL;
 }
 
+static int cache_rehash(word_cache *c, size_t cap) {
+    int32_t *slot = malloc(cap * sizeof *slot);
+    if (!slot) return 0;
+    memset(slot, 0xFF, cap * sizeof *slot);
+    for (size_t e = 0; e < c->n; e++) {
+        size_t i = (size_t)(c->ents[e].hash >> 20) & (cap - 1);
+        while (slot[i] >= 0) i = (i + 1) & (cap - 1);
+        slot[i] = (int32_t)e;
+    }
+    free(c->slot);
+    c->slot = slot;
+    c->cap = cap;
+    return 1;
+}
+
 static void cache_put(word_cache *c, size_t slot, const uint8_t *w, size_t n, uint64_t h, const int32_t *ids, size_t k) {
-    if (c->n >= CACHE_MAX_ENTRIES || (c->n + 1) * 2 > c->cap) return; /* full: encode without caching */
+    if (c->n >= CACHE_MAX_ENTRIES) return; /* full: encode without caching */
     if (!grow((void **)&c->ents, &c->ents_cap, c->n + 1, sizeof *c->ents) ||
         !grow((void **)&c->words, &c->words_cap, c->words_n + n, 1) ||
         !grow((void **)&c->ids, &c->ids_cap, c->ids_n + k, sizeof *c->ids))
@@ -200,12 +215,12 @@ static void cache_put(word_cache *c, size_t slot, const uint8_t *w, size_t n, ui
     c->slot[slot] = (int32_t)c->n++;
     c->words_n += n;
     c->ids_n += k;
+    if (c->n * 2 > c->cap && !cache_rehash(c, c->cap * 2)) c->n = CACHE_MAX_ENTRIES; /* stop caching */
 }
 
 hp_status hp__bpe_encode(const hp__bpe *m, const uint8_t *text, size_t len, int32_t **ids, size_t *n, size_t *cap) {
     word_cache c = {0};
-    c.cap = 1u << 16;
-    while (c.cap < 2 * CACHE_MAX_ENTRIES && c.cap < len / 2) c.cap *= 2;
+    c.cap = 1u << 12; /* grows with the words seen */
     c.slot = malloc(c.cap * sizeof *c.slot);
     int32_t *sym = NULL;
     size_t sym_cap = 0;

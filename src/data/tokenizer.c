@@ -126,6 +126,9 @@ hp_status hp_tokenizer_encode(const hp_tokenizer *t, const char *text, size_t le
             free(*ids);
             *ids = NULL;
             *n = 0;
+        } else if (*n < cap / 2) { /* room was reserved for one id per byte: give the rest back */
+            int32_t *shrunk = realloc(*ids, (*n ? *n : 1) * sizeof **ids);
+            if (shrunk) *ids = shrunk;
         }
         return st;
     }
@@ -164,8 +167,9 @@ hp_status hp_tokenizer_encode_parallel(const hp_tokenizer *t, const char *text, 
     *ids = NULL;
     *n = 0;
     const uint8_t *u = (const uint8_t *)text;
-    /* Cut points: about 4 chunks per thread, each moved forward to the next safe cut. */
-    size_t want = (size_t)threads * 4, target = len / want;
+    /* One chunk per thread (each thread warms one word cache), each cut moved forward to the next
+     * safe cut. */
+    size_t want = (size_t)threads, target = len / want;
     chunk_job *jobs = calloc(want, sizeof *jobs);
     pthread_t *tid = calloc((size_t)threads, sizeof *tid);
     if (!jobs || !tid) {
@@ -182,7 +186,6 @@ hp_status hp_tokenizer_encode_parallel(const hp_tokenizer *t, const char *text, 
         start = cut;
     }
     hp_status st = HP_STATUS_OK;
-    /* Waves of `threads` chunks. */
     for (size_t w = 0; w < nj; w += (size_t)threads) {
         size_t k = nj - w < (size_t)threads ? nj - w : (size_t)threads, started = 0;
         for (; started < k; started++)
