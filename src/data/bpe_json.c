@@ -119,6 +119,12 @@ static hp_status max_id(const char *path, const cJSON *vocab, const cJSON *added
         if ((int32_t)id->valuedouble > *vmax) *vmax = (int32_t)id->valuedouble;
     }
     if (*vmax < 0) return hp_error(HP_STATUS_CORRUPT, "%s: the vocabulary is empty", path);
+    /* Ids run 0..V-1 without gaps, so the largest is below the number of entries (checked before
+     * the tables of V entries are allocated). */
+    int64_t entries = (int64_t)cJSON_GetArraySize(vocab) + (added ? cJSON_GetArraySize(added) : 0);
+    if (*vmax >= entries)
+        return hp_error(HP_STATUS_CORRUPT, "%s: id %d but only %lld vocab and added tokens (ids must be 0..V-1 without gaps)",
+                        path, *vmax, (long long)entries);
     return HP_STATUS_OK;
 }
 

@@ -167,7 +167,9 @@ static void test_bad_files(void **state) {
     write_tiny(tmp("nobyte.json"), "", "\"a b\"", 'x');
     expect_fail(tmp("nobyte.json"), HP_STATUS_CORRUPT, "nobyte.json", "byte 0x78");
     write_tiny(tmp("gap.json"), "\"gap\": 300,", "", -1);
-    expect_fail(tmp("gap.json"), HP_STATUS_CORRUPT, "gap.json", "no token has id 257");
+    expect_fail(tmp("gap.json"), HP_STATUS_CORRUPT, "gap.json", "id 300 but only 258");
+    write_tiny(tmp("gap2.json"), "\"x1\": 257, \"x2\": 257, \"x3\": 259,", "", -1);
+    expect_fail(tmp("gap2.json"), HP_STATUS_CORRUPT, "gap2.json", "id 257 is given to two");
 
     const char *wp = "{\"version\": \"1.0\", \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"},\n"
                      "\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0, \"a\": 1}}}\n";
