@@ -22,10 +22,14 @@ int main(int argc, char **argv) {
     const char *spec = "tests/data/gpt2", *path = "data/kjv.txt";
     int threads = 1, reps = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--tokenizer")) spec = argv[i + 1];
-        else if (!strcmp(argv[i], "--text")) path = argv[i + 1];
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--tokenizer"))
+            spec = argv[i + 1];
+        else if (!strcmp(argv[i], "--text"))
+            path = argv[i + 1];
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_tokenizer: unknown option %s\n", argv[i]);
             return 2;

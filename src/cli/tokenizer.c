@@ -10,14 +10,15 @@
 #include <unistd.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: hp tokenizer train CORPUS... --vocab N -o tokenizer.json [--special TEXT]... [--no-special]\n"
-               "                         [--min-frequency N] [--quiet]\n"
-               "       hp tokenizer encode --tokenizer T [FILE] [--threads N] [--count]\n"
-               "       hp tokenizer decode --tokenizer T [FILE]\n"
-               "       hp tokenizer info T\n"
-               "T: \"bytes\", a tokenizer.json, GPT-2's encoder.json (vocab.bpe beside it) or a directory holding them.\n"
-               "encode prints one id per line (FILE or stdin: any bytes); decode reads ids (whitespace-separated)\n"
-               "and writes the bytes.\n");
+    fprintf(f,
+            "usage: hp tokenizer train CORPUS... --vocab N -o tokenizer.json [--special TEXT]... [--no-special]\n"
+            "                         [--min-frequency N] [--quiet]\n"
+            "       hp tokenizer encode --tokenizer T [FILE] [--threads N] [--count]\n"
+            "       hp tokenizer decode --tokenizer T [FILE]\n"
+            "       hp tokenizer info T\n"
+            "T: \"bytes\", a tokenizer.json, GPT-2's encoder.json (vocab.bpe beside it) or a directory holding them.\n"
+            "encode prints one id per line (FILE or stdin: any bytes); decode reads ids (whitespace-separated)\n"
+            "and writes the bytes.\n");
 }
 
 static int read_all(const char *path, char **out, size_t *len) {
@@ -77,7 +78,8 @@ static void progress(void *ctx, hp_tokenizer_train_phase phase, int64_t done, in
         fprintf(stderr, "\r%-16s [%s] %3d%%  %lld/%lld  %.1f s", what, fill, pct, (long long)done, (long long)total,
                 now_s() - b->t0);
     } else if (pct % 25 == 0) {
-        fprintf(stderr, "%s: %d%% (%lld/%lld, %.1f s)\n", what, pct, (long long)done, (long long)total, now_s() - b->t0);
+        fprintf(stderr, "%s: %d%% (%lld/%lld, %.1f s)\n", what, pct, (long long)done, (long long)total,
+                now_s() - b->t0);
     }
     fflush(stderr);
 }
@@ -273,7 +275,8 @@ static int cmd_info(int argc, char **argv) {
     hp_status st = hp_tokenizer_load(argv[0], &t);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, "loading the tokenizer");
     int32_t v = hp_tokenizer_vocab_size(t);
-    printf("tokenizer %s: %s, vocabulary %d, %d merges\n", argv[0], hp_tokenizer_kind(t), v, hp_tokenizer_merge_count(t));
+    printf("tokenizer %s: %s, vocabulary %d, %d merges\n", argv[0], hp_tokenizer_kind(t), v,
+           hp_tokenizer_merge_count(t));
     for (int32_t i = 0; i < v && strcmp(hp_tokenizer_kind(t), "bpe") == 0; i++) {
         size_t len;
         const uint8_t *b = hp_tokenizer_token(t, i, &len);

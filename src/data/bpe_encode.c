@@ -203,7 +203,8 @@ static int cache_rehash(word_cache *c, size_t cap) {
     return 1;
 }
 
-static void cache_put(word_cache *c, size_t slot, const uint8_t *w, size_t n, uint64_t h, const int32_t *ids, size_t k) {
+static void cache_put(word_cache *c, size_t slot, const uint8_t *w, size_t n, uint64_t h, const int32_t *ids,
+                      size_t k) {
     if (c->n >= CACHE_MAX_ENTRIES) return; /* full: encode without caching */
     if (!grow((void **)&c->ents, &c->ents_cap, c->n + 1, sizeof *c->ents) ||
         !grow((void **)&c->words, &c->words_cap, c->words_n + n, 1) ||

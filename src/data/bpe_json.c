@@ -106,7 +106,8 @@ static hp_status max_id(const char *path, const cJSON *vocab, const cJSON *added
     *vmax = -1;
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= 2147483647.0 || e->valuedouble != (double)(int32_t)e->valuedouble)
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= 2147483647.0 ||
+            e->valuedouble != (double)(int32_t)e->valuedouble)
             return hp_error(HP_STATUS_CORRUPT, "%s: vocab entry '%s' has id %s, not an integer in [0, 2^31-1)", path,
                             e->string, cJSON_IsNumber(e) ? "out of range" : "not a number");
         if ((int32_t)e->valuedouble > *vmax) *vmax = (int32_t)e->valuedouble;
@@ -115,7 +116,8 @@ static hp_status max_id(const char *path, const cJSON *vocab, const cJSON *added
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= 2147483647.0 || !cJSON_IsString(content))
-            return hp_error(HP_STATUS_CORRUPT, "%s: an added_tokens entry without an integer id and a string content", path);
+            return hp_error(HP_STATUS_CORRUPT, "%s: an added_tokens entry without an integer id and a string content",
+                            path);
         if ((int32_t)id->valuedouble > *vmax) *vmax = (int32_t)id->valuedouble;
     }
     if (*vmax < 0) return hp_error(HP_STATUS_CORRUPT, "%s: the vocabulary is empty", path);
@@ -123,8 +125,9 @@ static hp_status max_id(const char *path, const cJSON *vocab, const cJSON *added
      * the tables of V entries are allocated). */
     int64_t entries = (int64_t)cJSON_GetArraySize(vocab) + (added ? cJSON_GetArraySize(added) : 0);
     if (*vmax >= entries)
-        return hp_error(HP_STATUS_CORRUPT, "%s: id %d but only %lld vocab and added tokens (ids must be 0..V-1 without gaps)",
-                        path, *vmax, (long long)entries);
+        return hp_error(HP_STATUS_CORRUPT,
+                        "%s: id %d but only %lld vocab and added tokens (ids must be 0..V-1 without gaps)", path, *vmax,
+                        (long long)entries);
     return HP_STATUS_OK;
 }
 
@@ -133,7 +136,9 @@ static hp_status fill_vocab(vocab_fill *v, const char *path, const cJSON *vocab,
     uint8_t *buf = NULL;
     cJSON_ArrayForEach(e, vocab) {
         int32_t id = (int32_t)e->valuedouble;
-        if (v->tok[id]) return hp_error(HP_STATUS_CORRUPT, "%s: id %d is given to two vocab entries (one is '%s')", path, id, e->string);
+        if (v->tok[id])
+            return hp_error(HP_STATUS_CORRUPT, "%s: id %d is given to two vocab entries (one is '%s')", path, id,
+                            e->string);
         size_t sl = strlen(e->string);
         buf = malloc(sl + 1);
         if (!buf) return hp_error(HP_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
@@ -171,11 +176,14 @@ static hp_status fill_added(vocab_fill *v, const char *path, const cJSON *added)
         v->special[id] = 1;
     }
     for (int32_t i = 0; i < v->vocab; i++) {
-        if (!v->tok[i]) return hp_error(HP_STATUS_CORRUPT, "%s: no token has id %d (ids must be 0..%d without gaps)", path, i, v->vocab - 1);
+        if (!v->tok[i])
+            return hp_error(HP_STATUS_CORRUPT, "%s: no token has id %d (ids must be 0..%d without gaps)", path, i,
+                            v->vocab - 1);
         if (v->special[i] == 2) {
             char s[64];
             snprintf(s, sizeof s, "%.*s", (int)(v->len[i] < 40 ? v->len[i] : 40), (const char *)v->tok[i]);
-            return hp_error(HP_STATUS_CORRUPT, "%s: vocab token '%s' (id %d) has a character outside the byte-level alphabet", path, s, i);
+            return hp_error(HP_STATUS_CORRUPT,
+                            "%s: vocab token '%s' (id %d) has a character outside the byte-level alphabet", path, s, i);
         }
     }
     return HP_STATUS_OK;
@@ -188,14 +196,17 @@ static hp_status merge_ids(const hp__bpe *m, const char *path, int32_t r, const 
     size_t la, lb;
     if (cJSON_IsString(e)) {
         const char *s = e->valuestring, *sp = strchr(s, ' ');
-        if (!sp || strchr(sp + 1, ' ')) return hp_error(HP_STATUS_CORRUPT, "%s: merge %d '%s' is not two tokens separated by one space", path, r, s);
+        if (!sp || strchr(sp + 1, ' '))
+            return hp_error(HP_STATUS_CORRUPT, "%s: merge %d '%s' is not two tokens separated by one space", path, r,
+                            s);
         pa = s, la = (size_t)(sp - s), pb = sp + 1, lb = strlen(sp + 1);
     } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
                cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
         pa = cJSON_GetArrayItem(e, 0)->valuestring, la = strlen(pa);
         pb = cJSON_GetArrayItem(e, 1)->valuestring, lb = strlen(pb);
     } else {
-        return hp_error(HP_STATUS_CORRUPT, "%s: merge %d is neither a string \"a b\" nor a pair [\"a\", \"b\"]", path, r);
+        return hp_error(HP_STATUS_CORRUPT, "%s: merge %d is neither a string \"a b\" nor a pair [\"a\", \"b\"]", path,
+                        r);
     }
     s0 = malloc(la + lb + 2);
     uint8_t *buf = malloc(la + lb + 2);
@@ -299,24 +310,28 @@ hp_status hp__bpe_load_json(const char *path, hp__bpe **out) {
     }
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     if (cJSON_IsString(type) && strcmp(type->valuestring, "BPE") != 0) {
-        st = hp_error(HP_STATUS_UNSUPPORTED, "%s: model.type \"%s\": only \"BPE\" (byte-level) tokenizers are supported", path,
-                      type->valuestring);
+        st =
+            hp_error(HP_STATUS_UNSUPPORTED, "%s: model.type \"%s\": only \"BPE\" (byte-level) tokenizers are supported",
+                     path, type->valuestring);
         goto done;
     }
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (!cJSON_IsObject(pre) || strcmp(type_of(pre), "ByteLevel") != 0) {
-        st = hp_error(HP_STATUS_UNSUPPORTED, "%s: pre_tokenizer \"%s\": only \"ByteLevel\" (GPT-2's) is supported", path,
-                      cJSON_IsObject(pre) ? type_of(pre) : "null");
+        st = hp_error(HP_STATUS_UNSUPPORTED, "%s: pre_tokenizer \"%s\": only \"ByteLevel\" (GPT-2's) is supported",
+                      path, cJSON_IsObject(pre) ? type_of(pre) : "null");
         goto done;
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space")) ||
         cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "use_regex"))) {
-        st = hp_error(HP_STATUS_UNSUPPORTED, "%s: pre_tokenizer ByteLevel with add_prefix_space true or use_regex false is not supported", path);
+        st = hp_error(HP_STATUS_UNSUPPORTED,
+                      "%s: pre_tokenizer ByteLevel with add_prefix_space true or use_regex false is not supported",
+                      path);
         goto done;
     }
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm)) {
-        st = hp_error(HP_STATUS_UNSUPPORTED, "%s: normalizer \"%s\": tokenizers with a normalizer are not supported", path, type_of(norm));
+        st = hp_error(HP_STATUS_UNSUPPORTED, "%s: normalizer \"%s\": tokenizers with a normalizer are not supported",
+                      path, type_of(norm));
         goto done;
     }
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");

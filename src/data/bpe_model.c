@@ -125,9 +125,9 @@ static int printable(int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <
 
 uint32_t hp__bpe_byte_unicode(uint8_t b) {
     if (printable(b)) return b;
-    if (b <= 0x20) return 256u + b;             /* 0x00..0x20: 256..288 */
+    if (b <= 0x20) return 256u + b;               /* 0x00..0x20: 256..288 */
     if (b <= 0xA0) return 256u + 33 + (b - 0x7F); /* 0x7F..0xA0: 289..322 */
-    return 256u + 67;                            /* 0xAD */
+    return 256u + 67;                             /* 0xAD */
 }
 
 int hp__bpe_unicode_byte(uint32_t cp) {
@@ -174,7 +174,8 @@ static hp_status put_bytes(hp__bpe *m, int32_t id) {
 
 static void token_str(const hp__bpe *m, int32_t id, char *out, size_t cap) {
     size_t o = 0;
-    for (uint32_t i = m->off[id]; i < m->off[id + 1] && o + 5 < cap; i++) o += hp__bpe_utf8_encode(hp__bpe_byte_unicode(m->bytes[i]), out + o);
+    for (uint32_t i = m->off[id]; i < m->off[id + 1] && o + 5 < cap; i++)
+        o += hp__bpe_utf8_encode(hp__bpe_byte_unicode(m->bytes[i]), out + o);
     out[o] = 0;
 }
 

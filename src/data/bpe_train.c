@@ -6,7 +6,7 @@
  * step that created it, so a popped entry whose count is current is the true maximum). */
 #include "hp/tokenizer.h"
 
-#include "data/bpe_internal.h"
+#include "data/bpe_train.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,27 +24,7 @@ hp_tokenizer_train_options hp_tokenizer_train_options_default(void) {
     return o;
 }
 
-/* ------------------------------------------------------------------------- word counts */
-
-typedef struct words {
-    int32_t *slot; /* -1 empty, else word index */
-    size_t cap;
-    uint64_t *hash;
-    uint32_t *off, *len; /* into text */
-    int64_t *count;
-    size_t n, n_cap;
-    uint8_t *text;
-    size_t text_n, text_cap;
-} words;
-
-static void words_free(words *w) {
-    free(w->slot);
-    free(w->hash);
-    free(w->off);
-    free(w->len);
-    free(w->count);
-    free(w->text);
-}
+/* ------------------------------------------------------------------------- pair counts */
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 1;
@@ -56,134 +36,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     *cap = nc;
     return 1;
 }
-
-static hp_status words_rehash(words *w, size_t cap) {
-    int32_t *slot = malloc(cap * sizeof *slot);
-    if (!slot) return hp_error(HP_STATUS_OUT_OF_MEMORY, "bpe train: out of memory for %zu words", w->n);
-    memset(slot, 0xFF, cap * sizeof *slot);
-    for (size_t i = 0; i < w->n; i++) {
-        size_t j = (size_t)(w->hash[i] >> 20) & (cap - 1);
-        while (slot[j] >= 0) j = (j + 1) & (cap - 1);
-        slot[j] = (int32_t)i;
-    }
-    free(w->slot);
-    w->slot = slot;
-    w->cap = cap;
-    return HP_STATUS_OK;
-}
-
-static hp_status words_add(words *w, const uint8_t *p, size_t n) {
-    if ((w->n + 1) * 2 > w->cap) HP_CHECK(words_rehash(w, w->cap ? w->cap * 2 : 1 << 16));
-    uint64_t h = hp__bpe_hash_bytes(p, n);
-    size_t j = (size_t)(h >> 20) & (w->cap - 1);
-    for (;;) {
-        int32_t e = w->slot[j];
-        if (e < 0) break;
-        if (w->hash[e] == h && w->len[e] == n && !memcmp(w->text + w->off[e], p, n)) {
-            w->count[e]++;
-            return HP_STATUS_OK;
-        }
-        j = (j + 1) & (w->cap - 1);
-    }
-    if (w->n >= INT32_MAX || w->text_n + n > UINT32_MAX)
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "bpe train: more than 2^31 unique words or 4 GiB of them");
-    if (w->n == w->n_cap) {
-        size_t nc = w->n_cap ? w->n_cap * 2 : 4096;
-        uint64_t *nh = realloc(w->hash, nc * sizeof *nh);
-        if (nh) w->hash = nh;
-        uint32_t *no = realloc(w->off, nc * sizeof *no);
-        if (no) w->off = no;
-        uint32_t *nl = realloc(w->len, nc * sizeof *nl);
-        if (nl) w->len = nl;
-        int64_t *ncount = realloc(w->count, nc * sizeof *ncount);
-        if (ncount) w->count = ncount;
-        if (!nh || !no || !nl || !ncount) return hp_error(HP_STATUS_OUT_OF_MEMORY, "bpe train: out of memory for %zu words", nc);
-        w->n_cap = nc;
-    }
-    if (!grow((void **)&w->text, &w->text_cap, w->text_n + n, 1))
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "bpe train: out of memory for %zu bytes of words", w->text_n + n);
-    memcpy(w->text + w->text_n, p, n);
-    w->hash[w->n] = h;
-    w->off[w->n] = (uint32_t)w->text_n;
-    w->len[w->n] = (uint32_t)n;
-    w->count[w->n] = 1;
-    w->slot[j] = (int32_t)w->n++;
-    w->text_n += n;
-    return HP_STATUS_OK;
-}
-
-static hp_status count_text(words *w, const uint8_t *text, size_t len) {
-    for (size_t pos = 0; pos < len;) {
-        size_t k = hp__bpe_pretok_next(text, len, pos);
-        HP_CHECK(words_add(w, text + pos, k));
-        pos += k;
-    }
-    return HP_STATUS_OK;
-}
-
-typedef struct reporter {
-    const hp_tokenizer_train_options *o;
-    int last[2];
-} reporter;
-
-static void report(reporter *r, hp_tokenizer_train_phase ph, int64_t done, int64_t total) {
-    if (!r->o->progress) return;
-    int step = total > 0 ? (int)(200 * done / total) : 200;
-    if (step == r->last[ph]) return;
-    r->last[ph] = step;
-    r->o->progress(r->o->progress_ctx, ph, done, total);
-}
-
-#define CHUNK ((size_t)1 << 20) /* bytes read at a time (more for a longer line) */
-
-/* Reads one file in chunks cut where the pre-tokens cannot change. */
-static hp_status count_file(words *w, const char *path, reporter *rep, int64_t *done, int64_t total) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return hp_error(HP_STATUS_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = CHUNK, have = 0;
-    uint8_t *buf = malloc(cap);
-    hp_status st = HP_STATUS_OK;
-    if (!buf) {
-        fclose(f);
-        return hp_error(HP_STATUS_OUT_OF_MEMORY, "%s: out of memory for a read buffer", path);
-    }
-    for (;;) {
-        size_t got = fread(buf + have, 1, cap - have, f);
-        have += got;
-        *done += (int64_t)got;
-        int eof = have < cap;
-        if (ferror(f)) {
-            st = hp_error(HP_STATUS_IO, "%s: read error", path);
-            break;
-        }
-        size_t cut = have;
-        if (!eof) {
-            cut = have - 1;
-            while (cut > have / 2 && !hp__bpe_pretok_cut_ok(buf, have, cut)) cut--;
-            if (cut <= have / 2) { /* no cut point in the second half: read more before counting */
-                uint8_t *nb = realloc(buf, cap * 2);
-                if (!nb) {
-                    st = hp_error(HP_STATUS_OUT_OF_MEMORY, "%s: out of memory for a %zu-byte line", path, cap * 2);
-                    break;
-                }
-                buf = nb;
-                cap *= 2;
-                continue;
-            }
-        }
-        HP_CHECK_GOTO(count_text(w, buf, cut), st, out);
-        report(rep, HP_TOKENIZER_TRAIN_PHASE_COUNT, *done, total);
-        memmove(buf, buf + cut, have - cut);
-        have -= cut;
-        if (eof && !have) break;
-    }
-out:
-    free(buf);
-    fclose(f);
-    return st;
-}
-
-/* ------------------------------------------------------------------------- pair counts */
 
 typedef struct pairs {
     hp__bpe_map index; /* (a << 32 | b) -> pair */
@@ -361,17 +213,17 @@ static hp_status toks_add(toks *t, const uint8_t *p, size_t n, int32_t *id) {
 }
 
 typedef struct trainer {
-    const words *w;
-    int32_t *sym;      /* word i's symbols: sym[soff[i] .. soff[i] + slen[i]) */
+    const hp__bpe_words *w;
+    int32_t *sym; /* word i's symbols: sym[soff[i] .. soff[i] + slen[i]) */
     size_t *soff;
     uint32_t *slen;
-    int32_t *stamp;    /* the last merge step that visited word i */
+    int32_t *stamp; /* the last merge step that visited word i */
     pairs p;
     heap h;
     toks t;
-    int32_t *touched;  /* pairs holding the new token in this step */
+    int32_t *touched; /* pairs holding the new token in this step */
     size_t touched_n, touched_cap;
-    int32_t *ma, *mb;  /* merges so far */
+    int32_t *ma, *mb; /* merges so far */
     int32_t n_merges;
 } trainer;
 
@@ -429,8 +281,8 @@ static hp_status merge_word(trainer *tr, int32_t word, int32_t a, int32_t b, int
     return HP_STATUS_OK;
 }
 
-static hp_status train_merges(trainer *tr, const hp_tokenizer_train_options *o, reporter *rep) {
-    const words *w = tr->w;
+static hp_status train_merges(trainer *tr, const hp_tokenizer_train_options *o, hp__bpe_reporter *rep) {
+    const hp__bpe_words *w = tr->w;
     int32_t target = o->vocab_size - 256 - o->n_special;
     size_t total = 0;
     for (size_t i = 0; i < w->n; i++) total += w->len[i];
@@ -506,9 +358,9 @@ static hp_status train_merges(trainer *tr, const hp_tokenizer_train_options *o, 
             if (tr->p.count[q] > 0) HP_CHECK_GOTO(heap_push(&tr->h, &tr->p, tr->p.count[q], q), st, done);
         }
         tr->touched_n = 0;
-        report(rep, HP_TOKENIZER_TRAIN_PHASE_MERGE, tr->n_merges, target);
+        hp__bpe_report(rep, HP_TOKENIZER_TRAIN_PHASE_MERGE, tr->n_merges, target);
     }
-    report(rep, HP_TOKENIZER_TRAIN_PHASE_MERGE, target, target);
+    hp__bpe_report(rep, HP_TOKENIZER_TRAIN_PHASE_MERGE, target, target);
 done:
     free(buf);
     return st;
@@ -534,7 +386,8 @@ static hp_status finish(trainer *tr, const hp_tokenizer_train_options *o, hp_tok
         special[tr->t.n + (size_t)s] = 1;
     }
     hp__bpe *m;
-    HP_CHECK_GOTO(hp__bpe_build("bpe train", (int32_t)v, tok, len, special, tr->n_merges, tr->ma, tr->mb, &m), st, done);
+    HP_CHECK_GOTO(hp__bpe_build("bpe train", (int32_t)v, tok, len, special, tr->n_merges, tr->ma, tr->mb, &m), st,
+                  done);
     st = hp__tokenizer_wrap_bpe(m, out);
 done:
     free(tok);
@@ -547,15 +400,16 @@ static hp_status check_options(const hp_tokenizer_train_options *o) {
     if (o->n_special < 0 || (o->n_special && !o->special))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "bpe train: %d special tokens without a list", o->n_special);
     if (o->vocab_size < 256 + o->n_special || o->vocab_size > (1 << 30))
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "bpe train: vocab_size %d must be in [256 + %d specials, 2^30]", o->vocab_size,
-                        o->n_special);
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "bpe train: vocab_size %d must be in [256 + %d specials, 2^30]",
+                        o->vocab_size, o->n_special);
     for (int s = 0; s < o->n_special; s++)
         if (!o->special[s] || !o->special[s][0])
             return hp_error(HP_STATUS_INVALID_ARGUMENT, "bpe train: special token %d is empty", s);
     return HP_STATUS_OK;
 }
 
-static hp_status train(words *w, const hp_tokenizer_train_options *o, reporter *rep, hp_tokenizer **out) {
+static hp_status train(hp__bpe_words *w, const hp_tokenizer_train_options *o, hp__bpe_reporter *rep,
+                       hp_tokenizer **out) {
     trainer tr = {0};
     tr.w = w;
     hp_status st = train_merges(&tr, o, rep);
@@ -576,12 +430,13 @@ hp_status hp_tokenizer_train(const char *const *paths, int n_paths, const hp_tok
         if (stat(paths[i], &sb) != 0) return hp_error(HP_STATUS_IO, "%s: cannot open: %s", paths[i], strerror(errno));
         total += S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : 0;
     }
-    reporter rep = {&o, {-1, -1}};
-    words w = {0};
+    hp__bpe_reporter rep = {&o, {-1, -1}};
+    hp__bpe_words w = {0};
     hp_status st = HP_STATUS_OK;
-    for (int i = 0; i < n_paths && st == HP_STATUS_OK; i++) st = count_file(&w, paths[i], &rep, &done, total);
+    for (int i = 0; i < n_paths && st == HP_STATUS_OK; i++)
+        st = hp__bpe_words_count_file(&w, paths[i], &rep, &done, total);
     if (st == HP_STATUS_OK) st = train(&w, &o, &rep, out);
-    words_free(&w);
+    hp__bpe_words_free(&w);
     return st;
 }
 
@@ -590,11 +445,11 @@ hp_status hp_tokenizer_train_text(const char *text, size_t len, const hp_tokeniz
     *out = NULL;
     hp_tokenizer_train_options o = opt ? *opt : hp_tokenizer_train_options_default();
     HP_CHECK(check_options(&o));
-    reporter rep = {&o, {-1, -1}};
-    words w = {0};
-    hp_status st = count_text(&w, (const uint8_t *)text, len);
-    report(&rep, HP_TOKENIZER_TRAIN_PHASE_COUNT, (int64_t)len, (int64_t)len);
+    hp__bpe_reporter rep = {&o, {-1, -1}};
+    hp__bpe_words w = {0};
+    hp_status st = hp__bpe_words_count_text(&w, (const uint8_t *)text, len);
+    hp__bpe_report(&rep, HP_TOKENIZER_TRAIN_PHASE_COUNT, (int64_t)len, (int64_t)len);
     if (st == HP_STATUS_OK) st = train(&w, &o, &rep, out);
-    words_free(&w);
+    hp__bpe_words_free(&w);
     return st;
 }

@@ -46,8 +46,10 @@ hp_status hp_tokenizer_load(const char *spec, hp_tokenizer **out) {
     if (!strcmp(spec, "bytes")) return wrap(NULL, out);
     struct stat sb;
     if (stat(spec, &sb) != 0)
-        return hp_error(HP_STATUS_IO, "tokenizer '%s': no such file or directory (\"bytes\", a tokenizer.json, an encoder.json or "
-                        "a directory holding one)", spec);
+        return hp_error(HP_STATUS_IO,
+                        "tokenizer '%s': no such file or directory (\"bytes\", a tokenizer.json, an encoder.json or "
+                        "a directory holding one)",
+                        spec);
     size_t n = strlen(spec);
     char *a = malloc(n + 32), *b = malloc(n + 32);
     if (!a || !b) {
@@ -66,7 +68,8 @@ hp_status hp_tokenizer_load(const char *spec, hp_tokenizer **out) {
             snprintf(a, n + 32, "%s/vocab.bpe", spec);
             st = hp__bpe_load_gpt2(b, a, &bpe);
         } else {
-            st = hp_error(HP_STATUS_IO, "tokenizer '%s': the directory holds neither tokenizer.json nor encoder.json", spec);
+            st = hp_error(HP_STATUS_IO, "tokenizer '%s': the directory holds neither tokenizer.json nor encoder.json",
+                          spec);
         }
     } else if (ends_with(spec, "encoder.json")) {
         snprintf(a, n + 32, "%.*svocab.bpe", (int)(n - strlen("encoder.json")), spec);
@@ -106,7 +109,8 @@ int32_t hp_tokenizer_special_id(const hp_tokenizer *t, const char *content) {
     if (!t->bpe) return -1;
     size_t n = strlen(content);
     for (int32_t i = 0; i < t->vocab; i++)
-        if (t->bpe->special[i] && t->bpe->off[i + 1] - t->bpe->off[i] == n && !memcmp(t->bpe->bytes + t->bpe->off[i], content, n))
+        if (t->bpe->special[i] && t->bpe->off[i + 1] - t->bpe->off[i] == n &&
+            !memcmp(t->bpe->bytes + t->bpe->off[i], content, n))
             return i;
     return -1;
 }
@@ -235,7 +239,8 @@ hp_status hp_tokenizer_decode(const hp_tokenizer *t, const int32_t *ids, size_t 
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= m->vocab)
-            return hp_error(HP_STATUS_INVALID_ARGUMENT, "tokenizer: id %d at position %zu is outside [0, %d)", ids[i], i, m->vocab);
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "tokenizer: id %d at position %zu is outside [0, %d)", ids[i],
+                            i, m->vocab);
         total += m->off[ids[i] + 1] - m->off[ids[i]];
     }
     char *out = malloc(total + 1);

@@ -110,9 +110,10 @@ static void write_tiny(const char *path, const char *extra, const char *merges, 
     size_t cap = 1 << 16, o = 0;
     char *s = malloc(cap);
     assert_non_null(s);
-    o += (size_t)snprintf(s + o, cap - o, "{\"version\": \"1.0\", \"added_tokens\": [], \"normalizer\": null,\n"
-                                          "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},\n"
-                                          "\"model\": {\"type\": \"BPE\", \"vocab\": {");
+    o += (size_t)snprintf(s + o, cap - o,
+                          "{\"version\": \"1.0\", \"added_tokens\": [], \"normalizer\": null,\n"
+                          "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},\n"
+                          "\"model\": {\"type\": \"BPE\", \"vocab\": {");
     int id = 0;
     for (int c = 0; c < 256; c++) {
         if (c == skip_byte) continue;
@@ -132,7 +133,8 @@ static void write_tiny(const char *path, const char *extra, const char *merges, 
 static void expect_fail(const char *path, hp_status want, const char *needle1, const char *needle2) {
     hp_tokenizer *t = (hp_tokenizer *)0x1;
     hp_status st = hp_tokenizer_load(path, &t);
-    if (st != want) fail_msg("loading %s: %s (%s), wanted %s", path, hp_status_str(st), hp_error_message(), hp_status_str(want));
+    if (st != want)
+        fail_msg("loading %s: %s (%s), wanted %s", path, hp_status_str(st), hp_error_message(), hp_status_str(want));
     assert_null(t);
     hp_test_assert_error_contains(needle1);
     if (needle2) hp_test_assert_error_contains(needle2);
@@ -171,12 +173,14 @@ static void test_bad_files(void **state) {
     write_tiny(tmp("gap2.json"), "\"x1\": 257, \"x2\": 257, \"x3\": 259,", "", -1);
     expect_fail(tmp("gap2.json"), HP_STATUS_CORRUPT, "gap2.json", "id 257 is given to two");
 
-    const char *wp = "{\"version\": \"1.0\", \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"},\n"
-                     "\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0, \"a\": 1}}}\n";
+    const char *wp =
+        "{\"version\": \"1.0\", \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"},\n"
+        "\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0, \"a\": 1}}}\n";
     write_file(tmp("wordpiece.json"), wp, strlen(wp));
     expect_fail(tmp("wordpiece.json"), HP_STATUS_UNSUPPORTED, "wordpiece.json", "WordPiece");
 
-    const char *sp = "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}";
+    const char *sp =
+        "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}";
     write_file(tmp("metaspace.json"), sp, strlen(sp));
     expect_fail(tmp("metaspace.json"), HP_STATUS_UNSUPPORTED, "metaspace.json", "Metaspace");
 
@@ -227,7 +231,8 @@ static void on_progress(void *ctx, hp_tokenizer_train_phase ph, int64_t done, in
 
 static void test_train_small(void **state) {
     (void)state;
-    const char *text = "low low low low low lower lower newest newest newest newest newest newest widest widest widest\n";
+    const char *text =
+        "low low low low low lower lower newest newest newest newest newest newest widest widest widest\n";
     hp_tokenizer_train_options o = hp_tokenizer_train_options_default();
     o.vocab_size = 256 + 12 + 1;
     seen s = {0};
@@ -304,7 +309,8 @@ static void test_train_kjv(void **state) {
     assert_ok(hp_tokenizer_save(t, tmp("k100.json")));
     hp_tokenizer_free(t);
     size_t jl, rl;
-    char *json = slurp(tmp("k100.json"), &jl), *ref = slurp(hp_test_source_path("tests/data/bpe/kjv100k-300.merges"), &rl);
+    char *json = slurp(tmp("k100.json"), &jl),
+         *ref = slurp(hp_test_source_path("tests/data/bpe/kjv100k-300.merges"), &rl);
     assert_non_null(ref);
     cJSON *root = cJSON_Parse(json);
     assert_non_null(root);

@@ -103,11 +103,13 @@ static void test_kjv(void **state) {
     char *sum = slurp("tests/data/gpt2/kjv.sum", &sum_len);
     assert_non_null(sum);
     unsigned long bytes, tokens, ids_crc, text_crc;
-    assert_int_equal(sscanf(sum, "bytes %lu\ntokens %lu\nids_crc32 %lu\ntext_crc32 %lu", &bytes, &tokens, &ids_crc, &text_crc), 4);
+    assert_int_equal(
+        sscanf(sum, "bytes %lu\ntokens %lu\nids_crc32 %lu\ntext_crc32 %lu", &bytes, &tokens, &ids_crc, &text_crc), 4);
     free(sum);
     unsigned long crc = crc32(0, (const Bytef *)text, (uInt)len);
     if (len != bytes || crc != text_crc)
-        fail_msg("data/kjv.txt (%zu bytes, CRC-32 %lu) is not the file the reference ids were made from (%lu bytes, CRC-32 %lu)",
+        fail_msg("data/kjv.txt (%zu bytes, CRC-32 %lu) is not the file the reference ids were made from (%lu bytes, "
+                 "CRC-32 %lu)",
                  len, crc, bytes, text_crc);
     hp_tokenizer *t = gpt2();
     int32_t *ids, *par;
@@ -126,7 +128,8 @@ static void test_kjv(void **state) {
         for (int k = 0; k < 4; k++) le[4 * i + k] = (uint8_t)((uint32_t)ids[i] >> (8 * k));
     unsigned long got_crc = crc32(0, le, (uInt)(4 * n));
     if (n != tokens || got_crc != ids_crc)
-        fail_msg("kjv.txt: %zu tokens with CRC-32 %lu; the reference has %lu tokens with CRC-32 %lu", n, got_crc, tokens, ids_crc);
+        fail_msg("kjv.txt: %zu tokens with CRC-32 %lu; the reference has %lu tokens with CRC-32 %lu", n, got_crc,
+                 tokens, ids_crc);
     /* The parallel encoder gives the same ids with 2, 3 and 8 threads. */
     int threads[] = {2, 3, 8};
     for (int k = 0; k < 3; k++) {
@@ -175,8 +178,27 @@ static void test_random_round_trip(void **state) {
     (void)state;
     hp_tokenizer *t = gpt2();
     uint64_t s = 0x9E3779B97F4A7C15ull;
-    static const char *alphabet[] = {"a", "b", "e", "The", " ", "  ", "\n", "\t", "'s", "'", "1", "23", ",", ".",
-                                     "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\xC2\xA0", "\xE3\x80\x80", "\xFF", "\x80"};
+    static const char *alphabet[] = {"a",
+                                     "b",
+                                     "e",
+                                     "The",
+                                     " ",
+                                     "  ",
+                                     "\n",
+                                     "\t",
+                                     "'s",
+                                     "'",
+                                     "1",
+                                     "23",
+                                     ",",
+                                     ".",
+                                     "\xC3\xA9",
+                                     "\xE4\xB8\xAD",
+                                     "\xF0\x9F\x98\x80",
+                                     "\xC2\xA0",
+                                     "\xE3\x80\x80",
+                                     "\xFF",
+                                     "\x80"};
     size_t cap = 1 << 18;
     char *buf = malloc(cap);
     assert_non_null(buf);
@@ -228,10 +250,10 @@ static void test_long_words(void **state) {
     char words[6][4096];
     size_t lens[6];
     uint64_t s = 42;
-    memset(words[0], 'a', 1000), lens[0] = 1000;                                    /* one letter run */
-    for (int i = 0; i < 1500; i++) words[1][i] = "0123456789"[rng_next(&s) % 10];   /* digits */
+    memset(words[0], 'a', 1000), lens[0] = 1000;                                  /* one letter run */
+    for (int i = 0; i < 1500; i++) words[1][i] = "0123456789"[rng_next(&s) % 10]; /* digits */
     lens[1] = 1500;
-    for (int i = 0; i < 2000; i++) words[2][i] = "!?-=*#.,;:"[rng_next(&s) % 10];   /* punctuation */
+    for (int i = 0; i < 2000; i++) words[2][i] = "!?-=*#.,;:"[rng_next(&s) % 10]; /* punctuation */
     lens[2] = 2000;
     for (int i = 0; i < 4000; i++) words[3][i] = "abcdefghijklmnopqrstuvwxyz"[rng_next(&s) % 26];
     lens[3] = 4000;
