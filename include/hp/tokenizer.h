@@ -12,6 +12,12 @@
  *     free(ids); free(back);
  *     hp_tokenizer_free(tok);
  *
+ *     hp_tokenizer_train_options o = hp_tokenizer_train_options_default();
+ *     o.vocab_size = 4096;                                      // 256 bytes + 3839 merges + <|endoftext|>
+ *     const char *files[] = {"data/kjv.txt"};
+ *     HP_CHECK(hp_tokenizer_train(files, 1, &o, &tok));
+ *     HP_CHECK(hp_tokenizer_save(tok, "kjv-bpe.json"));         // a Hugging Face tokenizer.json
+ *
  * A tokenizer is immutable after loading: encode and decode may run from several threads at once.
  * Token ids are int32 in [0, hp_tokenizer_vocab_size).
  *
@@ -41,7 +47,9 @@ typedef struct hp_tokenizer hp_tokenizer;
  * `tokenizer.json` or GPT-2's `encoder.json` + `vocab.bpe`. Added tokens are special: they have ids
  * and decode to their text, but encode never produces them. Errors name the path and the bad value:
  * HP_STATUS_IO (missing or unreadable file), HP_STATUS_CORRUPT (malformed JSON, a merge naming an
- * unknown token), HP_STATUS_UNSUPPORTED (a tokenizer.json of another model type, e.g. "WordPiece").
+ * unknown token or making one not in the vocabulary, duplicate or missing ids, a byte without a
+ * token), HP_STATUS_UNSUPPORTED (a tokenizer.json of another model type, e.g. "WordPiece", another
+ * pre-tokenizer than ByteLevel, or a normalizer).
  * The caller frees *out with hp_tokenizer_free.
  */
 hp_status hp_tokenizer_load(const char *spec, hp_tokenizer **out);
@@ -70,11 +78,12 @@ hp_status hp_tokenizer_encode(const hp_tokenizer *t, const char *text, size_t le
 hp_status hp_tokenizer_decode(const hp_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len);
 
 /*
- * Encodes like hp_tokenizer_encode with `threads` POSIX threads (<= 0: one per online CPU; 1: the
- * calling thread only). The text is cut into `threads` chunks (one per thread) only at single newlines
- * between two ASCII non-space bytes, where the pre-tokens cannot change, so *ids equals
- * hp_tokenizer_encode's result exactly. The caller frees *ids. HP_STATUS_OUT_OF_MEMORY,
- * HP_STATUS_INTERNAL (a thread could not be started).
+ * Encodes like hp_tokenizer_encode with `threads` POSIX threads (<= 0: one per online CPU; 1, the
+ * "bytes" tokenizer or a text under 64 KiB: the calling thread only). The text is cut into at most
+ * `threads` chunks (one per thread, each with its own word cache) only at single newlines between
+ * two ASCII non-space bytes, where the pre-tokens cannot change, so *ids equals hp_tokenizer_encode's
+ * result exactly; a text without such newlines is one chunk. A chunk whose thread cannot be
+ * started runs on the calling thread. The caller frees *ids. HP_STATUS_OUT_OF_MEMORY.
  */
 hp_status hp_tokenizer_encode_parallel(const hp_tokenizer *t, const char *text, size_t len, int threads, int32_t **ids,
                                        size_t *n);
