@@ -16,6 +16,8 @@ typedef struct pp_reqs {
 /* One program instance of a chunk: the activations of one micro-batch in flight. */
 typedef struct pp_slot {
     hp_program *p;
+    float *xin, *dyin; /* with partitioned rows: the replica's rows received, before this rank's block
+                        * is copied into the program (NULL: received into the program's input) */
     pp_reqs recv;   /* pending receives into x_in (RECV_F) or dy (RECV_B) */
     pp_reqs send_f; /* pending sends of x_out */
     pp_reqs send_b; /* pending sends of dx */
@@ -31,6 +33,7 @@ typedef struct pp_chunk {
     hp_gpt gpt;
     hp_tid dy;        /* input: the output gradient (not on the last stage) */
     hp_tid row0;      /* with dropout: input "stage.row0", the micro-batch's first row in the batch; else NONE */
+    int blk0, blkn;   /* this rank's rows [blk0, blk0 + blkn) of the replica's rows (partitioned-row axes) */
     hp_tid dx;        /* the input gradient (not on the first stage) */
     int f_end, b_end; /* phases: F nodes [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     int n_nodes;
@@ -56,9 +59,12 @@ struct hp_pipeline {
     int me;                 /* this process's rank in comm */
     int *grp_size, *grp_off, *grp_ranks; /* [p], [p], [sum]: each pipeline rank's group, in comm ranks */
     int replica;            /* this process's data-parallel replica index in its group */
-    int tpi;                /* this process's model-parallel index in its group (0 without) */
-    int *grp_dp, *grp_tp;   /* [p]: each group's data-parallel replicas and model-parallel size;
-                             * grp_ranks[grp_off[r] + j * grp_tp[r] + i] is process (j, i) of group r */
+    int pi;                 /* this process's index among its replica's partitioned ranks (0 without) */
+    int *grp_dp, *grp_pn;   /* [p]: each group's replicas (the manual row split) and partitioned ranks per
+                             * replica (model-parallel and partitioned-row axes: the partitioner's);
+                             * grp_ranks[grp_off[r] + j * grp_pn[r] + i] is process (j, i) of group r */
+    int n_row_axes;         /* the group's partitioned-row axes (its inputs rules' dim 0) ... */
+    int row_axes[HP_CONFIG_MAX_AXES]; /* ... as mesh axis indices, slowest first */
     hp_comm *stage_comm;    /* the group's data-parallel replicas of this model-parallel index; NULL: one */
     hp_comm *group_comm;    /* with model-parallel axes: the whole group, the mesh's parent; else NULL */
     hp_strategy *strategy;  /* with model-parallel axes or ZeRO: the group's strategy (owns the mesh); else NULL */

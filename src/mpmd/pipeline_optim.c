@@ -17,21 +17,28 @@
 
 #define OOM(what) hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for %s", what)
 
-/* Whether this rank's block of a stored entry is part of the tensor no other model-parallel rank
- * of the replica holds (a split dimension). */
-static bool split_entry(const hp_pipeline *pp, const char *name) {
+/* Whether this rank is the first holder of its block of a stored entry: its coordinate is 0 on every
+ * mesh axis the entry's layout does not split (the ranks that differ only there hold copies). Without
+ * a group mesh: replica 0 (the replicas hold the same reduced gradients). */
+static bool first_holder(const hp_pipeline *pp, const char *name) {
     hp_store_entry_info e;
-    if (!pp->mesh || hp_store_info(pp->store, name, &e) != HP_STATUS_OK) return false;
-    for (int d = 0; d < e.layout.ndim; d++)
-        if (e.layout.nmap[d] > 0) return true;
-    return false;
+    if (!pp->mesh) return pp->replica == 0;
+    if (hp_store_info(pp->store, name, &e) != HP_STATUS_OK) return false;
+    int coords[HP_MESH_MAX_AXES];
+    hp_mesh_coords(pp->mesh, hp_mesh_my_index(pp->mesh), coords);
+    for (int a = 0; a < hp_mesh_naxes(pp->mesh); a++) {
+        bool used = false;
+        for (int d = 0; d < e.layout.ndim; d++)
+            for (int k = 0; k < e.layout.nmap[d]; k++) used |= e.layout.map[d][k] == a;
+        if (!used && coords[a] != 0) return false;
+    }
+    return true;
 }
 
-/* A name this rank's optimizer owns: each parameter once; a tied embedding's copy on the last stage
- * is left to the norm of the rank holding stage 0 (it is summed into both copies first). */
+/* A name this rank's optimizer owns: each block of each parameter once; a tied embedding's copy on
+ * the last stage is left to the norm of the ranks holding stage 0 (it is summed into both copies). */
 static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
-    if (pp->replica != 0) return false; /* the group's replicas hold the same reduced gradients */
-    if (pp->tpi != 0 && !split_entry(pp, name)) return false; /* replicated over the model-parallel ranks */
+    if (!first_holder(pp, name)) return false;
     return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank &&
              !strcmp(name, hp_gpt_embedding_name(&pp->model)));
 }
