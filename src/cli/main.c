@@ -64,6 +64,11 @@ static void usage(FILE *f) {
             "                       rank and stream, spans coloured by kind (F, B, W, optimizer,\n"
             "                       collective, send/recv, copy, wait), a time axis in ms; --step N\n"
             "                       zooms on training step N, --from/--to on a window\n"
+            "  convert --from-hf HF_DIR -o RUN_DIR | --to-hf CKPT -o HF_DIR\n"
+            "                       import a Hugging Face GPT-2 or Llama checkpoint (config.json +\n"
+            "                       safetensors, sharded or not) as a run dir with run.yaml and a step-0\n"
+            "                       checkpoint without optimizer state; or export a checkpoint to\n"
+            "                       Hugging Face's layout (config.json + model.safetensors)\n"
             "  help                 this text\n");
 }
 
@@ -178,6 +183,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return hp_cli_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace-view")) return hp_cli_trace_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "calibrate")) return hp_cli_calibrate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert")) return hp_cli_convert(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
