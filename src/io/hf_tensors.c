@@ -384,9 +384,9 @@ static hp_status read_tensors(const hf_source *s, const hp_hf_arch *a, const map
         for (size_t i = 0; i < s->n; i++) {
             size_t len = strlen(s->t[i].name);
             if (len > 10 && !strcmp(s->t[i].name + len - 10, "_proj.bias"))
-                return hp_error(HP_STATUS_UNSUPPORTED, "'%s' holds tensor '%s': %s has projection biases (as every "
-                                "Qwen2 has q/k/v biases), which the Llama family here does not have", file_of(s, &s->t[i]),
-                                s->t[i].name, a->model_type);
+                return hp_error(HP_STATUS_UNSUPPORTED, "'%s' holds tensor '%s': a projection bias (every Qwen2 has "
+                                "q/k/v biases), which the Llama family here does not have (model_type %s)",
+                                file_of(s, &s->t[i]), s->t[i].name, a->model_type);
         }
     /* GPT-2's base-model tensors with or without the "transformer." prefix (GPT2Model or GPT2LMHeadModel) */
     const char *prefix = "";
@@ -398,7 +398,7 @@ static hp_status read_tensors(const hf_source *s, const hp_hf_arch *a, const map
         snprintf(name, sizeof name, "%s%s", mp->base ? prefix : "", mp->hf);
         src_tensor *t = source_find(s, name);
         if (!t)
-            return hp_error(HP_STATUS_NOT_FOUND, "'%s' lacks tensor '%s', which the model config.json describes has "
+            return hp_error(HP_STATUS_NOT_FOUND, "'%s' lacks tensor '%s', which the model config.json describes needs "
                             "(%s)", s->where, name, as);
         t->used = true;
         HP_CHECK(convert(s, t, mp, a, m->tensors[i].data));
@@ -425,8 +425,8 @@ static hp_status read_tensors(const hf_source *s, const hp_hf_arch *a, const map
                                 emb->name);
             continue;
         }
-        return hp_error(HP_STATUS_CORRUPT, "'%s' holds tensor '%s', which the model config.json describes does not have "
-                        "(%s)", file_of(s, t), t->name, as);
+        return hp_error(HP_STATUS_CORRUPT, "'%s' holds tensor '%s', which is not part of the model config.json "
+                        "describes (%s)", file_of(s, t), t->name, as);
     }
     return HP_STATUS_OK;
 }
