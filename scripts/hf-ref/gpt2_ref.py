@@ -7,6 +7,9 @@ that tests/unit/test_hf_convert.c checks `hp convert --from-hf` against.
                                             # by the build or the tests, which use the committed files
     /usr/bin/python3 scripts/hf-ref/gpt2_ref.py             # rewrites tests/data/hf/gpt2-tiny{,.ref.safetensors}
     /usr/bin/python3 scripts/hf-ref/gpt2_ref.py logits DIR  # logits of any GPT-2 dir on the fixed prompt
+    /usr/bin/python3 scripts/hf-ref/gpt2_ref.py make /tmp/gpt2-small --shape small
+                                            # a random model of GPT-2 small's shape (124M parameters,
+                                            # 500 MB; for bench/bench_hf_convert.c, not committed)
 
 `make` (the default) builds a tiny GPT-2 with random weights and writes it as the hub's `gpt2`
 repository is laid out: config.json, model.safetensors with the GPT2Model names (no "transformer."
@@ -33,6 +36,7 @@ from hfio import SAMPLE_TEXT, load_dir, write_safetensors, write_tiny_tokenizer 
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 V, T, L, H, C = 320, 32, 2, 4, 32
+SHAPES = {"tiny": (320, 32, 2, 4, 32), "small": (50257, 1024, 12, 12, 768)}  # V, T, L, H, C
 SEED = 16
 PROMPT = [5, 300, 17, 256, 99, 318, 0, 42, 200, 7, 271, 128, 64, 319, 1, 250]
 
@@ -77,7 +81,8 @@ def logits(config, tensors, tokens):
     return x @ head.T
 
 
-def make(out):
+def make(out, shape="tiny"):
+    V, T, L, H, C = SHAPES[shape]
     os.makedirs(out, exist_ok=True)
     g = torch.Generator().manual_seed(SEED)
 
@@ -114,8 +119,9 @@ def make(out):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
         f.write("\n")
-    n = write_tiny_tokenizer(out, V, SAMPLE_TEXT)
-    assert n == V, n
+    if shape == "tiny":
+        n = write_tiny_tokenizer(out, V, SAMPLE_TEXT)
+        assert n == V, n
 
 
 def main():
@@ -123,10 +129,11 @@ def main():
     ap.add_argument("what", nargs="?", default="make", choices=["make", "logits"])
     ap.add_argument("dir", nargs="?", default=os.path.join(ROOT, "tests", "data", "hf", "gpt2-tiny"))
     ap.add_argument("--ref", default=None, help="where to write the logits (make: DIR.ref.safetensors)")
+    ap.add_argument("--shape", default="tiny", choices=sorted(SHAPES), help="make: the model's size")
     args = ap.parse_args()
     d = os.path.normpath(args.dir)
     if args.what == "make":
-        make(d)
+        make(d, args.shape)
     config, tensors = load_dir(d)  # read back from disk: the reference sees what hp convert sees
     with torch.no_grad():
         out = logits(config, tensors, PROMPT)
