@@ -221,23 +221,28 @@ hp_status hp_hf_config_read(const char *dir, hp_hf_arch *out) {
     return st;
 }
 
+/* Removes every item named key (a JSON object may repeat a key; readers take the first). */
+static void drop(cJSON *o, const char *key) {
+    while (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+}
+
 static bool set_num(cJSON *o, const char *key, double v) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    drop(o, key);
     return cJSON_AddNumberToObject(o, key, v) != NULL;
 }
 
 static bool set_str(cJSON *o, const char *key, const char *v) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    drop(o, key);
     return cJSON_AddStringToObject(o, key, v) != NULL;
 }
 
 static bool set_bool(cJSON *o, const char *key, bool v) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    drop(o, key);
     return cJSON_AddBoolToObject(o, key, v) != NULL;
 }
 
 static bool set_null(cJSON *o, const char *key) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    drop(o, key);
     return cJSON_AddNullToObject(o, key) != NULL;
 }
 
@@ -274,7 +279,7 @@ char *hp_hf_config_json(const hp_hf_arch *a, const char *base) {
     if (!o) return NULL;
     bool ok = true;
     const char *arch_name = a->family == HP_HF_FAMILY_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "architectures");
+    drop(o, "architectures");
     cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
     cJSON *an = cJSON_CreateString(arch_name);
     ok = archs && an && cJSON_AddItemToArray(archs, an);
@@ -282,7 +287,7 @@ char *hp_hf_config_json(const hp_hf_arch *a, const char *base) {
          set_str(o, "torch_dtype", "float32");
     if (a->family == HP_HF_FAMILY_GPT2) {
         static const char *const stale[] = {"n_vocab"};
-        for (size_t i = 0; i < sizeof stale / sizeof *stale; i++) cJSON_DeleteItemFromObjectCaseSensitive(o, stale[i]);
+        for (size_t i = 0; i < sizeof stale / sizeof *stale; i++) drop(o, stale[i]);
         ok = ok && set_str(o, "model_type", "gpt2") && set_num(o, "n_embd", (double)a->width) &&
              set_num(o, "n_head", (double)a->heads) && set_num(o, "n_layer", (double)a->layers) &&
              set_num(o, "n_positions", (double)a->context) && set_num(o, "n_ctx", (double)a->context) &&
@@ -292,9 +297,9 @@ char *hp_hf_config_json(const hp_hf_arch *a, const char *base) {
              set_bool(o, "scale_attn_weights", true) && set_bool(o, "scale_attn_by_inverse_layer_idx", false);
     } else {
         /* a Qwen2 without biases is a Llama: written as one */
-        cJSON_DeleteItemFromObjectCaseSensitive(o, "use_sliding_window");
-        cJSON_DeleteItemFromObjectCaseSensitive(o, "sliding_window");
-        cJSON_DeleteItemFromObjectCaseSensitive(o, "max_window_layers");
+        drop(o, "use_sliding_window");
+        drop(o, "sliding_window");
+        drop(o, "max_window_layers");
         ok = ok && set_str(o, "model_type", "llama") && set_num(o, "hidden_size", (double)a->width) &&
              set_num(o, "intermediate_size", (double)a->ffn_width) && set_num(o, "num_hidden_layers", (double)a->layers) &&
              set_num(o, "num_attention_heads", (double)a->heads) &&
