@@ -49,6 +49,12 @@ static hp_status check_arch(const hp_hf_arch *a) {
                         "%lld kv_heads %lld width %lld ffn_width %lld", hp_hf_family_name(a->family), (long long)a->vocab,
                         (long long)a->context, (long long)a->layers, (long long)a->heads, (long long)a->kv_heads,
                         (long long)a->width, (long long)a->ffn_width);
+    /* every tensor under 2^48 elements, as the run config bounds them (sizes are < 2^31: no overflow) */
+    const int64_t lim = (int64_t)1 << 48, rows[4] = {a->vocab, a->context, a->ffn_width, a->width};
+    for (int i = 0; i < 4; i++)
+        if (rows[i] * a->width > lim)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s architecture too large: a (%lld, %lld) tensor has more than "
+                            "2^48 elements", hp_hf_family_name(a->family), (long long)rows[i], (long long)a->width);
     return HP_STATUS_OK;
 }
 
@@ -339,8 +345,8 @@ static float element(const hp_safetensors_entry *e, int64_t j) {
     return f;
 }
 
-/* Fills ours (m->shape, float32) from HF's tensor t, checked. */
-static hp_status convert(const hf_source *s, const src_tensor *t, const hf_map *m, const hp_hf_arch *a, float *dst) {
+/* HF's tensor t has the dtype and the shape map m needs. */
+static hp_status check_entry(const hf_source *s, const src_tensor *t, const hf_map *m, const hp_hf_arch *a) {
     char want[128], got[128], as[512];
     hp_shape hs = hf_shape(m);
     if (t->e->dtype != HP_DTYPE_F32 && t->e->dtype != HP_DTYPE_BF16)
@@ -351,6 +357,12 @@ static hp_status convert(const hf_source *s, const src_tensor *t, const hf_map *
         return hp_error(HP_STATUS_SHAPE, "'%s': tensor '%s' is %s, but config.json (%s) makes it %s", file_of(s, t),
                         t->name, hp_shape_str(&t->e->shape, got, sizeof got), as, hp_shape_str(&hs, want, sizeof want));
     }
+    return HP_STATUS_OK;
+}
+
+/* Fills ours (m->shape, float32) from HF's tensor t (checked by check_entry): its checksum when the
+ * file records one, every value finite. */
+static hp_status convert(const hf_source *s, const src_tensor *t, const hf_map *m, float *dst) {
     HP_CHECK(hp_safetensors_verify(s->files[t->file], t->e));
     int64_t n = hp_shape_numel(&m->shape);
     for (int64_t i = 0; i < n; i++) {
@@ -377,6 +389,8 @@ static bool skippable(const hp_hf_arch *a, const char *name) {
     return sscanf(name, "model.layers.%lld.self_attn.rotary_emb.inv_freq%n", &L, &end) == 1 && !name[end];
 }
 
+/* Every tensor is found and checked (dtype, shape, nothing extra) before any is allocated, so a
+ * config.json that disagrees with its files fails before the model's memory is taken. */
 static hp_status read_tensors(const hf_source *s, const hp_hf_arch *a, const map_list *l, hp_hf_model *m) {
     char as[512];
     arch_str(a, as, sizeof as);
@@ -392,42 +406,54 @@ static hp_status read_tensors(const hf_source *s, const hp_hf_arch *a, const map
     const char *prefix = "";
     if (a->family == HP_HF_FAMILY_GPT2 && !source_find(s, "wte.weight") && source_find(s, "transformer.wte.weight"))
         prefix = "transformer.";
+    const src_tensor **from = calloc(l->n, sizeof *from);
+    if (!from) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the tensor table");
+    hp_status st = HP_STATUS_OK;
     char name[160];
-    for (size_t i = 0; i < l->n; i++) {
+    for (size_t i = 0; st == HP_STATUS_OK && i < l->n; i++) {
         const hf_map *mp = &l->v[i];
         snprintf(name, sizeof name, "%s%s", mp->base ? prefix : "", mp->hf);
         src_tensor *t = source_find(s, name);
-        if (!t)
-            return hp_error(HP_STATUS_NOT_FOUND, "'%s' lacks tensor '%s', which the model config.json describes needs "
-                            "(%s)", s->where, name, as);
+        if (!t) {
+            st = hp_error(HP_STATUS_NOT_FOUND, "'%s' lacks tensor '%s', which the model config.json describes needs (%s)",
+                          s->where, name, as);
+            break;
+        }
         t->used = true;
-        HP_CHECK(convert(s, t, mp, a, m->tensors[i].data));
+        from[i] = t;
+        st = check_entry(s, t, mp, a);
     }
-    for (size_t i = 0; i < s->n; i++) {
-        src_tensor *t = &s->t[i];
-        if (t->used) continue;
+    const src_tensor *head = NULL; /* a tied head stored anyway */
+    hf_map same = {.kind = MAP_COPY, .parts = 1, .shape = l->v[0].shape}; /* the embedding's */
+    for (size_t i = 0; st == HP_STATUS_OK && i < s->n; i++) {
+        const src_tensor *t = &s->t[i];
         size_t pl = strlen(prefix);
         const char *bare = strncmp(t->name, prefix, pl) ? t->name : t->name + pl;
-        if (skippable(a, bare)) continue;
+        if (t->used || skippable(a, bare)) continue;
         if (a->tied_head && !strcmp(t->name, "lm_head.weight")) {
-            /* a tied head stored anyway: it must be the embedding */
-            const hp_named_tensor *emb = &m->tensors[0];
-            hf_map same = {.kind = MAP_COPY, .parts = 1, .shape = emb->shape};
-            float *head = malloc((size_t)hp_shape_numel(&emb->shape) * sizeof *head + 1);
-            if (!head) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory reading '%s'", t->name);
-            hp_status st = convert(s, t, &same, a, head);
-            bool eq = st == HP_STATUS_OK && !memcmp(head, emb->data, (size_t)hp_shape_numel(&emb->shape) * sizeof *head);
-            free(head);
-            HP_CHECK(st);
-            if (!eq)
-                return hp_error(HP_STATUS_CORRUPT, "'%s': config.json ties the head to the embedding "
-                                "(tie_word_embeddings true), but tensor 'lm_head.weight' differs from '%s'", file_of(s, t),
-                                emb->name);
+            head = t;
+            st = check_entry(s, t, &same, a);
             continue;
         }
-        return hp_error(HP_STATUS_CORRUPT, "'%s' holds tensor '%s', which is not part of the model config.json "
-                        "describes (%s)", file_of(s, t), t->name, as);
+        st = hp_error(HP_STATUS_CORRUPT, "'%s' holds tensor '%s', which is not part of the model config.json describes "
+                      "(%s)", file_of(s, t), t->name, as);
     }
+    if (st == HP_STATUS_OK) st = alloc_from(a, l, m);
+    for (size_t i = 0; st == HP_STATUS_OK && i < l->n; i++) st = convert(s, from[i], &l->v[i], m->tensors[i].data);
+    free(from);
+    if (st != HP_STATUS_OK || !head) return st;
+    /* the stored head must be the embedding */
+    const hp_named_tensor *emb = &m->tensors[0];
+    size_t bytes = (size_t)hp_shape_numel(&emb->shape) * sizeof(float);
+    float *h = malloc(bytes + 1);
+    if (!h) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory reading '%s'", head->name);
+    st = convert(s, head, &same, h);
+    bool eq = st == HP_STATUS_OK && !memcmp(h, emb->data, bytes);
+    free(h);
+    HP_CHECK(st);
+    if (!eq)
+        return hp_error(HP_STATUS_CORRUPT, "'%s': config.json ties the head to the embedding (tie_word_embeddings "
+                        "true), but tensor 'lm_head.weight' differs from '%s'", file_of(s, head), emb->name);
     return HP_STATUS_OK;
 }
 
@@ -439,7 +465,6 @@ hp_status hp_hf_read(const char *dir, hp_hf_model *out) {
     hf_source s;
     memset(&s, 0, sizeof s);
     hp_status st = build_maps(&a, &l);
-    if (st == HP_STATUS_OK) st = alloc_from(&a, &l, out);
     if (st == HP_STATUS_OK) st = source_open(&s, dir);
     if (st == HP_STATUS_OK) st = read_tensors(&s, &a, &l, out);
     source_free(&s);

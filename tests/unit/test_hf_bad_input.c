@@ -130,6 +130,10 @@ static void test_unsupported_configs(void **state) {
     d = copy_of("llama-tiny", "act");
     set_config(d, "hidden_act", "\"gelu\"");
     expect(d, HP_STATUS_UNSUPPORTED, "'hidden_act' is 'gelu'", NULL);
+    d = copy_of("gpt2-tiny", "huge");
+    set_config(d, "n_embd", "2147483646");
+    set_config(d, "n_head", "2");
+    expect(d, HP_STATUS_INVALID_ARGUMENT, "too large", "2^48", NULL); /* before any allocation */
     d = copy_of("gpt2-tiny", "nojson");
     ck_spit(file_in(d, "config.json"), "{\"model_type\": \"gpt2\",", 22);
     expect(d, HP_STATUS_CORRUPT, "config.json", "not a JSON object", NULL);
