@@ -125,7 +125,8 @@ typedef struct hp_hf_model {
 /*
  * Allocates the tensors the architecture has (our names and shapes, data zeroed), so a checkpoint
  * can be loaded into them (hp_checkpoint_load_model). Errors: HP_STATUS_INVALID_ARGUMENT for an
- * architecture that does not validate; HP_STATUS_OUT_OF_MEMORY. Free with hp_hf_model_free.
+ * architecture that does not validate (sizes below 1, heads not dividing, a tensor of more than
+ * 2^48 elements); HP_STATUS_OUT_OF_MEMORY. Free with hp_hf_model_free.
  */
 hp_status hp_hf_model_alloc(const hp_hf_arch *a, hp_hf_model *out);
 /* Frees the tensors; safe on a zeroed model and twice. */
@@ -145,7 +146,9 @@ int64_t hp_hf_model_numel(const hp_hf_model *m);
  * embedding), HP_STATUS_NOT_FOUND (a tensor the config's model needs and the files lack),
  * HP_STATUS_SHAPE (a tensor whose shape differs from the one config.json implies: both shapes and
  * the config values that make it), HP_STATUS_UNSUPPORTED (config.json as above, Qwen2's q/k/v
- * biases). Free *out with hp_hf_model_free (also after a failure).
+ * biases), HP_STATUS_INVALID_ARGUMENT (a tensor of more than 2^48 elements). Every tensor is found
+ * and checked before the model's memory is allocated. Free *out with hp_hf_model_free (also after
+ * a failure).
  */
 hp_status hp_hf_read(const char *dir, hp_hf_model *out);
 
