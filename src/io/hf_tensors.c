@@ -49,10 +49,10 @@ static hp_status check_arch(const hp_hf_arch *a) {
                         "%lld kv_heads %lld width %lld ffn_width %lld", hp_hf_family_name(a->family), (long long)a->vocab,
                         (long long)a->context, (long long)a->layers, (long long)a->heads, (long long)a->kv_heads,
                         (long long)a->width, (long long)a->ffn_width);
-    /* every tensor under 2^48 elements, as the run config bounds them (sizes are < 2^31: no overflow) */
+    /* every tensor under 2^48 elements, as the run config bounds them (divided: no overflow) */
     const int64_t lim = (int64_t)1 << 48, rows[4] = {a->vocab, a->context, a->ffn_width, a->width};
     for (int i = 0; i < 4; i++)
-        if (rows[i] * a->width > lim)
+        if (rows[i] > lim / a->width)
             return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s architecture too large: a (%lld, %lld) tensor has more than "
                             "2^48 elements", hp_hf_family_name(a->family), (long long)rows[i], (long long)a->width);
     return HP_STATUS_OK;
