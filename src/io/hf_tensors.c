@@ -479,8 +479,10 @@ hp_status hp_hf_write(const char *dir, const hp_hf_model *m, const char *base_co
     HP_CHECK(build_maps(&m->arch, &l));
     hp_named_tensor *out = calloc(l.n, sizeof *out);
     char **names = calloc(l.n, sizeof *names);
+    bool *borrowed = calloc(l.n, sizeof *borrowed); /* a copied tensor is written from the model's own buffer */
     size_t n = 0;
-    hp_status st = out && names ? HP_STATUS_OK : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory writing '%s'", dir);
+    hp_status st = out && names && borrowed ? HP_STATUS_OK
+                                            : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory writing '%s'", dir);
     char a[128], b[128], path[HP__HF_PATH];
     const char *prefix = m->arch.family == HP_HF_FAMILY_GPT2 ? "transformer." : "";
     for (size_t i = 0; st == HP_STATUS_OK && i < l.n; i++) {
@@ -500,13 +502,16 @@ hp_status hp_hf_write(const char *dir, const hp_hf_model *m, const char *base_co
         if (k == n) { /* a new HF tensor */
             hp_shape hs = hf_shape(mp);
             names[n] = strdup(full);
-            out[n] = (hp_named_tensor){names[n], HP_DTYPE_F32, hs, calloc((size_t)hp_shape_numel(&hs) + 1, sizeof(float))};
+            borrowed[n] = mp->kind == MAP_COPY;
+            out[n] = (hp_named_tensor){names[n], HP_DTYPE_F32, hs,
+                                       borrowed[n] ? src->data : calloc((size_t)hp_shape_numel(&hs) + 1, sizeof(float))};
             n++;
             if (!names[k] || !out[k].data) {
                 st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for tensor '%s'", full);
                 break;
             }
         }
+        if (borrowed[k]) continue;
         const float *s = src->data;
         float *d = out[k].data;
         int64_t numel = hp_shape_numel(&mp->shape);
@@ -522,9 +527,13 @@ hp_status hp_hf_write(const char *dir, const hp_hf_model *m, const char *base_co
     if (st == HP_STATUS_OK) st = hp__hf_join(path, dir, "config.json");
     if (st == HP_STATUS_OK) st = hp__hf_write_text(path, cfg);
     free(cfg);
-    for (size_t i = 0; i < n; i++) free(out[i].data), free(names[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (!borrowed[i]) free(out[i].data);
+        free(names[i]);
+    }
     free(out);
     free(names);
+    free(borrowed);
     free(l.v);
     return st;
 }
