@@ -19,6 +19,7 @@ packages=(
     libopenmpi-dev openmpi-bin            # the MPI communicator and mpirun for multi-rank tests
     libyaml-dev libcjson-dev zlib1g-dev liburing-dev   # configs, JSON, compression, disk tier
     libcmocka-dev                         # unit-test framework
+    libxml2-utils                         # xmllint: tests parse the SVGs of hp plot back
     clang-14 libclang-rt-14-dev libomp-14-dev    # the fuzz build (tests/fuzz): clang, libFuzzer, OpenMP
     bible-kjv                             # the default training corpus (scripts/get-data.sh)
     "$@"

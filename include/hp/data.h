@@ -115,6 +115,20 @@ typedef struct hp_loader hp_loader;
  * train or val split holds fewer than context+1 tokens ("too short for context T").
  */
 hp_status hp_loader_new(const hp_corpus *corpus, const hp_loader_options *opt, hp_loader **out);
+
+/* A shard set (hp/shards.h). */
+typedef struct hp_shard_set hp_shard_set;
+
+/*
+ * A loader over a shard set, which it borrows (the set must outlive the loader): the same batches
+ * API and contract as a corpus loader, with the set's training split as n_train tokens and its
+ * validation split as n_val (opt->val_fraction is not used: the set fixes the split). Windows are
+ * read from the memory-mapped shards on demand (a window may span two shards), so a set larger than
+ * RAM works. Errors: those of hp_loader_new (the split sizes named with the set's directory), and
+ * the batch functions also return hp_shard_set_read's (HP_STATUS_CORRUPT for an id outside the
+ * vocabulary).
+ */
+hp_status hp_loader_new_shards(const hp_shard_set *set, const hp_loader_options *opt, hp_loader **out);
 /* NULL is allowed. */
 void hp_loader_free(hp_loader *ld);
 

@@ -52,7 +52,7 @@
  * a head_dim other than C / H, Qwen2's use_sliding_window true, and the q/k/v biases every Qwen2
  * checkpoint has (the Llama family here has no biases). The run config's model section for a Llama
  * is {family: llama, vocab, context, layers, heads, kv_heads, width, ffn_width, rope_base,
- * norm_eps, tied_head}; hp_hf_import needs a build whose run config knows model.family.
+ * norm_eps, tied_head} (hp/nn.h, the Llama family); an export writes it as LlamaForCausalLM.
  *
  * Tensors are read as F32 or BF16 (converted exactly to float32) and written as F32. Every value
  * read is checked finite.
@@ -172,6 +172,9 @@ hp_status hp_hf_write(const char *dir, const hp_hf_model *m, const char *base_co
 #define HP_HF_CONFIG_COPY "hf_config.json"
 /* The run config hp_hf_import writes into the run directory. */
 #define HP_HF_RUN_YAML "run.yaml"
+/* Where a run directory keeps an imported tokenizer this build cannot read (or whose vocabulary
+ * exceeds the model's), so sampling and evaluation use the byte tokenizer meanwhile. */
+#define HP_HF_TOKENIZER_DIR "hf_tokenizer"
 
 typedef struct hp_hf_import_info {
     hp_hf_arch arch;
@@ -180,6 +183,8 @@ typedef struct hp_hf_import_info {
     char run_yaml[4096];    /* <run_dir>/run.yaml */
     int n_copied;           /* tokenizer files copied into run_dir */
     char copied[16][32];    /* their names */
+    char tokenizer_note[1024]; /* "" when the tokenizer is in place for `hp generate` / `hp eval`; else
+                                * why it was moved to HP_HF_TOKENIZER_DIR */
 } hp_hf_import_info;
 
 /*
@@ -194,7 +199,12 @@ typedef struct hp_hf_import_info {
  *                              `hp train run.yaml --resume` starts AdamW's moments at zero and the
  *                              learning-rate schedule at step 0; `hp generate run_dir` samples from it
  *   run_dir/hf_config.json     a copy of config.json (hp_hf_export keeps its other keys)
- *   run_dir/tokenizer.json ... the files of HP_HF_TOKENIZER_FILES that hf_dir holds, copied
+ *   run_dir/tokenizer.json ... the files of HP_HF_TOKENIZER_FILES that hf_dir holds, copied; the
+ *                              tokenizer (tokenizer.json, or encoder.json + vocab.bpe) stays beside
+ *                              `latest`, where `hp generate` and `hp eval` take it from, when this
+ *                              build reads it (hp_tokenizer_load) and its vocabulary is at most the
+ *                              model's; else it moves to run_dir/hf_tokenizer/ (info->tokenizer_note
+ *                              says why) and the run keeps the byte tokenizer
  * The checkpoint is checked against its config as resume does (hp_checkpoint_check_config).
  * Errors: hp_hf_read's; HP_STATUS_INVALID_ARGUMENT when run_dir already holds a checkpoint;
  * HP_STATUS_UNSUPPORTED when this build's run config lacks the model family (a Llama before the
@@ -216,7 +226,7 @@ typedef struct hp_hf_export_info {
  * the Hugging Face directory hf_dir (hp_hf_write): the model section of its state.json gives the
  * architecture, the model tensors are loaded with their checks (hp_checkpoint_load_model), and the
  * run directory's hf_config.json (kept by hp_hf_import) and tokenizer files, when present, go
- * along. Optimizer state is not exported. Importing the result gives back the same tensors, bit
+ * along (from run_dir/hf_tokenizer/ too). Optimizer state is not exported. Importing the result gives back the same tensors, bit
  * for bit. Errors: the checkpoint's (naming the file and the tensor or field); hp_hf_write's.
  */
 hp_status hp_hf_export(const char *ckpt, const char *hf_dir, hp_hf_export_info *info);

@@ -59,9 +59,12 @@
 #include "hp/nn.h"
 #include "hp/train.h"
 #include "hp/data.h"
+#include "hp/tokenizer.h"
+#include "hp/shards.h"
 #include "hp/safetensors.h"
 #include "hp/checkpoint.h"
 #include "hp/run_dir.h"
 #include "hp/fit.h"
+#include "hp/eval.h"
 
 #endif /* HP_HP_H */

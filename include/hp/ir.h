@@ -70,6 +70,11 @@ typedef int32_t hp_tid;
     X(ATTENTION, attention)         /* fused causal self-attention; outputs o, lse */              \
     X(ATTENTION_BACKWARD, attention_backward) /* outputs dq, dk, dv */                             \
     X(DROPOUT, dropout)             /* inverted dropout; mask from (i[0] key, in[1] step, element) */\
+    X(RMSNORM, rmsnorm)             /* over the last axis, eps f[0]; outputs y, rstd */             \
+    X(RMSNORM_BACKWARD, rmsnorm_backward) /* outputs dx, dweight */                                \
+    X(ROPE, rope)                   /* rotary embedding: i[0] heads, i[1] position offset, i[2] inverse, f[0] base */\
+    X(SWIGLU, swiglu)               /* y = silu(gate) * up */                                      \
+    X(SWIGLU_BACKWARD, swiglu_backward) /* outputs dgate, dup */                                   \
     X(SUMSQ, sumsq)                 /* scalar sum of squares of all inputs */                      \
     X(CLIP_SCALE, clip_scale)       /* scalar min(1, f[0] / (sqrt(a) + 1e-6)) */                   \
     X(ADAMW, adamw)                 /* in place: param, m, v updated from grad */                  \

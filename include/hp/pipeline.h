@@ -52,8 +52,25 @@
  * on 1, 2 and 1 ranks), each rank's loss is scaled by its share of the rows, and the gradients are
  * summed over the group (one all-reduce per tensor) before the update.
  *
- * Not built yet: tensor or sequence parallelism and FSDP/ZeRO inside a stage, offload inside a
- * stage, dropout (its masks are keyed by the element's index in the micro-batch, not the batch).
+ * Tensor parallelism inside a stage (hp_pipeline_opts.group_strategy). A group's mesh may have
+ * model-parallel axes besides the data-parallel ones: process (j, i) of a group is data-parallel
+ * replica j and model-parallel rank i. Its stage graph (forward, surrogate backward, accumulation)
+ * is partitioned over the mesh with the group's parameter rules, the accumulators laid out as
+ * their parameters, the stage's input, output, input gradient and loss replicated over the
+ * model-parallel axes (the partitioner's resolved copies), and the phases ordered again over the
+ * per-rank graph. An activation of replica j goes to each model-parallel rank i' of the next
+ * group's replicas that share its rows from the rank i' mod t of the sending group (t its
+ * model-parallel size), so groups of different shapes hand over. The gradient norm counts a
+ * replicated parameter on model-parallel rank 0 only and a split one's blocks on every rank; the
+ * loss is counted by model-parallel rank 0. The store is over the group's mesh (entries declared
+ * with their logical shapes and layouts), so hp_store_view gives a full copy of a split entry.
+ *
+ * Dropout (model.dropout > 0): each DROPOUT node of a stage takes its rows' first index in the
+ * global batch as the run-time input "stage.row0" (hp_dropout_set_row_input) and the step as
+ * "opt.step", both set by each F action, so every micro-batch drops the elements the single-device
+ * batch drops at those rows.
+ *
+ * Not built yet: sequence parallelism and FSDP/ZeRO inside a stage, offload inside a stage.
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
@@ -88,6 +105,16 @@ typedef struct hp_pipeline_opts {
     hp_comm *comm;
     const int *group_size;
     const int *group_ranks;
+    /* Each group's strategy (NULL: none anywhere; else p entries, one per schedule rank, an entry
+     * not present: none): its mesh (groups.NAME.mesh) over the group's processes, mesh index i the
+     * i-th of group_ranks' entries for the group, and its parameter rules (groups.NAME.strategy).
+     * The mesh axes a params rule names are model-parallel: the stage graph is partitioned over
+     * them by HyperShard (hp/shard.h: Megatron tensor parallelism from the tensor_maps, its
+     * collectives on those axes); the other axes are data-parallel: their product of replicas
+     * split each micro-batch's rows. Refused (HP_STATUS_UNSUPPORTED): optimizer.shard (ZeRO),
+     * strategy.inputs, a params rule on an axis that also splits rows (FSDP) cannot be written
+     * (such an axis is model-parallel by definition). Borrowed for the call. */
+    const hp_strategy_config *group_strategy;
 } hp_pipeline_opts;
 
 #define HP_PIPELINE_OPTS_INIT ((hp_pipeline_opts){.batch = 0})
@@ -96,7 +123,7 @@ typedef struct hp_pipeline_opts {
  * Builds this rank's stage programs (one per chunk and slot), the optimizer programs and the
  * state store. Not collective (nothing is sent). Errors (HP_STATUS_INVALID_ARGUMENT naming the
  * value): a batch not divisible by the schedule's m, a communicator whose size is not the
- * schedule's p, a stage with no layer, embedding or head, dropout > 0, layer ranges out of order;
+ * schedule's p, a stage with no layer, embedding or head, layer ranges out of order;
  * the schedule's own problems (hp_schedule_validate); the model builder's and autodiff's errors;
  * HP_STATUS_OUT_OF_MEMORY. On failure *out is NULL.
  */
@@ -141,6 +168,17 @@ hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
  * Errors: the recorder's.
  */
 hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr);
+
+/*
+ * The shape of a stage group of n processes under its strategy `sc` (NULL or not present: none):
+ * *dp data-parallel replicas (the product of the mesh axes no params rule names) times *tp
+ * model-parallel ranks (the product of the others); dp * tp == n for a mesh of n devices.
+ */
+void hp_pipeline_group_shape(const hp_strategy_config *sc, int n, int *dp, int *tp);
+
+/* The mesh of this rank's stage group when it has model-parallel axes (the store's mesh, attached to
+ * the group), else NULL (the store is one device's). Owned by the pipeline. */
+hp_mesh *hp_pipeline_mesh(hp_pipeline *pp);
 
 /* The state store of this rank: parameters by their whole-model names, "grad_acc.<name>" (zero
  * between steps), "exp_avg.<name>", "exp_avg_sq.<name>". Owned by the pipeline. */

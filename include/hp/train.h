@@ -110,6 +110,14 @@ const hp_partition *hp_trainer_partition(const hp_trainer *t);
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
 /* Mean loss over train.eval_batches validation batches (the same batches every call). */
 hp_status hp_trainer_eval(hp_trainer *t, double *val_loss);
+
+/* How much of the validation split hp_trainer_eval covers. */
+typedef struct hp_val_coverage {
+    int64_t windows; /* distinct windows: eval_batches x batch, at most the split's W (batches wrap) */
+    int64_t tokens;  /* their targets: windows x context */
+    double fraction; /* tokens / the split's targets (its tokens - 1), in (0, 1]; `hp eval` scores all */
+} hp_val_coverage;
+void hp_trainer_val_coverage(const hp_trainer *t, hp_val_coverage *c);
 /* Steps completed so far. */
 int64_t hp_trainer_steps_done(const hp_trainer *t);
 /* Unigram entropy of the training split in nats per token (the bar a model must beat). */

@@ -64,6 +64,9 @@ int hp_cli_convert(int argc, char **argv) {
         printf("imported %s into %s\n", from, in.step_dir);
         describe(&in.arch, in.params);
         list_copied(in.n_copied, in.copied);
+        if (in.tokenizer_note[0])
+            printf("  the tokenizer is kept in %s/hf_tokenizer/ and runs use bytes meanwhile: %s\n", out,
+                   in.tokenizer_note);
         printf("  run config %s (no optimizer state: fine-tuning starts AdamW's moments at zero)\n"
                "  fine-tune: hp train %s --resume    sample: hp generate %s\n",
                in.run_yaml, in.run_yaml, out);

@@ -37,6 +37,13 @@ static void usage(FILE *f) {
             "                       and counted\n"
             "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
+            "  eval CKPT [--data FILE] [--batch B] [--tokenizer T] [--json]\n"
+            "                       loss (nats/token), perplexity and bits per byte of a checkpoint over\n"
+            "                       the run's whole held-out split, or over FILE; windows of the model's\n"
+            "                       context, stride = context; under mpirun the windows are split\n"
+            "  plot METRICS.jsonl [MORE.jsonl ...] -o CURVES.svg [--width PX]\n"
+            "                       draw training/validation loss, learning rate and tokens/s against\n"
+            "                       step (hp train --metrics) as SVG, several runs overlaid\n"
             "  plan RUN.yaml [--ranks N] [--rank R] [--dump-after PASS] [--calibration FILE]\n"
             "                       print the plan (layouts, collectives, memory, predicted step time,\n"
             "                       compile pass times) without training; the prediction uses the\n"
@@ -64,6 +71,10 @@ static void usage(FILE *f) {
             "                       rank and stream, spans coloured by kind (F, B, W, optimizer,\n"
             "                       collective, send/recv, copy, wait), a time axis in ms; --step N\n"
             "                       zooms on training step N, --from/--to on a window\n"
+            "  data prepare CORPUS... --tokenizer T -o DIR [--shard-tokens N] [--threads N] [--val-fraction F]\n"
+            "                       tokenize text files and JSONL ({\"text\": ...} per line) into token\n"
+            "                       shards for data.shards (the held-out tail of the input is the\n"
+            "                       validation split); `data verify DIR` checks a shard set\n"
             "  convert --from-hf HF_DIR -o RUN_DIR | --to-hf CKPT -o HF_DIR\n"
             "                       import a Hugging Face GPT-2 or Llama checkpoint (config.json +\n"
             "                       safetensors, sharded or not) as a run dir with run.yaml and a step-0\n"
@@ -183,6 +194,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return hp_cli_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace-view")) return hp_cli_trace_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "calibrate")) return hp_cli_calibrate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return hp_cli_eval(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot")) return hp_cli_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "data")) return hp_cli_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "convert")) return hp_cli_convert(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);

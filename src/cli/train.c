@@ -13,6 +13,7 @@
 #endif
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +39,16 @@ static bool any_failed(hp_comm *world, hp_status mine) {
 
 /* One metrics line; false (errno set) when it cannot be written: a full disk is an error, never
  * silence. */
-static bool write_metrics(FILE *f, const hp_step_metrics *m, double val) {
-    int n = fprintf(f, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"step_s\": %.6f, "
-                       "\"tokens_per_s\": %.1f", (long long)m->step, m->loss, m->lr, m->grad_norm, m->seconds,
-                    m->tokens_per_s);
-    if (n >= 0 && val >= 0) n = fprintf(f, ", \"val_loss\": %.6f", val);
+static bool write_metrics(FILE *f, const hp_step_metrics *m, double val, const hp_val_coverage *vc) {
+    /* a skipped step's NaN or Inf is written as null: JSON has no such numbers */
+    char loss[32] = "null", gnorm[32] = "null";
+    if (isfinite(m->loss)) snprintf(loss, sizeof loss, "%.6f", m->loss);
+    if (isfinite(m->grad_norm)) snprintf(gnorm, sizeof gnorm, "%.6f", m->grad_norm);
+    int n = fprintf(f, "{\"step\": %lld, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, \"step_s\": %.6f, "
+                       "\"tokens_per_s\": %.1f", (long long)m->step, loss, m->lr, gnorm, m->seconds, m->tokens_per_s);
+    if (n >= 0 && val >= 0)
+        n = fprintf(f, ", \"val_loss\": %.6f, \"val_tokens\": %lld, \"val_coverage\": %.6f", val, (long long)vc->tokens,
+                    vc->fraction);
     if (n >= 0 && m->skipped) n = fprintf(f, ", \"skipped\": true");
     if (n >= 0 && m->skipped_total > 0) n = fprintf(f, ", \"skipped_steps\": %lld", (long long)m->skipped_total);
     if (n >= 0) n = fprintf(f, "}\n");
@@ -219,7 +225,8 @@ int hp_cli_train(int argc, char **argv) {
             "data: %s | unigram entropy %.3f nats/token\n",
             (long long)cfg.model.layers, (long long)cfg.model.heads, (long long)cfg.model.width,
             (long long)cfg.model.context, (long long)cfg.model.vocab, (long long)cfg.train.batch,
-            (long long)cfg.train.steps, hp_backend_cpu_threads(), cfg.data.corpus, hp_trainer_unigram_entropy(t));
+            (long long)cfg.train.steps, hp_backend_cpu_threads(), cfg.data.shards[0] ? cfg.data.shards : cfg.data.corpus,
+            hp_trainer_unigram_entropy(t));
     if (lead && cfg.groups.present) {
         fprintf(stderr, "pipeline: %s over %d stages, %lld micro-batches of %lld rows, %lld chunk%s per stage\n",
                 hp_pipeline_schedule_name(cfg.pipeline.schedule), cfg.groups.n_stages,
@@ -235,6 +242,8 @@ int hp_cli_train(int argc, char **argv) {
     double t_start = hp_now_seconds();
     int64_t first = hp_trainer_steps_done(t);
     double last_val = -1;
+    hp_val_coverage vc;
+    hp_trainer_val_coverage(t, &vc);
     while (hp_trainer_steps_done(t) < cfg.train.steps) {
         hp_step_metrics m;
         st = hp_trainer_step(t, &m);
@@ -263,13 +272,15 @@ int hp_cli_train(int argc, char **argv) {
             fprintf(stderr, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %8.0f tok/s | elapsed %s | ETA %s\n",
                     (long long)m.step, (long long)cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, el, eta);
         }
-        if (lead && val >= 0) fprintf(stderr, "step %6lld | val loss %.4f\n", (long long)m.step, val);
+        if (lead && val >= 0)
+            fprintf(stderr, "step %6lld | val loss %.4f over %lld windows = %lld tokens (%.1f%% of the val split)\n",
+                    (long long)m.step, val, (long long)vc.windows, (long long)vc.tokens, 100 * vc.fraction);
         if (lead && m.skipped)
             fprintf(stderr, "step %6lld | skipped: loss %g, gradient norm %g (not finite; no update applied) | %lld in a "
                     "row of at most %lld (train.skip_nonfinite), %lld skipped in all\n", (long long)m.step, m.loss,
                     m.grad_norm, (long long)m.skipped_in_row, (long long)cfg.train.skip_nonfinite,
                     (long long)m.skipped_total);
-        if (metrics && !write_metrics(metrics, &m, val)) {
+        if (metrics && !write_metrics(metrics, &m, val, &vc)) {
             fprintf(stderr, "hp: error: cannot write metrics file '%s' at step %lld: %s\n", metrics_path,
                     (long long)m.step, strerror(errno));
             goto out;

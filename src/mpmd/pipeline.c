@@ -81,11 +81,18 @@ static hp_status order_phases(pp_chunk *c) {
 
 /* The stage graph for one micro-batch of `rows` rows (of m): forward, surrogate backward, gradient
  * accumulation, nodes in phase order. */
-static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, float loss_scale, pp_chunk *c) {
+static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int batch, float loss_scale, pp_chunk *c) {
     c->g = hp_graph_new();
     if (!c->g) return OOM("a graph");
     hp_graph *g = c->g;
     HP_CHECK(hp_gpt_build_stage(g, model, &c->part, rows, seq, c->part.head, &c->gpt));
+    c->row0 = HP_TID_NONE;
+    if (model->dropout > 0.0f) { /* each run's rows are a block of the batch: the single-device masks */
+        int nn = hp_graph_n_nodes(g);
+        c->row0 = hp_input(g, "stage.row0", HP_DTYPE_I32, HP_SHAPE_SCALAR);
+        for (int i = 0; i < nn; i++)
+            if (hp_graph_node(g, i)->op == HP_OP_DROPOUT) HP_CHECK(hp_dropout_set_row_input(g, i, c->row0, batch));
+    }
     const hp_gpt *m = &c->gpt;
     c->dy = HP_TID_NONE;
     c->act_bytes = (size_t)rows * (size_t)seq * (size_t)model->width * sizeof(float);
@@ -144,22 +151,105 @@ static int stage_keep(const pp_chunk *c, hp_tid *keep) {
  * rank's rows carry rows / rows_mb of its micro-batch's mean. */
 static float pp_loss_scale(const hp_pipeline *pp) { return (float)((double)pp->rows / pp->rows_mb / pp->m); }
 
+/* With model-parallel axes: partitions the chunk's logical graph over the group's mesh (the
+ * strategy's parameter layouts, each accumulator laid out as its parameter, everything else
+ * replicated), the stage's output, input gradient and loss resolved to replicated copies; the
+ * programs then run the per-rank graph with its phases ordered again. */
+static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
+    hp_graph *lg = c->g;
+    int nt = hp_graph_n_tensors(lg);
+    hp_layout *lay = malloc(sizeof *lay * (size_t)(nt + 1));
+    if (!lay) return OOM("the stage's layouts");
+    for (int t = 0; t < nt; t++) lay[t].ndim = -1;
+    hp_status st = hp_strategy_annotate(pp->strategy, lg, lay, NULL);
+    for (int t = 0; st == HP_STATUS_OK && t < nt; t++) {
+        const hp_tensor *x = hp_graph_tensor(lg, t);
+        if (x->kind != HP_TENSOR_KIND_OPT_STATE || strncmp(x->name, "grad_acc.", 9)) continue;
+        hp_tid param = hp_graph_find(lg, x->name + 9);
+        if (param == HP_TID_NONE) st = hp_error(HP_STATUS_INTERNAL, "pipeline: '%s' has no parameter", x->name);
+        else lay[t] = lay[param];
+    }
+    hp_tid resolve[3];
+    int nr = 0, at_out = -1, at_dx = -1, at_loss = -1;
+    if (c->gpt.x_out != HP_TID_NONE) at_out = nr, resolve[nr++] = c->gpt.x_out;
+    if (c->dx != HP_TID_NONE) at_dx = nr, resolve[nr++] = c->dx;
+    if (c->gpt.loss != HP_TID_NONE) at_loss = nr, resolve[nr++] = c->gpt.loss;
+    hp_partition_opts po = HP_PARTITION_OPTS_DEFAULT;
+    po.bucket_size = 0; /* one collective per gradient: the accumulation reads each one alone */
+    if (st == HP_STATUS_OK) st = hp_partition_new_opts(lg, pp->mesh, lay, resolve, nr, &po, &c->partition);
+    free(lay);
+    HP_CHECK(st);
+    c->lg = lg;
+    c->g = hp_partition_graph(c->partition);
+    hp_gpt *m = &c->gpt;
+    m->tokens = m->tokens != HP_TID_NONE ? hp_partition_local(c->partition, m->tokens) : HP_TID_NONE;
+    m->targets = m->targets != HP_TID_NONE ? hp_partition_local(c->partition, m->targets) : HP_TID_NONE;
+    m->x_in = m->x_in != HP_TID_NONE ? hp_partition_local(c->partition, m->x_in) : HP_TID_NONE;
+    c->dy = c->dy != HP_TID_NONE ? hp_partition_local(c->partition, c->dy) : HP_TID_NONE;
+    c->row0 = c->row0 != HP_TID_NONE ? hp_partition_local(c->partition, c->row0) : HP_TID_NONE;
+    m->step = m->step != HP_TID_NONE ? hp_partition_local(c->partition, m->step) : HP_TID_NONE;
+    m->x_out = at_out >= 0 ? hp_partition_resolved(c->partition, at_out) : HP_TID_NONE;
+    c->dx = at_dx >= 0 ? hp_partition_resolved(c->partition, at_dx) : HP_TID_NONE;
+    m->loss = at_loss >= 0 ? hp_partition_resolved(c->partition, at_loss) : HP_TID_NONE;
+    HP_CHECK(order_phases(c));
+    /* the store learns each parameter's and accumulator's logical shape and layout */
+    for (int t = 0; t < nt; t++) {
+        const hp_tensor *x = hp_graph_tensor(lg, t);
+        if (x->kind != HP_TENSOR_KIND_PARAM && (x->kind != HP_TENSOR_KIND_OPT_STATE || strncmp(x->name, "grad_acc.", 9)))
+            continue;
+        hp_shape shape = x->shape;
+        HP_CHECK(hp_store_declare(pp->store, x->name, x->dtype, &shape, hp_partition_layout(c->partition, t)));
+    }
+    return HP_STATUS_OK;
+}
+
 static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
-    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp_loss_scale(pp), c));
+    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp->rows_mb * pp->m, pp_loss_scale(pp), c));
     hp_tid keep[3];
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
     po.keep = keep;
     po.n_keep = stage_keep(c, keep);
     po.store = pp->store;
+    if (pp->mesh) { /* the chunk owns its graphs whether or not this fails (hp_pipeline_free) */
+        HP_CHECK(shard_stage(pp, c));
+        po.n_keep = stage_keep(c, keep);
+    }
     for (int s = 0; s < c->n_slots; s++) HP_CHECK(hp_program_new(c->g, &po, &c->slots[s].p));
     return HP_STATUS_OK;
+}
+
+/* The optimizer states' logical shapes and layouts: their parameter's (with model-parallel axes). */
+static hp_status declare_states(hp_pipeline *pp) {
+    if (!pp->mesh) return HP_STATUS_OK;
+    static const char *const pre[2] = {"exp_avg.", "exp_avg_sq."};
+    for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
+        const char *name = hp_store_name(pp->store, i);
+        for (int k = 0; k < 2; k++) {
+            size_t n = strlen(pre[k]);
+            if (strncmp(name, pre[k], n)) continue;
+            hp_store_entry_info e;
+            HP_CHECK(hp_store_info(pp->store, name + n, &e));
+            HP_CHECK(hp_store_declare(pp->store, name, e.dtype, &e.shape, &e.layout));
+        }
+    }
+    return HP_STATUS_OK;
+}
+
+/* Whether this rank's block of a stored entry is part of the tensor no other model-parallel rank
+ * of the replica holds (a split dimension). */
+static bool split_entry(const hp_pipeline *pp, const char *name) {
+    hp_store_entry_info e;
+    if (!pp->mesh || hp_store_info(pp->store, name, &e) != HP_STATUS_OK) return false;
+    for (int d = 0; d < e.layout.ndim; d++)
+        if (e.layout.nmap[d] > 0) return true;
+    return false;
 }
 
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
     memset(out, 0, sizeof *out);
     pp_chunk c = {.part = *part};
-    hp_status st = stage_graph(model, rows, seq, 1.0f / (float)m, &c);
+    hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
     for (int i = 0; st == HP_STATUS_OK && i < c.n_nodes; i++) {
         double s = hp_node_seconds(c.g, i, mm);
         if (i < c.f_end) out->f_seconds += s;
@@ -184,7 +274,8 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
  * is left to the norm of the rank holding stage 0 (it is summed into both copies first). */
 static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
     if (pp->replica != 0) return false; /* the group's replicas hold the same reduced gradients */
-    return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, "wte.weight"));
+    if (pp->tpi != 0 && !split_entry(pp, name)) return false; /* replicated over the model-parallel ranks */
+    return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, hp_gpt_embedding_name(&pp->model)));
 }
 
 /* The norm program (squared norm of the owned accumulators) and the update program (clip, AdamW,
@@ -262,45 +353,100 @@ static hp_status build_optimizer(hp_pipeline *pp) {
     return hp_program_new(og, &po, &pp->opt_p);
 }
 
-/* Which group (pipeline rank) this process is, its replica index and rows, and the group's
- * communicator (collective over comm). */
+/* Process q of a group of n processes under strategy `sc` (NULL or not present: none): its
+ * data-parallel replica *j of *dp and model-parallel index *i of *tp. The mesh index q is split
+ * into coordinates (row-major, the last axis fastest); the axes a params rule names are
+ * model-parallel, the others data-parallel, each set read as one mixed-radix number. */
+static void group_coords(const hp_strategy_config *sc, int n, int q, int *dp, int *tp, int *j, int *i) {
+    *dp = n, *tp = 1, *j = q, *i = 0;
+    if (!sc || !sc->present) return;
+    bool model[HP_CONFIG_MAX_AXES] = {false};
+    for (int r = 0; r < sc->n_params; r++)
+        for (int d = 0; d < sc->params[r].tensor_map.n; d++)
+            for (int k = 0; k < sc->params[r].tensor_map.nmap[d]; k++) model[sc->params[r].tensor_map.map[d][k]] = true;
+    int rem = q, jj = 0, ii = 0, dpm = 1, tpm = 1;
+    for (int a = sc->n_axes - 1; a >= 0; a--) {
+        int size = sc->device_matrix[a], c = rem % size;
+        rem /= size;
+        if (model[a]) ii += c * tpm, tpm *= size;
+        else jj += c * dpm, dpm *= size;
+    }
+    *dp = dpm, *tp = tpm, *j = jj, *i = ii;
+}
+
+void hp_pipeline_group_shape(const hp_strategy_config *sc, int n, int *dp, int *tp) {
+    int j, i;
+    group_coords(sc, n, 0, dp, tp, &j, &i);
+}
+
+/* Checks group r's strategy: a mesh of the group's size, no ZeRO, no input rules. */
+static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n) {
+    if (!sc || !sc->present) return HP_STATUS_OK;
+    int64_t devices = 1;
+    for (int a = 0; a < sc->n_axes; a++) devices *= sc->device_matrix[a];
+    if (devices != n)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d's mesh has %lld devices for its %d ranks", r,
+                        (long long)devices, n);
+    if (sc->n_opt_shard > 0 || sc->n_inputs > 0)
+        return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: group %d's strategy has %s: ZeRO and input layouts inside a "
+                        "pipeline stage are not built yet (a stage's rows are split over the mesh axes no params "
+                        "rule names)", r, sc->n_opt_shard > 0 ? "optimizer.shard" : "inputs");
+    return HP_STATUS_OK;
+}
+
+/* Which group (pipeline rank) this process is, its replica and model-parallel index and rows, and
+ * the group's communicators (collective over comm). */
 static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
     int p = pp->p, total = hp_comm_size(o->comm);
     pp->me = hp_comm_rank(o->comm);
     pp->grp_size = malloc(sizeof(int) * (size_t)p);
     pp->grp_off = malloc(sizeof(int) * (size_t)p);
+    pp->grp_dp = malloc(sizeof(int) * (size_t)p);
+    pp->grp_tp = malloc(sizeof(int) * (size_t)p);
     pp->grp_ranks = malloc(sizeof(int) * (size_t)total);
-    if (!pp->grp_size || !pp->grp_off || !pp->grp_ranks) return OOM("the groups");
-    int at = 0, maxd = 1;
+    if (!pp->grp_size || !pp->grp_off || !pp->grp_dp || !pp->grp_tp || !pp->grp_ranks) return OOM("the groups");
+    int at = 0, maxd = 1, pos = -1;
     pp->rank = -1;
     for (int r = 0; r < p; r++) {
+        const hp_strategy_config *sc = o->group_strategy ? &o->group_strategy[r] : NULL;
         pp->grp_size[r] = o->group_size ? o->group_size[r] : 1;
         pp->grp_off[r] = at;
+        HP_CHECK(check_group_strategy(sc, r, pp->grp_size[r]));
         if (pp->grp_size[r] > maxd) maxd = pp->grp_size[r];
-        for (int j = 0; j < pp->grp_size[r]; j++, at++) {
-            int w = o->group_ranks ? o->group_ranks[at] : at;
+        for (int q = 0; q < pp->grp_size[r]; q++) {
+            int w = o->group_ranks ? o->group_ranks[at + q] : at + q, j, i;
             if (w < 0 || w >= total)
                 return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d's rank %d is outside the communicator's %d",
                                 r, w, total);
-            pp->grp_ranks[at] = w;
-            if (w == pp->me) pp->rank = r, pp->replica = j;
+            group_coords(sc, pp->grp_size[r], q, &pp->grp_dp[r], &pp->grp_tp[r], &j, &i);
+            pp->grp_ranks[at + j * pp->grp_tp[r] + i] = w;
+            if (w == pp->me) pp->rank = r, pp->replica = j, pp->tpi = i, pos = q;
         }
+        at += pp->grp_size[r];
     }
     if (pp->rank < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: rank %d is in no stage group", pp->me);
     for (int r = 0; r < p; r++)
-        if (pp->grp_size[r] > pp->rows_mb)
-            return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d has %d ranks for micro-batches of %d rows",
-                            r, pp->grp_size[r], pp->rows_mb);
+        if (pp->grp_dp[r] > pp->rows_mb)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d has %d data-parallel replicas for micro-batches "
+                            "of %d rows", r, pp->grp_dp[r], pp->rows_mb);
     int r1;
-    hp__pp_rows(pp->rows_mb, pp->grp_size[pp->rank], pp->replica, &pp->row0, &r1);
+    hp__pp_rows(pp->rows_mb, pp->grp_dp[pp->rank], pp->replica, &pp->row0, &r1);
     pp->rows = r1 - pp->row0;
     pp->max_group = maxd;
-    /* every process splits (collective); a group of one keeps no communicator */
-    hp_comm *sc = NULL;
-    HP_CHECK(hp_comm_split(o->comm, pp->rank, pp->replica, &sc));
-    if (pp->grp_size[pp->rank] > 1) pp->stage_comm = sc;
+    /* every process splits (collective); communicators of one process are not kept */
+    hp_comm *sc = NULL, *gc = NULL;
+    HP_CHECK(hp_comm_split(o->comm, pp->rank * total + pp->tpi, pp->replica, &sc));
+    if (pp->grp_dp[pp->rank] > 1) pp->stage_comm = sc;
     else hp_comm_free(sc);
-    return HP_STATUS_OK;
+    HP_CHECK(hp_comm_split(o->comm, pp->rank, pos, &gc));
+    if (pp->grp_tp[pp->rank] == 1) {
+        hp_comm_free(gc);
+        return HP_STATUS_OK;
+    }
+    pp->group_comm = gc;
+    HP_CHECK(hp_strategy_new(&o->group_strategy[pp->rank], pp->grp_size[pp->rank], &pp->strategy));
+    pp->mesh = hp_strategy_mesh(pp->strategy);
+    return hp_mesh_attach(pp->mesh, gc); /* collective over the group */
 }
 
 hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
@@ -309,9 +455,6 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     if (!o->model || !s || !o->optim || !o->comm)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model, schedule, optim and comm are required");
     HP_CHECK(hp_gpt_config_check(o->model));
-    if (o->model->dropout > 0.0f)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model.dropout %g is not supported with a pipeline yet "
-                        "(dropout masks are keyed by the element's index in the batch)", (double)o->model->dropout);
     int total = 0;
     for (int r = 0; r < s->p; r++) {
         int d = o->group_size ? o->group_size[r] : 1;
@@ -340,7 +483,7 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     pp->rows_mb = o->batch / s->m;
     pp->seq = o->seq;
     hp_status st = setup_groups(pp, o);
-    if (st == HP_STATUS_OK) st = hp_store_new(NULL, NULL, &pp->store);
+    if (st == HP_STATUS_OK) st = hp_store_new(pp->mesh, NULL, &pp->store);
     pp->chunk_of_stage = malloc(sizeof(int) * (size_t)s->n_stages);
     if (st == HP_STATUS_OK && !pp->chunk_of_stage) st = OOM("the stage map");
     for (int k = 0; st == HP_STATUS_OK && k < s->n_stages; k++) {
@@ -363,12 +506,16 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
         int first = s->stage_rank[0], last = s->stage_rank[s->n_stages - 1];
         bool in = pp->rank == first || pp->rank == last;
         pp->tied_exchange = pp->model.tied_head && first != last && in;
-        if (pp->model.tied_head && first != last) /* collective over comm */
-            st = hp_comm_split(pp->comm, in ? 1 : 2, pp->me, &pp->tied_comm);
+        if (pp->model.tied_head && first != last && pp->grp_tp[first] != pp->grp_tp[last])
+            st = hp_error(HP_STATUS_UNSUPPORTED, "pipeline: a tied head on a group of model-parallel size %d and the "
+                          "embedding on one of %d: the two copies must be split alike", pp->grp_tp[last], pp->grp_tp[first]);
+        else if (pp->model.tied_head && first != last) /* collective over comm; one per model-parallel index */
+            st = hp_comm_split(pp->comm, in ? 1 + pp->tpi : 0, pp->me, &pp->tied_comm);
     }
     if (st == HP_STATUS_OK) st = hp__pp_plan_actions(pp);
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
     if (st == HP_STATUS_OK) st = build_optimizer(pp);
+    if (st == HP_STATUS_OK) st = declare_states(pp);
     if (st != HP_STATUS_OK) {
         hp_pipeline_free(pp);
         return st;
@@ -391,17 +538,26 @@ void hp_pipeline_free(hp_pipeline *pp) {
             hp_program_free(sl->p);
         }
         free(ch->slots);
-        hp_graph_free(ch->g);
+        if (ch->partition) {
+            hp_partition_free(ch->partition); /* owns ch->g */
+            hp_graph_free(ch->lg);
+        } else {
+            hp_graph_free(ch->g);
+        }
     }
     hp_program_free(pp->norm_p);
     hp_program_free(pp->opt_p);
     hp_graph_free(pp->norm_g);
     hp_graph_free(pp->opt_g);
     hp_store_free(pp->store);
+    hp_strategy_free(pp->strategy); /* and its mesh, attached to group_comm */
+    hp_comm_free(pp->group_comm);
     hp_comm_free(pp->stage_comm);
     hp_comm_free(pp->tied_comm);
     free(pp->grp_size);
     free(pp->grp_off);
+    free(pp->grp_dp);
+    free(pp->grp_tp);
     free(pp->grp_ranks);
     free(pp->chunks);
     free(pp->chunk_of_stage);
@@ -419,9 +575,13 @@ hp_status hp_pipeline_init_params(hp_pipeline *pp, uint64_t seed) {
         if (!d) return hp_error(HP_STATUS_INTERNAL, "pipeline: store entry '%s' has no data", name);
         int64_t n = hp_shape_numel(&e.local_shape);
         bool param = strncmp(name, "grad_acc.", 9) && strncmp(name, "exp_avg.", 8) && strncmp(name, "exp_avg_sq.", 11);
-        if (param)
-            HP_CHECK(hp_gpt_init_param(&pp->model, name, seed, 0, n, d));
-        else
+        if (param) { /* this rank's block of the whole-model values */
+            int64_t start[HP_MAX_DIMS] = {0}, len[HP_MAX_DIMS];
+            for (int k = 0; k < e.shape.ndim; k++) len[k] = e.shape.dim[k];
+            if (pp->mesh)
+                HP_CHECK(hp_layout_slice_of(&e.layout, pp->mesh, &e.shape, hp_mesh_my_index(pp->mesh), start, len));
+            HP_CHECK(hp_gpt_init_block(&pp->model, name, seed, &e.shape, start, len, d));
+        } else
             memset(d, 0, (size_t)n * sizeof *d);
         HP_CHECK(hp_store_touch(pp->store, name));
     }
@@ -430,6 +590,8 @@ hp_status hp_pipeline_init_params(hp_pipeline *pp, uint64_t seed) {
 }
 
 hp_store *hp_pipeline_store(hp_pipeline *pp) { return pp->store; }
+
+hp_mesh *hp_pipeline_mesh(hp_pipeline *pp) { return pp->mesh; }
 
 hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr) {
     if (tr) {

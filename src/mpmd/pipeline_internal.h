@@ -4,6 +4,8 @@
 
 #include "hp/pipeline.h"
 #include "hp/runtime.h"
+#include "hp/shard.h"
+#include "hp/strategy.h"
 
 /* Transfers in flight for one buffer: one per rank of the other stage's group whose rows overlap. */
 typedef struct pp_reqs {
@@ -23,9 +25,12 @@ typedef struct pp_slot {
 typedef struct pp_chunk {
     int stage;
     hp_gpt_stage part;
-    hp_graph *g;
+    hp_graph *g;      /* the graph the programs run: the logical one, or its partition's per-rank graph */
+    hp_graph *lg;     /* with model-parallel axes: the logical graph (g belongs to partition); else NULL */
+    hp_partition *partition; /* with model-parallel axes: the stage graph partitioned; else NULL */
     hp_gpt gpt;
     hp_tid dy;        /* input: the output gradient (not on the last stage) */
+    hp_tid row0;      /* with dropout: input "stage.row0", the micro-batch's first row in the batch; else NONE */
     hp_tid dx;        /* the input gradient (not on the first stage) */
     int f_end, b_end; /* phases: F nodes [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     int n_nodes;
@@ -50,8 +55,14 @@ struct hp_pipeline {
     int row0;               /* this rank's first row within a micro-batch */
     int me;                 /* this process's rank in comm */
     int *grp_size, *grp_off, *grp_ranks; /* [p], [p], [sum]: each pipeline rank's group, in comm ranks */
-    int replica;            /* this process's position in its group */
-    hp_comm *stage_comm;    /* the group (data-parallel replicas of the stage); NULL: one rank */
+    int replica;            /* this process's data-parallel replica index in its group */
+    int tpi;                /* this process's model-parallel index in its group (0 without) */
+    int *grp_dp, *grp_tp;   /* [p]: each group's data-parallel replicas and model-parallel size;
+                             * grp_ranks[grp_off[r] + j * grp_tp[r] + i] is process (j, i) of group r */
+    hp_comm *stage_comm;    /* the group's data-parallel replicas of this model-parallel index; NULL: one */
+    hp_comm *group_comm;    /* with model-parallel axes: the whole group, the mesh's parent; else NULL */
+    hp_strategy *strategy;  /* with model-parallel axes: the group's strategy (owns the mesh); else NULL */
+    hp_mesh *mesh;          /* hp_strategy_mesh(strategy), attached to group_comm; else NULL */
     hp_comm *tied_comm;     /* the groups of the first and last stage (a tied head on other ranks) */
     int max_group;          /* the largest group: transfers per buffer at most */
     hp_store *store;

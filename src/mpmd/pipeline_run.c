@@ -107,7 +107,7 @@ static hp_status reqs_room(hp_pipeline *pp, pp_reqs *q) {
  * receive into it. Every pair of ranks moves at most one block per (kind, stage, micro-batch). */
 static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int tag, pp_reqs *q) {
     HP_CHECK(reqs_room(pp, q));
-    int d = pp->grp_size[peer];
+    int d = pp->grp_dp[peer], tp = pp->grp_tp[peer], mine = pp->grp_tp[pp->rank];
     size_t row = (size_t)pp->seq * (size_t)pp->model.width;
     for (int j = 0; j < d; j++) {
         int a0, a1;
@@ -116,12 +116,15 @@ static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int 
         if (lo >= hi) continue;
         float *at = buf + (size_t)(lo - pp->row0) * row;
         size_t count = (size_t)(hi - lo) * row;
-        int to = pp->grp_ranks[pp->grp_off[peer] + j];
-        hp_comm_request **r = &q->r[q->n];
-        HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, to, tag, r)
-                      : hp_comm_irecv(pp->comm, at, count, HP_DTYPE_F32, to, tag, r));
-        q->n++;
-        if (send) pp->stats.bytes_sent += (int64_t)(count * sizeof(float));
+        /* model-parallel rank i of the receiving group takes the rows from rank i mod t of the sending one */
+        for (int i = send ? pp->tpi : pp->tpi % tp; i < tp; i += send ? mine : tp) {
+            int other = pp->grp_ranks[pp->grp_off[peer] + j * tp + i];
+            hp_comm_request **r = &q->r[q->n];
+            HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, other, tag, r)
+                          : hp_comm_irecv(pp->comm, at, count, HP_DTYPE_F32, other, tag, r));
+            q->n++;
+            if (send) pp->stats.bytes_sent += (int64_t)(count * sizeof(float));
+        }
     }
     return HP_STATUS_OK;
 }
@@ -242,6 +245,12 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
             HP_CHECK(wait_recv(pp, a, c, sl, 2));
         }
         if (c->part.head) HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + first_row, rows_bytes));
+        if (c->row0 != HP_TID_NONE) { /* dropout: the step's masks at this micro-batch's rows */
+            int32_t row0 = a->mb * pp->rows_mb + pp->row0;
+            float step = (float)(pp->step + 1);
+            HP_CHECK(hp_program_set_input(sl->p, c->row0, &row0, sizeof row0));
+            HP_CHECK(hp_program_set_input(sl->p, c->gpt.step, &step, sizeof step));
+        }
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_F));
         double t0 = hp_now_seconds();
         HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));
@@ -291,7 +300,7 @@ static hp_status reduce_gradients(hp_pipeline *pp) {
         int pass = k / hp_store_n_entries(pp->store), i = k % hp_store_n_entries(pp->store);
         const char *name = hp_store_name(pp->store, i);
         if (strncmp(name, "grad_acc.", 9)) continue;
-        bool tied = pp->tied_exchange && !strcmp(name, "grad_acc.wte.weight");
+        bool tied = pp->tied_exchange && !strcmp(name + 9, hp_gpt_embedding_name(&pp->model));
         if (tied != (pass == 0)) continue;
         hp_comm *c = tied ? pp->tied_comm : pp->stage_comm;
         if (!c) continue;
@@ -339,7 +348,8 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     pp->stats.step_seconds += hp_now_seconds() - t_start; /* the schedule, before the gradient reductions */
     pp->stats.steps++;
     HP_CHECK(reduce_gradients(pp));
-    float mine = (float)(loss_sum / pp->m), total = 0; /* only the last stage's ranks have a loss */
+    /* only the last stage's ranks have a loss; model-parallel rank 0 counts it */
+    float mine = pp->tpi == 0 ? (float)(loss_sum / pp->m) : 0.0f, total = 0;
     double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
     if (pp->trace) trace_all_reduce(pp, 4, t0, sizeof(float));

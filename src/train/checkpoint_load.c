@@ -28,6 +28,12 @@ void hp__ckpt_model_summary(const hp_model_config *m, char *buf, size_t n) {
     snprintf(buf, n, "vocab=%lld context=%lld layers=%lld heads=%lld width=%lld tied_head=%s", (long long)m->vocab,
              (long long)m->context, (long long)m->layers, (long long)m->heads, (long long)m->width,
              m->tied_head ? "true" : "false");
+    if (strcmp(m->family, "llama") == 0) { /* gpt2 summaries stay as they were (older checkpoints) */
+        size_t k = strlen(buf);
+        if (k < n)
+            snprintf(buf + k, n - k, " family=llama kv_heads=%lld ffn_width=%lld rope_base=%g norm_eps=%g",
+                     (long long)m->kv_heads, (long long)m->ffn_width, m->rope_base, m->norm_eps);
+    }
 }
 
 char *hp__ckpt_model_json(const hp_run_config *cfg) {

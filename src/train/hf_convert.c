@@ -4,9 +4,12 @@
 #include "hp/checkpoint.h"
 #include "hp/config.h"
 #include "hp/hf.h"
+#include "hp/nn.h"
+#include "hp/tokenizer.h"
 #include "io/hf_internal.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,16 +62,17 @@ static char *run_yaml(const hp_hf_arch *a, const char *hf_dir, const char *run_d
                  "#               (AdamW's moments start at zero, the learning-rate schedule at step 0)\n"
                  "#   sample:     hp generate %s\n"
                  "#   export:     hp convert --to-hf %s -o DIR   (the latest checkpoint, Hugging Face's layout)\n"
-                 "# Paths resolve from the working directory. Set data.corpus to your text: it is read with the\n"
-                 "# byte tokenizer (ids 0..255) unless the data section names another. %s\n"
+                 "# Paths resolve from the working directory. Set data.corpus to your text (read as bytes, ids\n"
+                 "# 0..255), or data.shards to token shards made with the model's tokenizer (hp data prepare\n"
+                 "# CORPUS --tokenizer TOKENIZER -o DIR). %s\n"
                  "%s"
                  "data:\n  corpus: data/kjv.txt\n"
                  "train:\n  checkpoint_dir: %s\n  steps: 1000\n  batch: 8\n  checkpoint_every: 200\n"
                  "  eval_every: 100\n  sample_every: 0\n"
                  "optim:\n  lr: 1.0e-4\n  min_lr: 1.0e-5\n  warmup: 20\n  weight_decay: 0.1\n",
                  qhf, a->model_type, run_dir, run_dir, run_dir,
-                 tokenizer ? "The model's tokenizer was copied\n# here (tokenizer.json)."
-                           : "The model came without a\n# tokenizer file.",
+                 tokenizer ? "The model's tokenizer files were copied into this directory."
+                           : "The model came without a tokenizer file.",
                  model, qdir);
     free(qdir);
     free(qhf);
@@ -79,14 +83,51 @@ static char *run_yaml(const hp_hf_arch *a, const char *hf_dir, const char *run_d
 
 static hp_status copy_tokenizer(const char *from, const char *to, int *n, char (*names)[32], int max) {
     static const char *const files[] = {HP_HF_TOKENIZER_FILES};
-    *n = 0;
     char src[HP__HF_PATH], dst[HP__HF_PATH];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         HP_CHECK(hp__hf_join(src, from, files[i]));
         if (!hp__hf_is_file(src)) continue;
         HP_CHECK(hp__hf_join(dst, to, files[i]));
         HP_CHECK(hp__hf_copy_file(src, dst));
-        if (*n < max) snprintf(names[(*n)++], 32, "%s", files[i]);
+        bool seen = false;
+        for (int k = 0; k < *n && !seen; k++) seen = !strcmp(names[k], files[i]);
+        if (!seen && *n < max) snprintf(names[(*n)++], 32, "%s", files[i]);
+    }
+    return HP_STATUS_OK;
+}
+
+/*
+ * `hp generate` and `hp eval` decode with the tokenizer a run directory keeps beside `latest`
+ * (tokenizer.json, or encoder.json + vocab.bpe). The imported one stays there when this build reads
+ * it and its vocabulary fits the model's; otherwise its files move to HP_HF_TOKENIZER_DIR (they
+ * travel with an export all the same) and the run keeps the byte tokenizer, saying why in `note`.
+ */
+static hp_status place_tokenizer(const char *run_dir, int64_t vocab, char *note, size_t cap) {
+    char json[HP__HF_PATH], enc[HP__HF_PATH], aside[HP__HF_PATH], src[HP__HF_PATH], dst[HP__HF_PATH];
+    HP_CHECK(hp__hf_join(json, run_dir, "tokenizer.json"));
+    HP_CHECK(hp__hf_join(enc, run_dir, "encoder.json"));
+    bool has_json = hp__hf_is_file(json);
+    if (!has_json && !hp__hf_is_file(enc)) return HP_STATUS_OK;
+    hp_tokenizer *tok = NULL;
+    hp_status st = hp_tokenizer_load(has_json ? json : run_dir, &tok);
+    if (st == HP_STATUS_OK && hp_tokenizer_vocab_size(tok) <= vocab) {
+        hp_tokenizer_free(tok);
+        return HP_STATUS_OK;
+    }
+    if (st == HP_STATUS_OK)
+        snprintf(note, cap, "its vocabulary (%d) is larger than the model's (%lld)", (int)hp_tokenizer_vocab_size(tok),
+                 (long long)vocab);
+    else
+        snprintf(note, cap, "%s", hp_error_message());
+    hp_tokenizer_free(tok);
+    HP_CHECK(hp__hf_join(aside, run_dir, HP_HF_TOKENIZER_DIR));
+    HP_CHECK(hp__hf_mkdir_p(aside));
+    static const char *const files[] = {"tokenizer.json", "encoder.json", "vocab.bpe"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        HP_CHECK(hp__hf_join(src, run_dir, files[i]));
+        HP_CHECK(hp__hf_join(dst, aside, files[i]));
+        if (hp__hf_is_file(src) && rename(src, dst) != 0)
+            return hp_error(HP_STATUS_IO, "cannot move '%s' to '%s': %s", src, dst, strerror(errno));
     }
     return HP_STATUS_OK;
 }
@@ -151,7 +192,8 @@ hp_status hp_hf_import(const char *hf_dir, const char *run_dir, hp_hf_import_inf
     HP_CHECK_GOTO(hp__hf_join(cfg_src, hf_dir, "config.json"), st, out);
     HP_CHECK_GOTO(hp__hf_join(path, run_dir, HP_HF_CONFIG_COPY), st, out);
     HP_CHECK_GOTO(hp__hf_copy_file(cfg_src, path), st, out);
-    st = copy_tokenizer(hf_dir, run_dir, &info->n_copied, info->copied, 16);
+    HP_CHECK_GOTO(copy_tokenizer(hf_dir, run_dir, &info->n_copied, info->copied, 16), st, out);
+    st = place_tokenizer(run_dir, m.arch.vocab, info->tokenizer_note, sizeof info->tokenizer_note);
 out:
     free(yaml);
     if (loaded) hp_run_config_free(&cfg);
@@ -162,12 +204,27 @@ out:
 /* ---------------------------------------------------------------- export */
 
 /*
- * The architecture a checkpoint's model section describes. This build's run config knows the GPT
- * family only; the Llama family's keys (family, kv_heads, ffn_width, rope_base, norm_eps) map here
- * to HP_HF_FAMILY_LLAMA once the config has them.
+ * The architecture a checkpoint's model section describes: model.family llama (with kv_heads,
+ * ffn_width, rope_base, norm_eps; 0 meaning their defaults, as hp/nn.h resolves them) or GPT-2.
  */
 static hp_status arch_from_model(const hp_model_config *mc, hp_hf_arch *a) {
     memset(a, 0, sizeof *a);
+    if (!strcmp(mc->family, "llama")) {
+        hp_gpt_config gc = hp_gpt_config_from_model(mc);
+        a->family = HP_HF_FAMILY_LLAMA; /* written as LlamaForCausalLM */
+        snprintf(a->model_type, sizeof a->model_type, "llama");
+        a->vocab = mc->vocab;
+        a->context = mc->context;
+        a->layers = mc->layers;
+        a->heads = mc->heads;
+        a->kv_heads = mc->kv_heads ? mc->kv_heads : mc->heads;
+        a->width = mc->width;
+        a->ffn_width = mc->ffn_width ? mc->ffn_width : hp_llama_default_ffn_width(gc.width);
+        a->norm_eps = mc->norm_eps;
+        a->rope_base = mc->rope_base;
+        a->tied_head = mc->tied_head;
+        return HP_STATUS_OK;
+    }
     a->family = HP_HF_FAMILY_GPT2;
     snprintf(a->model_type, sizeof a->model_type, "gpt2");
     a->vocab = mc->vocab;
@@ -206,6 +263,9 @@ hp_status hp_hf_export(const char *ckpt, const char *hf_dir, hp_hf_export_info *
     if (st == HP_STATUS_OK && hp__hf_is_file(path)) st = hp__hf_read_text(path, &base);
     if (st == HP_STATUS_OK) st = hp_hf_write(hf_dir, &m, base);
     if (st == HP_STATUS_OK) info->params = hp_hf_model_numel(&m);
+    char aside[HP__HF_PATH];
+    if (st == HP_STATUS_OK) st = hp__hf_join(aside, run_dir, HP_HF_TOKENIZER_DIR);
+    if (st == HP_STATUS_OK) st = copy_tokenizer(aside, hf_dir, &info->n_copied, info->copied, 16);
     if (st == HP_STATUS_OK) st = copy_tokenizer(run_dir, hf_dir, &info->n_copied, info->copied, 16);
     free(base);
     hp_hf_model_free(&m);

@@ -19,8 +19,7 @@ hp_status hp_checkpoint_logits(const char *ckpt, const int32_t *tokens, int n, f
     hp_named_tensor *named = NULL;
     hp_tid *ids = NULL;
     HP_CHECK_GOTO(hp_checkpoint_check_config(dir, &s), st, out);
-    /* The model the saved config describes. The Llama family's builder goes here once the run config
-     * carries model.family. */
+    /* The model the saved config describes (hp_gpt_build builds either family from it). */
     hp_gpt_config gc = hp__gpt_config_from(&s.config.model);
     if (vocab != gc.vocab) {
         st = hp_error(HP_STATUS_INVALID_ARGUMENT, "logits of checkpoint %s: the caller's vocab %lld is not the model's %d",

@@ -17,9 +17,7 @@
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m) {
     /* no dropout: the training program's builder adds it (evaluation and generation run without) */
-    hp_gpt_config c = {.vocab = (int)m->vocab, .context = (int)m->context, .layers = (int)m->layers,
-                       .heads = (int)m->heads, .width = (int)m->width, .tied_head = m->tied_head};
-    return c;
+    return hp_gpt_config_from_model(m);
 }
 
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t) { return hp_program_data(pr->p, hp_partition_local(pr->part, t)); }
@@ -101,27 +99,14 @@ static hp_status init_params(hp_trainer *t) {
         const hp_tensor *x = hp_graph_tensor(pr->lg, p);
         hp_store_entry_info e;
         HP_CHECK(hp_store_info(t->store, x->name, &e));
-        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], gstride[HP_MAX_DIMS], idx[HP_MAX_DIMS] = {0};
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
         HP_CHECK(hp_layout_slice_of(&e.layout, t->mesh, &e.shape, t->index, start, len));
-        hp_shape_strides(&x->shape, gstride);
         float *dst = malloc(e.bytes + 4);
         if (!dst) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory initialising '%s'", x->name);
-        int nd = x->shape.ndim;
-        int64_t rows = 1, inner = nd ? len[nd - 1] : 1;
-        for (int d = 0; d < nd - 1; d++) rows *= len[d];
-        for (int64_t r = 0; r < rows && inner > 0; r++) {
-            int64_t flat = 0, rem = r;
-            for (int d = nd - 2; d >= 0; d--) {
-                idx[d] = rem % len[d];
-                rem /= len[d];
-            }
-            for (int d = 0; d < nd - 1; d++) flat += (start[d] + idx[d]) * gstride[d];
-            if (nd) flat += start[nd - 1];
-            hp_status st = hp_gpt_init_param(&t->gcfg, x->name, (uint64_t)t->cfg.train.seed, flat, inner, dst + r * inner);
-            if (st != HP_STATUS_OK) {
-                free(dst);
-                return st;
-            }
+        hp_status ist = hp_gpt_init_block(&t->gcfg, x->name, (uint64_t)t->cfg.train.seed, &x->shape, start, len, dst);
+        if (ist != HP_STATUS_OK) {
+            free(dst);
+            return ist;
         }
         hp_status st = hp_store_write(t->store, x->name, dst, e.bytes);
         free(dst);
@@ -142,6 +127,21 @@ static void scatter_batch(hp_trainer *t, const hp_trainer_prog *pr) {
         for (int64_t r = 0; r < len[0]; r++)
             memcpy(dst + r * len[1], src[k] + (start[0] + r) * T + start[1], (size_t)len[1] * sizeof *dst);
     }
+}
+
+/* The global rows [*r0, *r1) of the (B, T) batch that this rank's blocks of the tokens and targets
+ * cover: a data-parallel rank reads only its own rows from the loader. */
+static void batch_rows(const hp_trainer *t, const hp_trainer_prog *pr, int64_t *r0, int64_t *r1) {
+    hp_tid ids[2] = {pr->gpt.tokens, pr->gpt.targets};
+    *r0 = t->cfg.train.batch, *r1 = 0;
+    for (int k = 0; k < 2; k++) {
+        int64_t start[2], len[2];
+        hp__prog_slice(t, pr, ids[k], start, len);
+        if (len[0] <= 0) continue;
+        if (start[0] < *r0) *r0 = start[0];
+        if (start[0] + len[0] > *r1) *r1 = start[0] + len[0];
+    }
+    if (*r1 < *r0) *r0 = *r1 = 0;
 }
 
 hp_status hp_trainer_new(const hp_run_config *cfg, hp_trainer **out) { return hp_trainer_new_dist(cfg, NULL, out); }
@@ -182,13 +182,7 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         st = hp_error(HP_STATUS_INVALID_ARGUMENT, "rank %d is not in the strategy's mesh", hp_comm_rank(t->world));
         goto fail;
     }
-    HP_CHECK_GOTO(hp_corpus_load(cfg->data.corpus, &t->corpus), st, fail);
-    hp_loader_options lo = hp_loader_options_default();
-    lo.batch = cfg->train.batch;
-    lo.context = cfg->model.context;
-    lo.val_fraction = cfg->data.val_fraction;
-    lo.seed = (uint64_t)cfg->train.seed;
-    HP_CHECK_GOTO(hp_loader_new(t->corpus, &lo, &t->loader), st, fail);
+    HP_CHECK_GOTO(hp__trainer_data_new(t), st, fail); /* before any graph: checks the vocabulary */
     size_t bt = (size_t)(cfg->train.batch * cfg->model.context);
     t->tok_buf = malloc(bt * sizeof *t->tok_buf);
     t->tgt_buf = malloc(bt * sizeof *t->tgt_buf);
@@ -206,7 +200,6 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
     }
     HP_CHECK_GOTO(declare_entries(t), st, fail);
     if (!pipeline) HP_CHECK_GOTO(init_params(t), st, fail);
-    t->unigram = hp_corpus_unigram_entropy(t->corpus, 0, hp_loader_train_tokens(t->loader));
     *out = t;
     return HP_STATUS_OK;
 fail:
@@ -223,8 +216,7 @@ void hp_trainer_free(hp_trainer *t) {
     hp_program_free(t->sample.p);
     hp_graph_free(t->sample.g);
     hp_store_free(t->store); /* after every program bound to it */
-    hp_loader_free(t->loader);
-    hp_corpus_free(t->corpus);
+    hp__trainer_data_free(t);
     free(t->tok_buf);
     free(t->tgt_buf);
     hp_strategy_free(t->strategy);
@@ -275,7 +267,9 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     }
     hp_trainer_prog *pr = &t->train;
     int64_t s = t->steps_done; /* 0-based batch index; the optimizer step is s + 1 */
-    HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
+    int64_t r0, r1, T = t->cfg.model.context;
+    batch_rows(t, pr, &r0, &r1);
+    HP_CHECK(hp_loader_batch_rows(t->loader, s, r0, r1, t->tok_buf + r0 * T, t->tgt_buf + r0 * T));
     scatter_batch(t, pr);
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
     *(float *)hp__prog_data(pr, pr->step.lr) = (float)lr;
@@ -334,6 +328,13 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
     *val_loss = sum / (double)t->cfg.train.eval_batches;
     hp__trainer_trace(t, &t->trace_eval, t0);
     return HP_STATUS_OK;
+}
+
+void hp_trainer_val_coverage(const hp_trainer *t, hp_val_coverage *c) {
+    int64_t W = hp_loader_val_windows(t->loader), n = t->cfg.train.eval_batches * t->cfg.train.batch;
+    c->windows = n < W ? n : W;
+    c->tokens = c->windows * t->cfg.model.context;
+    c->fraction = (double)c->tokens / (double)(hp_loader_val_tokens(t->loader) - 1);
 }
 
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {
@@ -415,12 +416,13 @@ hp_status hp_trainer_sample(hp_trainer *t, const char *prompt, int n_tokens, flo
                             char **text_out) {
     *text_out = NULL;
     HP_CHECK(gather_for_sampling(t));
-    return hp__generate(t->sample.g, t->sample.p, &t->sample.gpt, prompt, n_tokens, temp, top_k, seed, text_out);
+    return hp__generate(t->sample.g, t->sample.p, &t->sample.gpt, t->tok, prompt, n_tokens, temp, top_k, seed, text_out);
 }
 
-hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const char *prompt, int n_tokens,
-                       float temp, int top_k, uint64_t seed, char **text_out) {
+hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const hp_tokenizer *tokenizer, const char *prompt,
+                       int n_tokens, float temp, int top_k, uint64_t seed, char **text_out) {
     (void)g;
+    if (tokenizer) return hp__generate_tokens(p, gpt, tokenizer, prompt, n_tokens, temp, top_k, seed, text_out);
     int T = gpt->seq, V = gpt->cfg.vocab;
     size_t plen = strlen(prompt);
     char *text = malloc(plen + (size_t)n_tokens + 1);

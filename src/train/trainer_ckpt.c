@@ -100,6 +100,8 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap) {
     hp_named_tensor *nm = NULL, *no = NULL;
     /* deferred optimizer updates (HyperOffload) finish first, and their errors stop the save */
     HP_CHECK(hp_program_sync(t->train.p));
+    /* the run dir keeps the tokenizer, so `hp generate` decodes with it */
+    if (hp_comm_rank(t->world) == 0) HP_CHECK(hp__trainer_copy_tokenizer(t));
     double t0 = hp_trace_begin(t->trace);
     if (t->pipe) { /* the stages' tensors into the full copy on every rank; rank 0 writes it alone */
         HP_CHECK(hp__pipe_gather(t, true));
@@ -251,6 +253,7 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     hp_store *store = NULL;
     hp_named_tensor *named = NULL;
     hp_tid *ids = NULL;
+    hp_tokenizer *tok = NULL;
     if (!s.has_config) {
         st = hp_error(HP_STATUS_CORRUPT, "checkpoint %s has no saved config, so the model cannot be rebuilt", dir);
         goto out;
@@ -285,7 +288,8 @@ hp_status hp_generate_from_checkpoint(const char *path, const char *prompt, int 
     }
     HP_CHECK_GOTO(hp_checkpoint_load_model(dir, named, (size_t)n), st, out);
     for (int i = 0; i < n; i++) HP_CHECK_GOTO(hp_store_touch(store, named[i].name), st, out);
-    st = hp__generate(g, p, &gpt, prompt, n_tokens, temp, top_k, seed, text_out);
+    HP_CHECK_GOTO(hp__checkpoint_tokenizer(dir, &tok), st, out);
+    st = hp__generate(g, p, &gpt, tok, prompt, n_tokens, temp, top_k, seed, text_out);
 out:
     free(ids);
     free(named);
@@ -293,5 +297,8 @@ out:
     hp_store_free(store);
     hp_graph_free(g);
     hp_checkpoint_state_free(&s);
+    hp_tokenizer_free(tok);
     return st;
 }
+
+hp_status hp__ckpt_check_paths(const char *path, const char *step_dir) { return check_paths(path, step_dir); }

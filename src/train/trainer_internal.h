@@ -12,6 +12,8 @@
 #include "hp/store.h"
 #include "hp/strategy.h"
 #include "hp/train.h"
+#include "hp/shards.h"
+#include "hp/tokenizer.h"
 
 /* A logical graph partitioned for this rank and compiled. */
 typedef struct hp_trainer_prog {
@@ -41,7 +43,9 @@ struct hp_trainer {
     hp_strategy *strategy; /* owns the mesh */
     hp_mesh *mesh;
     int index;             /* this rank's mesh index */
-    hp_corpus *corpus;
+    hp_corpus *corpus;     /* data.corpus, or NULL with data.shards */
+    hp_shard_set *set;     /* data.shards (hp/shards.h), or NULL */
+    hp_tokenizer *tok;     /* the shard set's tokenizer (sampling), or NULL: bytes */
     hp_loader *loader;     /* rank 0 of 1: every rank reads the whole batch and slices it */
     int32_t *tok_buf, *tgt_buf; /* (B, T) staging */
     hp_store *store;       /* parameters and optimizer states, shared by train, eval and sample */
@@ -85,13 +89,30 @@ hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m);
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m);
 
+/* trainer_ckpt.c: a checkpoint path is a directory and its step directory (NULL: not checked yet)
+ * holds only regular files (stat before open); HP_STATUS_INVALID_ARGUMENT / HP_STATUS_CORRUPT. */
+hp_status hp__ckpt_check_paths(const char *path, const char *step_dir);
+
 /* Samples one token id from logits (V) with temperature and top-k; deterministic in (key, counter). */
 hp_status hp__sample_logits(const float *logits, int V, float temp, int top_k, uint64_t key, uint64_t counter,
                             int *out);
 
 /* Autoregressive sampling with a forward program built for batch 1 and seq = context. */
-hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const char *prompt, int n_tokens,
-                       float temp, int top_k, uint64_t seed, char **text_out);
+/* tok: the tokenizer that encodes the prompt and decodes the sample (ids sampled below its
+ * vocabulary); NULL: bytes, each sampled id's low byte appended. */
+hp_status hp__generate(const hp_graph *g, hp_program *p, const hp_gpt *gpt, const hp_tokenizer *tok, const char *prompt,
+                       int n_tokens, float temp, int top_k, uint64_t seed, char **text_out);
+/* trainer_data.c: sampling with a tokenizer (hp__generate's tok != NULL). */
+hp_status hp__generate_tokens(hp_program *p, const hp_gpt *gpt, const hp_tokenizer *tok, const char *prompt, int n_tokens,
+                              float temp, int top_k, uint64_t seed, char **text_out);
+/* trainer_data.c: the data of cfg (corpus or shard set), t->loader, t->tok and t->unigram. */
+hp_status hp__trainer_data_new(hp_trainer *t);
+void hp__trainer_data_free(hp_trainer *t);
+/* The run directory's copy of the shard set's tokenizer (rank 0 before a save; nothing for bytes). */
+hp_status hp__trainer_copy_tokenizer(const hp_trainer *t);
+/* The tokenizer a checkpoint's run keeps (its run dir's tokenizer.json or encoder.json + vocab.bpe),
+ * or *out NULL for bytes. `step_dir` is a resolved step directory. */
+hp_status hp__checkpoint_tokenizer(const char *step_dir, hp_tokenizer **out);
 
 /* trainer_pipe.c: the pipeline mode's set-up, step, the full model gathered into t->store (with
  * optim: the AdamW states too; collective over the pipeline) and a resumed t->store scattered

@@ -10,7 +10,9 @@
  */
 #include "train/trainer_internal.h"
 
+#include "hp/dtensor.h"
 #include "hp/pipeline.h"
+#include "hp/redistribute.h"
 #include "hp/schedule.h"
 
 #include <limits.h>
@@ -29,12 +31,13 @@ hp_status hp__pipe_new(hp_trainer *t) {
         if (gr->kind != HP_GROUP_KIND_STAGE)
             return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: kind %s is not built yet", g->file, gr->line,
                             gr->column, gr->name, hp_group_kind_name(gr->kind));
-        /* a group of several ranks is data parallel: its ranks split each micro-batch's rows */
+        /* the mesh axes a params rule names are model-parallel, the others split the rows */
         const hp_strategy_config *sc = &gr->strategy;
-        if (sc->present && (sc->n_params > 0 || sc->n_opt_shard > 0 || sc->n_axes > 1))
-            return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: tensor parallelism, FSDP or ZeRO inside a "
-                            "pipeline stage (param rules, optimizer.shard, a mesh of several axes) is not built yet: "
-                            "a stage group's ranks are data-parallel replicas", g->file, gr->line, gr->column, gr->name);
+        if (sc->present && (sc->n_opt_shard > 0 || sc->n_inputs > 0))
+            return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: %s inside a pipeline stage is not built yet: "
+                            "a stage group's rows are split over the mesh axes no params rule names, its parameters "
+                            "by the params rules (tensor parallelism)", g->file, gr->line, gr->column, gr->name,
+                            sc->n_opt_shard > 0 ? "ZeRO (optimizer.shard)" : "an inputs layout");
     }
     if (cfg->offload.present)
         return hp_error(HP_STATUS_UNSUPPORTED, "offload: with groups: (offload inside a pipeline stage) is not built yet");
@@ -59,15 +62,22 @@ hp_status hp__pipe_new(hp_trainer *t) {
         }
     }
     int *gsize = calloc((size_t)g->n_stages + 1, sizeof *gsize);
-    if (!gsize) {
-        free(first);
+    hp_strategy_config *gstrat = calloc((size_t)g->n_stages + 1, sizeof *gstrat);
+    if (!gsize || !gstrat) {
+        free(first), free(gsize), free(gstrat);
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the groups");
     }
     for (int i = 0; i < g->n_groups; i++)
-        if (g->groups[i].stage >= 0 && g->groups[i].stage < g->n_stages) gsize[g->groups[i].stage] = g->groups[i].n_ranks;
+        if (g->groups[i].stage >= 0 && g->groups[i].stage < g->n_stages) {
+            gsize[g->groups[i].stage] = g->groups[i].n_ranks;
+            gstrat[g->groups[i].stage] = g->groups[i].strategy;
+        }
     hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
     o.group_size = gsize;
-    o.model = &t->gcfg;
+    o.group_strategy = gstrat;
+    hp_gpt_config train_model = t->gcfg; /* dropout in the training stages only */
+    train_model.dropout = (float)cfg->model.dropout, train_model.seed = (uint64_t)cfg->train.seed;
+    o.model = &train_model;
     o.batch = (int)cfg->train.batch;
     o.seq = (int)cfg->model.context;
     o.schedule = s;
@@ -77,7 +87,10 @@ hp_status hp__pipe_new(hp_trainer *t) {
     hp_status st = hp_pipeline_new(&o, &t->pipe);
     free(first);
     free(gsize);
+    free(gstrat);
     HP_CHECK(st);
+    /* a full copy of an entry split over a group's model-parallel axes comes from the planner */
+    hp_store_set_redistribute(hp_pipeline_store(t->pipe), hp_redistribute_tensor);
     return hp_pipeline_init_params(t->pipe, (uint64_t)cfg->train.seed);
 }
 
@@ -141,7 +154,9 @@ hp_status hp__pipe_gather(hp_trainer *t, bool optim) {
         st = hp_store_info(t->store, name, &e);
         float *buf = st == HP_STATUS_OK ? malloc(e.bytes + 4) : NULL;
         if (st == HP_STATUS_OK && !buf) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory gathering '%s'", name);
-        if (st == HP_STATUS_OK && owner[k] == me) memcpy(buf, hp_store_data(ps, name), e.bytes);
+        void *full = NULL; /* every rank of the owner's group takes part in a view of a split entry */
+        if (st == HP_STATUS_OK && have[k] == me) st = hp_store_view(ps, name, NULL, &full);
+        if (st == HP_STATUS_OK && owner[k] == me) memcpy(buf, full, e.bytes);
         if (st == HP_STATUS_OK) st = hp_comm_broadcast(t->pipe_comm, buf, e.bytes / sizeof(float), HP_DTYPE_F32, owner[k]);
         if (st == HP_STATUS_OK) st = hp_store_write(t->store, name, buf, e.bytes);
         free(buf);
@@ -159,9 +174,19 @@ hp_status hp__pipe_scatter(hp_trainer *t) {
     for (int k = 0; k < 3 * n; k++) {
         full_name(t, k, name, sizeof name);
         if (!hp_store_data(ps, name)) continue;
-        hp_store_entry_info e;
+        hp_store_entry_info e, pe;
         HP_CHECK(hp_store_info(t->store, name, &e));
-        HP_CHECK(hp_store_write(ps, name, hp_store_data(t->store, name), e.bytes));
+        HP_CHECK(hp_store_info(ps, name, &pe));
+        if (!hp_pipeline_mesh(t->pipe)) {
+            HP_CHECK(hp_store_write(ps, name, hp_store_data(t->store, name), e.bytes));
+            continue;
+        }
+        hp_dtensor *blk; /* this rank's block of a split entry */
+        HP_CHECK(hp_dtensor_distribute(hp_pipeline_mesh(t->pipe), &pe.layout, &pe.shape, HP_DTYPE_F32,
+                                       hp_store_data(t->store, name), &blk));
+        hp_status st = hp_store_write(ps, name, hp_dtensor_data(blk), pe.bytes);
+        hp_dtensor_free(blk);
+        HP_CHECK(st);
     }
     hp_pipeline_set_step(t->pipe, t->steps_done);
     return HP_STATUS_OK;

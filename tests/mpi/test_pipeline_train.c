@@ -1,4 +1,4 @@
-/* ranks: 2 4 */
+/* ranks: 2 4 8 */
 /*
  * `hp train` with `groups:` and `pipeline:` (the trainer's pipeline mode, src/train/trainer_pipe.c)
  * over real MPI processes: for every schedule, one stage per rank, the 50-step loss trajectory
@@ -23,24 +23,41 @@
 /* The run config: no groups (schedule NULL), or p one-rank stages under `schedule` with m
  * micro-batches; `layers` blocks split as evenly as the config's auto split does. */
 static const int *g_gsize; /* stage group sizes of the configs load() makes (NULL: one rank each) */
+static double g_dropout;   /* model.dropout of the configs load() makes */
+static const int *g_tp;    /* each stage group's tensor-parallel size (NULL: 1; the rest of a group is dp) */
+
+/* Megatron-LM's column- then row-parallel linears over the group's "tp" axis. */
+static const char *const TP_RULES =
+    "strategy: {params: [{match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}, "
+    "{match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}, {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}, "
+    "{match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}, {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}, "
+    "{match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}]}";
 
 static hp_status load(const char *schedule, int p, int m, int layers, bool tied, const char *ckdir, hp_run_config *cfg) {
     char corpus[1024], text[8192];
     const char *root = getenv("HP_SOURCE_DIR");
     snprintf(corpus, sizeof corpus, "%s/data/kjv.txt", root ? root : ".");
     int off = snprintf(text, sizeof text,
-                       "model: {vocab: 256, context: 32, layers: %d, heads: 4, width: 32, tied_head: %s}\n"
+                       "model: {vocab: 256, context: 32, layers: %d, heads: 4, width: 32, tied_head: %s, dropout: %g}\n"
                        "data: {corpus: \"%s\", val_fraction: 0.05}\n"
                        "train: {steps: %d, batch: 8, seed: 3, eval_batches: 2, checkpoint_dir: \"%s\"}\n"
                        "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5, weight_decay: 0.1, grad_clip: 1.0}\n",
-                       layers, tied ? "true" : "false", corpus, STEPS, ckdir);
+                       layers, tied ? "true" : "false", g_dropout, corpus, STEPS, ckdir);
     if (schedule) {
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "pipeline: {schedule: %s, micro_batches: %d, split: auto}\ngroups:\n", schedule, m);
         for (int s = 0; s < p; s++) {
-            int d = g_gsize ? g_gsize[s] : 1;
+            int d = g_gsize ? g_gsize[s] : 1, tp = g_tp ? g_tp[s] : 1;
             if (d == 1)
                 off += snprintf(text + off, sizeof text - (size_t)off, "  stage%d: {ranks: 1}\n", s);
+            else if (tp > 1 && d == tp)
+                off += snprintf(text + off, sizeof text - (size_t)off,
+                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d], alias_name: [tp]}, %s}\n", s, d, d,
+                                TP_RULES);
+            else if (tp > 1)
+                off += snprintf(text + off, sizeof text - (size_t)off,
+                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d, %d], alias_name: [dp, tp]}, %s}\n", s,
+                                d, d / tp, tp, TP_RULES);
             else
                 off += snprintf(text + off, sizeof text - (size_t)off,
                                 "  stage%d: {ranks: %d, mesh: {device_matrix: [%d], alias_name: [dp]}}\n", s, d, d);
@@ -164,6 +181,7 @@ int main(int argc, char **argv) {
     g_rank = hp_comm_rank(world);
     int p = hp_comm_size(world);
     double ref_loss[STEPS], ref_gn[STEPS], ref_val = 0;
+    if (p == 8) goto eight;
     /* 2p layers: one per virtual stage of the two-chunk schedules, two per stage otherwise */
     reference(2 * p, false, ref_loss, ref_gn, &ref_val);
     const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"};
@@ -174,15 +192,43 @@ int main(int argc, char **argv) {
     check_schedule(world, "1f1b", 8, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_schedule(world, "gpipe", p == 4 ? 2 : 1, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_resume(world);
-    if (p == 4) { /* stages over several ranks: pp2 x dp2, and 3 stages on 1, 2 and 1 ranks */
-        static const int two[] = {2, 2, 0}, uneq[] = {1, 2, 1, 0};
+    /* dropout: each micro-batch's masks are the single-device batch's at its rows */
+    g_dropout = 0.1;
+    reference(2 * p, false, ref_loss, ref_gn, &ref_val);
+    check_schedule(world, "1f1b", 2 * p, 2 * p, false, ref_loss, ref_gn, ref_val);
+    check_schedule(world, "zb-v", 2 * p, 2 * p, false, ref_loss, ref_gn, ref_val);
+    g_dropout = 0;
+    if (p == 4) { /* stages over several ranks: pp2 x dp2, pp2 x tp2, and 3 stages on 1, 2 and 1 ranks */
+        static const int two[] = {2, 2, 0}, uneq[] = {1, 2, 1, 0}, tp_two[] = {2, 2}, tp_one[] = {1, 2};
         reference(4, false, ref_loss, ref_gn, &ref_val);
         g_gsize = two;
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         check_schedule(world, "zb-v", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_two; /* pp2 x tp2 */
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_one; /* a dp2 stage handing over to a tp2 stage */
+        check_schedule(world, "gpipe", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_two, g_dropout = 0.1; /* pp2 x tp2 with dropout */
+        reference(4, false, ref_loss, ref_gn, &ref_val);
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_dropout = 0;
+        reference(4, false, ref_loss, ref_gn, &ref_val);
+        g_tp = NULL;
         g_gsize = uneq;
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         g_gsize = NULL;
+    }
+eight:
+    if (p == 8) { /* pp2 x dp2 x tp2; a tied head split alike on both ends */
+        static const int four[] = {4, 4, 0}, tp_two[] = {2, 2};
+        reference(4, false, ref_loss, ref_gn, &ref_val);
+        g_gsize = four;
+        g_tp = tp_two;
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        reference(4, true, ref_loss, ref_gn, &ref_val);
+        check_schedule(world, "zb-v", 4, 4, true, ref_loss, ref_gn, ref_val);
+        g_gsize = NULL, g_tp = NULL;
     }
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
