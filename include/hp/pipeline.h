@@ -70,7 +70,12 @@
  * "opt.step", both set by each F action, so every micro-batch drops the elements the single-device
  * batch drops at those rows.
  *
- * Not built yet: sequence parallelism and FSDP/ZeRO inside a stage, offload inside a stage.
+ * ZeRO-1 inside a stage: with optimizer.shard in a group's strategy, the update graph (clip, AdamW,
+ * zeroing) is built over the parameters' logical shapes and partitioned over the group's mesh, so
+ * each replica updates its block of every parameter and the partitioner gathers the new values.
+ *
+ * Not built yet: sequence parallelism and FSDP (parameters split over the row-splitting axes)
+ * inside a stage, offload inside a stage.
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
@@ -111,9 +116,11 @@ typedef struct hp_pipeline_opts {
      * The mesh axes a params rule names are model-parallel: the stage graph is partitioned over
      * them by HyperShard (hp/shard.h: Megatron tensor parallelism from the tensor_maps, its
      * collectives on those axes); the other axes are data-parallel: their product of replicas
-     * split each micro-batch's rows. Refused (HP_STATUS_UNSUPPORTED): optimizer.shard (ZeRO),
-     * strategy.inputs, a params rule on an axis that also splits rows (FSDP) cannot be written
-     * (such an axis is model-parallel by definition). Borrowed for the call. */
+     * split each micro-batch's rows. optimizer.shard (ZeRO-1) splits AdamW's states over the
+     * named axes: the update graph is partitioned over the group's mesh (pipeline_optim.c).
+     * Refused (HP_STATUS_UNSUPPORTED): strategy.inputs; a params rule on an axis that also splits
+     * rows (FSDP) cannot be written (such an axis is model-parallel by definition). Borrowed for
+     * the call. */
     const hp_strategy_config *group_strategy;
 } hp_pipeline_opts;
 

@@ -210,39 +210,12 @@ static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
     po.keep = keep;
     po.n_keep = stage_keep(c, keep);
     po.store = pp->store;
-    if (pp->mesh) { /* the chunk owns its graphs whether or not this fails (hp_pipeline_free) */
+    if (pp->mesh && pp->grp_tp[pp->rank] > 1) { /* the chunk owns its graphs whether or not this fails */
         HP_CHECK(shard_stage(pp, c));
         po.n_keep = stage_keep(c, keep);
     }
     for (int s = 0; s < c->n_slots; s++) HP_CHECK(hp_program_new(c->g, &po, &c->slots[s].p));
     return HP_STATUS_OK;
-}
-
-/* The optimizer states' logical shapes and layouts: their parameter's (with model-parallel axes). */
-static hp_status declare_states(hp_pipeline *pp) {
-    if (!pp->mesh) return HP_STATUS_OK;
-    static const char *const pre[2] = {"exp_avg.", "exp_avg_sq."};
-    for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
-        const char *name = hp_store_name(pp->store, i);
-        for (int k = 0; k < 2; k++) {
-            size_t n = strlen(pre[k]);
-            if (strncmp(name, pre[k], n)) continue;
-            hp_store_entry_info e;
-            HP_CHECK(hp_store_info(pp->store, name + n, &e));
-            HP_CHECK(hp_store_declare(pp->store, name, e.dtype, &e.shape, &e.layout));
-        }
-    }
-    return HP_STATUS_OK;
-}
-
-/* Whether this rank's block of a stored entry is part of the tensor no other model-parallel rank
- * of the replica holds (a split dimension). */
-static bool split_entry(const hp_pipeline *pp, const char *name) {
-    hp_store_entry_info e;
-    if (!pp->mesh || hp_store_info(pp->store, name, &e) != HP_STATUS_OK) return false;
-    for (int d = 0; d < e.layout.ndim; d++)
-        if (e.layout.nmap[d] > 0) return true;
-    return false;
 }
 
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
@@ -268,89 +241,6 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
     }
     hp_graph_free(c.g);
     return st;
-}
-
-/* A name this rank's optimizer owns: each parameter once; a tied embedding's copy on the last stage
- * is left to the norm of the rank holding stage 0 (it is summed into both copies first). */
-static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
-    if (pp->replica != 0) return false; /* the group's replicas hold the same reduced gradients */
-    if (pp->tpi != 0 && !split_entry(pp, name)) return false; /* replicated over the model-parallel ranks */
-    return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, hp_gpt_embedding_name(&pp->model)));
-}
-
-/* The norm program (squared norm of the owned accumulators) and the update program (clip, AdamW,
- * zero the accumulators) over every parameter of this rank's chunks, deduplicated by name. */
-static hp_status build_optimizer(hp_pipeline *pp) {
-    pp->norm_g = hp_graph_new();
-    pp->opt_g = hp_graph_new();
-    if (!pp->norm_g || !pp->opt_g) return OOM("the optimizer graphs");
-    hp_graph *ng = pp->norm_g, *og = pp->opt_g;
-    int cap = 0;
-    for (int c = 0; c < pp->n_chunks; c++) cap += hp_graph_params(pp->chunks[c].g, NULL, 0);
-    hp_tid *sq = malloc(sizeof *sq * (size_t)(cap + 1)), *ids = malloc(sizeof *ids * (size_t)(cap + 1));
-    if (!sq || !ids) {
-        free(sq), free(ids);
-        return OOM("the optimizer");
-    }
-    int n_sq = 0;
-    pp->opt_lr = hp_input(og, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    pp->opt_step = hp_input(og, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    pp->opt_grad_sq = hp_input(og, "opt.grad_sq", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    hp_tid scale = pp->optim.grad_clip > 0 ? hp_clip_scale(og, pp->opt_grad_sq, (float)pp->optim.grad_clip) : HP_TID_NONE;
-    hp_tid *accs = malloc(sizeof *accs * (size_t)(cap + 1));
-    int n_acc = 0;
-    hp_status st = accs ? HP_STATUS_OK : OOM("the optimizer");
-    hp_graph_set_node_flags(og, HP_NODE_FLAG_OPTIMIZER);
-    for (int c = 0; c < pp->n_chunks && st == HP_STATUS_OK; c++) {
-        hp_graph *g = pp->chunks[c].g;
-        int np = hp_graph_params(g, ids, cap);
-        for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
-            const hp_tensor *pt = hp_graph_tensor(g, ids[i]);
-            if (hp_graph_find(og, pt->name) != HP_TID_NONE) continue; /* another chunk's copy */
-            hp_shape shape = pt->shape;
-            bool nwd = pt->no_weight_decay;
-            char name[600];
-            snprintf(name, sizeof name, "grad_acc.%s", pt->name);
-            if (counts_in_norm(pp, pt->name)) sq[n_sq++] = hp_leaf(ng, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            hp_tid acc = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            hp_tid param = hp_leaf(og, pt->name, HP_TENSOR_KIND_PARAM, HP_DTYPE_F32, shape);
-            hp_graph_tensor(og, param)->no_weight_decay = nwd;
-            snprintf(name, sizeof name, "exp_avg.%s", pt->name);
-            hp_tid mm = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            snprintf(name, sizeof name, "exp_avg_sq.%s", pt->name);
-            hp_tid vv = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            hp_adamw_params ap = {.beta1 = (float)pp->optim.beta1, .beta2 = (float)pp->optim.beta2,
-                                  .eps = (float)pp->optim.eps, .weight_decay = nwd ? 0.0f : (float)pp->optim.weight_decay};
-            st = hp_adamw(og, param, acc, mm, vv, pp->opt_lr, pp->opt_step, scale, &ap);
-            accs[n_acc++] = acc;
-        }
-    }
-    for (int i = 0; i < n_acc && st == HP_STATUS_OK; i++) { /* after every update has read its gradient */
-        hp_tid in[2] = {accs[i], hp_fill(og, hp_graph_tensor(og, accs[i])->shape, 0.0f)};
-        hp_graph_add_node(og, HP_OP_ASSIGN, in, 2, NULL);
-        st = hp_graph_status(og);
-    }
-    hp_graph_set_node_flags(og, 0);
-    if (st == HP_STATUS_OK) {
-        /* one sum of squares per gradient, then a chain of scalar adds (as hp_train_step_build) */
-        hp_tid total = n_sq ? HP_TID_NONE : hp_fill(ng, HP_SHAPE_SCALAR, 0.0f);
-        for (int i = 0; i < n_sq; i++) {
-            hp_tid one = hp_sumsq(ng, &sq[i], 1);
-            total = total == HP_TID_NONE ? one : hp_add(ng, total, one);
-        }
-        pp->norm_out = total;
-        st = hp_graph_status(ng);
-    }
-    free(sq), free(ids), free(accs);
-    HP_CHECK(st);
-    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    po.store = pp->store;
-    po.keep = &pp->norm_out;
-    po.n_keep = 1;
-    HP_CHECK(hp_program_new(ng, &po, &pp->norm_p));
-    po.keep = NULL;
-    po.n_keep = 0;
-    return hp_program_new(og, &po, &pp->opt_p);
 }
 
 /* Process q of a group of n processes under strategy `sc` (NULL or not present: none): its
@@ -379,7 +269,7 @@ void hp_pipeline_group_shape(const hp_strategy_config *sc, int n, int *dp, int *
     group_coords(sc, n, 0, dp, tp, &j, &i);
 }
 
-/* Checks group r's strategy: a mesh of the group's size, no ZeRO, no input rules. */
+/* Checks group r's strategy: a mesh of the group's size, no input rules. */
 static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n) {
     if (!sc || !sc->present) return HP_STATUS_OK;
     int64_t devices = 1;
@@ -387,10 +277,10 @@ static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n
     if (devices != n)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d's mesh has %lld devices for its %d ranks", r,
                         (long long)devices, n);
-    if (sc->n_opt_shard > 0 || sc->n_inputs > 0)
-        return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: group %d's strategy has %s: ZeRO and input layouts inside a "
+    if (sc->n_inputs > 0)
+        return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: group %d's strategy has inputs: input layouts inside a "
                         "pipeline stage are not built yet (a stage's rows are split over the mesh axes no params "
-                        "rule names)", r, sc->n_opt_shard > 0 ? "optimizer.shard" : "inputs");
+                        "rule names)", r);
     return HP_STATUS_OK;
 }
 
@@ -439,7 +329,8 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
     if (pp->grp_dp[pp->rank] > 1) pp->stage_comm = sc;
     else hp_comm_free(sc);
     HP_CHECK(hp_comm_split(o->comm, pp->rank, pos, &gc));
-    if (pp->grp_tp[pp->rank] == 1) {
+    const hp_strategy_config *mine = o->group_strategy ? &o->group_strategy[pp->rank] : NULL;
+    if (pp->grp_tp[pp->rank] == 1 && !(mine && mine->present && mine->n_opt_shard > 0)) { /* no group mesh */
         hp_comm_free(gc);
         return HP_STATUS_OK;
     }
@@ -514,8 +405,7 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     }
     if (st == HP_STATUS_OK) st = hp__pp_plan_actions(pp);
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
-    if (st == HP_STATUS_OK) st = build_optimizer(pp);
-    if (st == HP_STATUS_OK) st = declare_states(pp);
+    if (st == HP_STATUS_OK) st = hp__pp_build_optimizer(pp);
     if (st != HP_STATUS_OK) {
         hp_pipeline_free(pp);
         return st;
@@ -548,7 +438,12 @@ void hp_pipeline_free(hp_pipeline *pp) {
     hp_program_free(pp->norm_p);
     hp_program_free(pp->opt_p);
     hp_graph_free(pp->norm_g);
-    hp_graph_free(pp->opt_g);
+    if (pp->opt_part) {
+        hp_partition_free(pp->opt_part); /* owns opt_g */
+        hp_graph_free(pp->opt_lg);
+    } else {
+        hp_graph_free(pp->opt_g);
+    }
     hp_store_free(pp->store);
     hp_strategy_free(pp->strategy); /* and its mesh, attached to group_comm */
     hp_comm_free(pp->group_comm);

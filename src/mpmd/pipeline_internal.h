@@ -61,7 +61,7 @@ struct hp_pipeline {
                              * grp_ranks[grp_off[r] + j * grp_tp[r] + i] is process (j, i) of group r */
     hp_comm *stage_comm;    /* the group's data-parallel replicas of this model-parallel index; NULL: one */
     hp_comm *group_comm;    /* with model-parallel axes: the whole group, the mesh's parent; else NULL */
-    hp_strategy *strategy;  /* with model-parallel axes: the group's strategy (owns the mesh); else NULL */
+    hp_strategy *strategy;  /* with model-parallel axes or ZeRO: the group's strategy (owns the mesh); else NULL */
     hp_mesh *mesh;          /* hp_strategy_mesh(strategy), attached to group_comm; else NULL */
     hp_comm *tied_comm;     /* the groups of the first and last stage (a tied head on other ranks) */
     int max_group;          /* the largest group: transfers per buffer at most */
@@ -72,7 +72,9 @@ struct hp_pipeline {
     pp_action_plan *plan;   /* [n_actions of this rank] */
     bool *posted;           /* [n_actions] per step: a receive posted */
     /* the optimizer: squared norm of the accumulators this rank owns, then clip + AdamW + zeroing */
-    hp_graph *norm_g, *opt_g;
+    hp_graph *norm_g, *opt_g; /* opt_g: with a group mesh, opt_part's per-rank graph */
+    hp_graph *opt_lg;         /* with a group mesh: the logical update graph; else NULL */
+    hp_partition *opt_part;   /* with a group mesh: the update graph partitioned; else NULL */
     hp_program *norm_p, *opt_p;
     hp_tid norm_out, opt_grad_sq, opt_lr, opt_step;
     bool tied_exchange;     /* this group holds one of the two copies of a tied embedding on two groups */
@@ -86,6 +88,9 @@ struct hp_pipeline {
 
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */
 hp_status hp__pp_plan_actions(hp_pipeline *pp);
+
+/* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
+hp_status hp__pp_build_optimizer(hp_pipeline *pp);
 
 /* Waits for every request of the set and empties it; the first error. */
 hp_status hp__pp_reqs_wait(pp_reqs *q);
