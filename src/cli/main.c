@@ -78,6 +78,11 @@ static void usage(FILE *f) {
             "                       tokenize text files and JSONL ({\"text\": ...} per line) into token\n"
             "                       shards for data.shards (the held-out tail of the input is the\n"
             "                       validation split); `data verify DIR` checks a shard set\n"
+            "  convert --from-hf HF_DIR -o RUN_DIR | --to-hf CKPT -o HF_DIR\n"
+            "                       import a Hugging Face GPT-2 or Llama checkpoint (config.json +\n"
+            "                       safetensors, sharded or not) as a run dir with run.yaml and a step-0\n"
+            "                       checkpoint without optimizer state; or export a checkpoint to\n"
+            "                       Hugging Face's layout (config.json + model.safetensors)\n"
             "  help                 this text\n");
 }
 
@@ -196,6 +201,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plot")) return hp_cli_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return hp_cli_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenizer")) return hp_cli_tokenizer(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert")) return hp_cli_convert(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
