@@ -147,7 +147,13 @@ enum {
                                          first used, and its inputs stay live until then */
     HP_NODE_FLAG_INSTR = 1u << 4,     /* node->extra is a runtime instruction (hp_instr, hp/instr.h) or
                                          a pass's struct that begins with one */
+    /* Bits 5-6: a pipeline stage's phase of the node (HP_NODE_PHASE(flags)): 1 forward (F), 2 input
+     * gradient (B), 3 weight gradient (W); 0 for a node no phase was given (one a later pass
+     * inserted). Set by the pipeline (hp/pipeline.h) so its phase boundaries survive a rewrite. */
+    HP_NODE_FLAG_PHASE_SHIFT = 5,
+    HP_NODE_FLAG_PHASE_MASK = 3u << 5,
 };
+#define HP_NODE_PHASE(flags) ((int)(((flags) & HP_NODE_FLAG_PHASE_MASK) >> HP_NODE_FLAG_PHASE_SHIFT))
 
 typedef struct hp_node {
     hp_op op;

@@ -694,7 +694,7 @@ hp_status hp_program_run_nodes(hp_program *p, int first, int last) {
     int nn = hp_graph_n_nodes(p->g);
     if (first < 0 || last > nn || first > last)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "program: node range [%d, %d) is outside [0, %d]", first, last, nn);
-    if (p->opts.ext && (first > 0 || last < nn))
+    if (p->opts.ext && !p->opts.ext->per_range && (first > 0 || last < nn))
         return hp_error(HP_STATUS_INVALID_ARGUMENT,
                         "program: a node range [%d, %d) of a program with an offload pass (its hooks run per step)",
                         first, last);
