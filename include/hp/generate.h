@@ -34,7 +34,7 @@
  * budget below weights + cache + activations fails at program build naming the bytes.
  *
  * Sampling (hp_sample_token) is deterministic for the seed: sequence j's token i uses the uniform
- * draw hp_rng_uniform(hp_rng_hash("sample") ^ seed ^ j * 0x9e3779b97f4a7c15, i), the draws of the
+ * draw hp_rng_uniform(hp_rng_hash("sample") ^ seed ^ j * 0x9e3779b97f4a7c15, first_draw + i), the draws of the
  * single-sequence sampler of hp_trainer_sample for j = 0.
  *
  * Threads: a generator is used by one thread at a time; it must be freed before its store.
@@ -91,12 +91,13 @@ typedef struct hp_generate_opts {
     float top_p;        /* in (0, 1]; 1: off */
     uint64_t seed;
     int sample_vocab;   /* ids are sampled below it (a tokenizer smaller than model.vocab); 0: vocab */
+    uint64_t first_draw; /* token i uses draw counter first_draw + i (a continuation in windows) */
     float *logits;      /* optional output (n_seq, max_new_tokens, V): the logits each token was
                            sampled from; NULL: not kept */
 } hp_generate_opts;
 #define HP_GENERATE_OPTS_DEFAULT                                                                   \
     ((hp_generate_opts){.max_new_tokens = 16, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1, \
-                        .sample_vocab = 0, .logits = NULL})
+                        .sample_vocab = 0, .first_draw = 0, .logits = NULL})
 
 /* Counters of a generator since it was made. */
 typedef struct hp_generator_stats {
@@ -131,7 +132,11 @@ typedef struct hp_generate_text_opts {
  * hp_generate_from_checkpoint: paths, the saved config against the tensors, checksums, finite
  * values; the run's tokenizer, or bytes) into a fresh state store and generates with an
  * hp_generator: max(batch, n_prompts) sequences, sequence j continuing prompts[j % n_prompts],
- * all in one hp_generate call. texts_out[j] (malloc'd, caller frees each) is the prompt and its
+ * in hp_generate calls. When the longest prompt plus the tokens exceed the context C, generation
+ * goes on in windows (a context shift): each call generates n = ceil(C / 2) tokens (or what is
+ * left) after the last C - n tokens of every sequence, so the cache is refilled by a prefill
+ * every n tokens; a prompt longer than C is cut to its last C - n tokens. With the cache and
+ * without (use_cache false) the windows are the same, so both give the same tokens. texts_out[j] (malloc'd, caller frees each) is the prompt and its
  * continuation, decoded. *stats_out (may be NULL) receives the generator's counters.
  * Errors: the checkpoint's (naming the file and the tensor or field); hp_generate's (a prompt
  * or prompt + tokens beyond the context); HP_STATUS_INVALID_ARGUMENT for n_prompts < 1 or a

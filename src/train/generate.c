@@ -122,7 +122,7 @@ static hp_status check_request(const hp_generator *gen, int n_seq, const int32_t
 static hp_status pick(const hp_generate_opts *o, int vocab, const float *row, int j, int i, int32_t *out) {
     int N = o->max_new_tokens, tok, V = vocab;
     uint64_t key = hp_rng_hash("sample") ^ o->seed ^ ((uint64_t)j * 0x9e3779b97f4a7c15ull);
-    double u = hp_rng_uniform(key, (uint64_t)i);
+    double u = hp_rng_uniform(key, o->first_draw + (uint64_t)i);
     if (u >= 1.0) u = 0.0;
     if (o->sample_vocab > 0 && o->sample_vocab < V) V = o->sample_vocab;
     HP_CHECK(hp_sample_token(row, V, o->temperature, o->top_k, o->top_p, u, &tok));

@@ -70,6 +70,50 @@ static hp_status decode(const hp_tokenizer *tok, const char *prompt, const int32
     return st;
 }
 
+/* hp_generate over windows of the context (hp_generate_checkpoint's contract): out (n_seq, N). */
+static hp_status generate_windows(hp_generator *gen, int C, int n_seq, const int32_t *const *ids, const int *lens,
+                                  const hp_generate_opts *o, int32_t *out) {
+    const int N = o->max_new_tokens;
+    int longest = 0;
+    for (int j = 0; j < n_seq; j++) longest = lens[j] > longest ? lens[j] : longest;
+    if ((int64_t)(longest > 0 ? longest : 1) + N <= C) return hp_generate(gen, n_seq, ids, lens, o, out);
+    /* each sequence so far (prompt + generated), and the window buffers */
+    int64_t cap = 0;
+    for (int j = 0; j < n_seq; j++) cap = lens[j] + N > cap ? lens[j] + N : cap;
+    int32_t *all = malloc((size_t)n_seq * (size_t)cap * sizeof *all), *chunk = malloc(((size_t)n_seq * (size_t)C + 1) * sizeof *chunk);
+    int *len = malloc((size_t)n_seq * sizeof *len), *wlen = malloc((size_t)n_seq * sizeof *wlen);
+    const int32_t **win = malloc((size_t)n_seq * sizeof *win);
+    hp_status st = HP_STATUS_OK;
+    if (!all || !chunk || !len || !wlen || !win) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory");
+    for (int j = 0; st == HP_STATUS_OK && j < n_seq; j++) {
+        memcpy(all + (size_t)j * cap, ids[j], (size_t)lens[j] * sizeof *all);
+        len[j] = lens[j];
+    }
+    hp_generate_opts w = *o;
+    for (int done = 0; st == HP_STATUS_OK && done < N;) {
+        int n = N - done < (C + 1) / 2 ? N - done : (C + 1) / 2;
+        for (int j = 0; j < n_seq; j++) {
+            wlen[j] = len[j] < C - n ? len[j] : C - n;
+            win[j] = all + (size_t)j * cap + (len[j] - wlen[j]);
+        }
+        w.max_new_tokens = n;
+        w.first_draw = o->first_draw + (uint64_t)done;
+        st = hp_generate(gen, n_seq, win, wlen, &w, chunk);
+        for (int j = 0; st == HP_STATUS_OK && j < n_seq; j++) {
+            memcpy(all + (size_t)j * cap + len[j], chunk + (size_t)j * n, (size_t)n * sizeof *all);
+            memcpy(out + (size_t)j * N + done, chunk + (size_t)j * n, (size_t)n * sizeof *out);
+            len[j] += n;
+        }
+        done += n;
+    }
+    free(all);
+    free(chunk);
+    free(len);
+    free(wlen);
+    free(win);
+    return st;
+}
+
 hp_status hp_generate_checkpoint(const char *path, const char *const *prompts, int n_prompts,
                                  const hp_generate_text_opts *o, char **texts_out, hp_generator_stats *stats_out) {
     if (n_prompts < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "generate: %d prompts (at least one)", n_prompts);
@@ -120,7 +164,7 @@ hp_status hp_generate_checkpoint(const char *path, const char *const *prompts, i
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for %d x %d tokens", n_seq, N);
         goto out;
     }
-    HP_CHECK_GOTO(hp_generate(gen, n_seq, seq_ids, seq_lens, &g, out), st, out);
+    HP_CHECK_GOTO(generate_windows(gen, gc.context, n_seq, seq_ids, seq_lens, &g, out), st, out);
     for (int j = 0; j < n_seq; j++)
         HP_CHECK_GOTO(decode(tok, prompts[j % n_prompts], seq_ids[j], seq_lens[j], out + (size_t)j * N, N,
                              &texts_out[j]), st, out);
