@@ -24,8 +24,12 @@ struct hp_generator {
     hp_generator_stats stats;
 };
 
-static hp_status make_program(hp_graph *g, hp_store *store, hp_tid logits, hp_program **out) {
+static hp_status make_program(hp_graph *g, hp_store *store, hp_tid logits, bool small, hp_program **out) {
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    /* A decode step's nodes are tiny (one row per sequence): dispatched one by one, each kernel
+     * runs on the calling thread below its parallel threshold, instead of a thread team meeting at
+     * a barrier after every node (bench_generate on the shared 2-core machine: 7x the tokens/s). */
+    po.node_by_node = small;
     po.keep = &logits;
     po.n_keep = 1;
     po.store = store;
@@ -37,7 +41,7 @@ static hp_status build_decode(const hp_generator *gen, int seq, hp_graph **g, hp
     *g = hp_graph_new();
     if (!*g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for a graph");
     HP_CHECK(hp_gpt_build_decode(*g, &gen->cfg, gen->o.slots, seq, gen->t_max, m));
-    return make_program(*g, gen->store, m->logits, p);
+    return make_program(*g, gen->store, m->logits, seq == 1, p);
 }
 
 hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_generator_opts *o, hp_generator **out) {
@@ -65,7 +69,7 @@ hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_gen
         gen->g_step = hp_graph_new();
         st = gen->g_step ? hp_gpt_build(gen->g_step, &gen->cfg, o->slots, gen->t_max, false, &gen->full)
                          : hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for a graph");
-        if (st == HP_STATUS_OK) st = make_program(gen->g_step, store, gen->full.logits, &gen->p_step);
+        if (st == HP_STATUS_OK) st = make_program(gen->g_step, store, gen->full.logits, false, &gen->p_step);
     }
     if (st != HP_STATUS_OK) {
         hp_generator_free(gen);
