@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
         int n = ns[k];
         int32_t *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
         double ta, tb;
-        hp_generator_stats ga, gb;
+        hp_generator_stats ga = {0}, gb = {0};
         /* cached: the best of 5 runs (each well under a second, so a burst of the shared machine's
          * load can halve one); recomputation: one run of n forward passes */
         hp_status s = HP_STATUS_OK;
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
     int B = 8, n = 256;
     int32_t *out = calloc((size_t)B * n, sizeof *out);
     double t = 1e30;
-    hp_generator_stats gs;
+    hp_generator_stats gs = {0};
     for (int r = 0; r < 5; r++) {
         double t1;
         if (run(&c, true, B, n, &t1, out, &gs) != HP_STATUS_OK) {
