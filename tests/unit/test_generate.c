@@ -8,6 +8,7 @@
 #include "hp/generate.h"
 #include "hp/ops.h"
 #include "hp/runtime.h"
+#include "ops/op.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -220,6 +221,45 @@ static void test_op_equals_attention(void **state) {
     hp_graph_free(g);
 }
 
+/* The sharding rule: heads split over tp (the caches' kv-head dim with them, positions by slot);
+ * kv heads the axis does not divide: replicated attention. */
+static void test_op_shard_rule(void **state) {
+    (void)state;
+    hp_mesh *mesh;
+    assert_ok(hp_mesh_new(2, (int[]){2, 2}, (const char *[]){"dp", "tp"}, NULL, 0, &mesh));
+    for (int kv = 2; kv >= 1; kv--) {
+        const int S = 4, T = 3, H = 4, D = 2, TM = 8;
+        hp_graph *g = hp_graph_new();
+        hp_tid q = hp_input(g, "q", HP_DTYPE_F32, HP_SHAPE(S, T, H * D));
+        hp_tid k = hp_input(g, "k", HP_DTYPE_F32, HP_SHAPE(S, T, kv * D));
+        hp_tid kc = hp_leaf(g, "kc", HP_TENSOR_KIND_STATE, HP_DTYPE_F32, HP_SHAPE(S, kv, TM, D));
+        hp_tid pos = hp_input(g, "pos", HP_DTYPE_I32, HP_SHAPE(S, T));
+        assert_true(hp_attention_cache(g, q, k, k, kc, kc, pos, H, kv) != HP_TID_NONE);
+        const hp_node *n = hp_graph_node(g, hp_graph_n_nodes(g) - 1);
+        hp_layout hint[HP_MAX_NODE_INPUTS];
+        for (int i = 0; i < HP_MAX_NODE_INPUTS; i++) hint[i].ndim = -1;
+        hp_shard_ctx c = {.g = g, .mesh = mesh, .index = 0, .hint = hint};
+        hp_layout in[HP_MAX_NODE_INPUTS], req[HP_MAX_NODE_INPUTS], out[1], want;
+        assert_ok(hp_layout_parse("[dp, none, tp]", mesh, &in[0]));
+        for (int i = 1; i < 6; i++) in[i] = hp__lay_replicated(i == 3 || i == 4 ? 4 : i == 5 ? 2 : 3);
+        for (int i = 0; i < 6; i++) req[i] = in[i];
+        hp_layout_init(&out[0], 3);
+        hp_attrs local = n->attr;
+        bool drop[HP_MAX_NODE_INPUTS] = {0};
+        assert_ok(hp__op_def(HP_OP_ATTENTION_CACHE)->shard(&c, n, in, req, out, &local, drop));
+        assert_ok(hp_layout_parse(kv == 2 ? "[dp, tp, none, none]" : "[dp, none, none, none]", mesh, &want));
+        assert_true(hp_layout_equal(&req[3], &want) && hp_layout_equal(&req[4], &want));
+        assert_ok(hp_layout_parse("[dp, none]", mesh, &want));
+        assert_true(hp_layout_equal(&req[5], &want));
+        assert_ok(hp_layout_parse(kv == 2 ? "[dp, none, tp]" : "[dp, none, none]", mesh, &want));
+        assert_true(hp_layout_equal(&out[0], &want) && hp_layout_equal(&req[1], &want));
+        assert_int_equal(local.i[0], kv == 2 ? H / 2 : H);
+        assert_int_equal(local.i[2], 1); /* 2 kv heads over tp 2; or the 1 kv head whole */
+        hp_graph_free(g);
+    }
+    hp_mesh_free(mesh);
+}
+
 /* ---- the sampler ---- */
 
 static void test_sampler_topk1_greedy(void **state) {
@@ -364,7 +404,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_gpt2),           cmocka_unit_test(test_greedy_llama),
         cmocka_unit_test(test_greedy_llama_gqa),      cmocka_unit_test(test_sampled_seeded),
-        cmocka_unit_test(test_op_equals_attention),   cmocka_unit_test(test_sampler_topk1_greedy),
+        cmocka_unit_test(test_op_equals_attention),   cmocka_unit_test(test_op_shard_rule),
+        cmocka_unit_test(test_sampler_topk1_greedy),
         cmocka_unit_test(test_sampler_top_p_top_k_temperature), cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_cache_in_store),
     };
