@@ -26,9 +26,10 @@ struct hp_generator {
 
 static hp_status make_program(hp_graph *g, hp_store *store, hp_tid logits, bool small, hp_program **out) {
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    /* A decode step's nodes are tiny (one row per sequence): dispatched one by one, each kernel
-     * runs on the calling thread below its parallel threshold, instead of a thread team meeting at
-     * a barrier after every node (bench_generate on the shared 2-core machine: 7x the tokens/s). */
+    /* A decode step's nodes are tiny (one row per sequence; `small`: at most 64 rows in all):
+     * dispatched one by one, each kernel runs on the calling thread below its parallel threshold
+     * (or opens its own region above it), instead of a thread team meeting at a barrier after
+     * every node (bench_generate on the shared 2-core machine: 7x the tokens/s). */
     po.node_by_node = small;
     po.keep = &logits;
     po.n_keep = 1;
@@ -41,7 +42,7 @@ static hp_status build_decode(const hp_generator *gen, int seq, hp_graph **g, hp
     *g = hp_graph_new();
     if (!*g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for a graph");
     HP_CHECK(hp_gpt_build_decode(*g, &gen->cfg, gen->o.slots, seq, gen->t_max, m));
-    return make_program(*g, gen->store, m->logits, seq == 1, p);
+    return make_program(*g, gen->store, m->logits, (int64_t)seq * gen->o.slots <= 64, p);
 }
 
 hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_generator_opts *o, hp_generator **out) {
