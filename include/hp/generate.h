@@ -28,10 +28,12 @@
  * greedy tokens and logits within 1e-5), at O(context) work per token.
  *
  * Memory: the cache is 2 L slots kv_heads t_max D floats of the store (hp_store_get_stats counts it
- * with the weights). A program's fast-tier budget (hp_program_ext.device_budget) counts bound store
- * bytes, the cache included; the offload planner never moves the cache to a slower tier, since it is
- * written in place by an operator other than AdamW (HyperOffload's rule for in-place writers), so a
- * budget below weights + cache + activations fails at program build naming the bytes.
+ * with the weights; hp_generator_stats.cache_bytes gives it alone). The generator's programs run
+ * without an offload pass. Under HyperOffload the cache is state like any other store entry: a
+ * program bound to it with hp_program_opts.ext counts its bytes in the fast-tier total checked
+ * against device_budget at build, and the offload planner keeps it resident (its writer works in
+ * place and is not AdamW, the only in-place writer the planner streams), so such a budget must
+ * hold weights on the fast tier + cache + activations, or the build fails naming the bytes.
  *
  * Sampling (hp_sample_token) is deterministic for the seed: sequence j's token i uses the uniform
  * draw hp_rng_uniform(hp_rng_hash("sample") ^ seed ^ j * 0x9e3779b97f4a7c15, first_draw + i), the draws of the
