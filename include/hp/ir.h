@@ -87,7 +87,8 @@ typedef int32_t hp_tid;
     X(OFFLOAD_WAIT, offload_wait)   /* waits for the transfer that made or reads in[0] (no output) */\
     X(ADAMW_STREAM, adamw_stream)   /* ADAMW where param/grad/m/v may live on slower tiers: chunked */\
     X(SEND, send)                   /* point-to-point: in[0] to rank i[0] with tag i[1] (no output) */ \
-    X(RECV, recv)                   /* point-to-point: y (attr.shape, dtype i[2]) from rank i[0], tag i[1] */
+    X(RECV, recv)                   /* point-to-point: y (attr.shape, dtype i[2]) from rank i[0], tag i[1] */ \
+    X(ATTENTION_CACHE, attention_cache) /* inference: append k, v to a KV cache in place, attend; i[0] heads, i[2] kv heads */
 
 typedef enum hp_op {
 #define HP_OP_ENUM_(name, lower) HP_OP_##name,
@@ -106,6 +107,8 @@ typedef enum hp_tensor_kind {
     HP_TENSOR_KIND_INPUT,          /* fed from outside every step (tokens, targets, lr) */
     HP_TENSOR_KIND_OPT_STATE,      /* optimizer state (AdamW m, v); persistent */
     HP_TENSOR_KIND_CONST,          /* constant fixed at build time; persistent */
+    HP_TENSOR_KIND_STATE,          /* non-trainable persistent state written by the program (a KV
+                                    * cache); bound to the state store by name like PARAM */
     HP_TENSOR_KIND_COUNT
 } hp_tensor_kind;
 

@@ -136,6 +136,33 @@ hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, 
 hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_stage *s, int batch, int seq,
                              bool with_loss, hp_gpt *out);
 
+/* The tensors of a decoder graph built for generation with a KV cache (hp_gpt_build_decode). */
+typedef struct hp_gpt_decode {
+    hp_gpt_config cfg;
+    int slots, seq, t_max;
+    hp_tid tokens;       /* input "tokens" (slots, seq) i32 */
+    hp_tid positions;    /* input "positions" (slots, seq) i32: each row's position in its sequence,
+                          * -1 for a padding row (see hp_attention_cache) */
+    hp_tid position_ids; /* gpt2: input "position_ids" (slots, seq) i32, the rows of wpe.weight to add
+                          * (positions with padding rows set to 0); llama: HP_TID_NONE (RoPE reads
+                          * positions) */
+    hp_tid logits;       /* (slots, seq, V) */
+} hp_gpt_decode;
+
+/*
+ * Builds the model of `c` (either family, the parameters of hp_gpt_build by name and shape) for
+ * incremental decoding with a KV cache: `slots` sequences, `seq` new tokens per sequence per run
+ * (the prompt for the prefill program, 1 for the decode program), a cache of t_max positions per
+ * sequence. Every layer L reads and appends to the STATE tensors "kv.L.k" and "kv.L.v", each
+ * (slots, kv_heads, t_max, D) f32 (kv_heads = heads for gpt2), through hp_attention_cache; a program
+ * built with a state store binds them by name, so a prefill and a decode program over the same
+ * store share one cache (and the weights). Learned positions (gpt2) are looked up at position_ids,
+ * RoPE (llama) is applied at `positions` (hp_rope_at). No dropout, no loss.
+ * Errors: hp_gpt_config_check's; HP_STATUS_INVALID_ARGUMENT for slots < 1, t_max outside
+ * [1, context], seq outside [1, t_max] or a dropout > 0 (each named); the graph's sticky error.
+ */
+hp_status hp_gpt_build_decode(hp_graph *g, const hp_gpt_config *c, int slots, int seq, int t_max, hp_gpt_decode *out);
+
 /*
  * Initialisation of one parameter by name. Llama: every matrix ~ N(0, 0.02) (Hugging Face's
  * initializer_range; no residual scaling), RMSNorm weights 1.

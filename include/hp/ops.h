@@ -108,6 +108,13 @@ hp_tid hp_rmsnorm(hp_graph *g, hp_tid x, hp_tid weight, float eps);
  */
 hp_tid hp_rope(hp_graph *g, hp_tid x, int n_head, float base, int64_t pos_offset);
 /*
+ * ROPE with a position per row (batched generation, each sequence at its own length): x (B, T,
+ * n_head*D), positions (B, T) i32 -> y like x, row (b, t) rotated for position positions[b, t]
+ * (a negative position, a padding row, is taken as 0). Sharding rule: hp_rope's, positions split
+ * like x's batch.
+ */
+hp_tid hp_rope_at(hp_graph *g, hp_tid x, hp_tid positions, int n_head, float base);
+/*
  * SwiGLU's gate (Shazeer 2020): silu(gate) * up for gate and up of the same shape (...), with
  * silu(g) = g / (1 + exp(-g)). Elementwise (any layout; both operands in gate's).
  */
@@ -134,6 +141,19 @@ hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool 
  * axis's size divides both n_head and kv_heads, else attention runs replicated.
  */
 hp_tid hp_attention_gqa(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal);
+/*
+ * Attention with a key/value cache (incremental decoding; an inference operator, no gradient):
+ * q (S, T, n_head*D), k and v (S, T, kv_heads*D), k_cache and v_cache (S, kv_heads, T_max, D) (STATE
+ * tensors, written in place), positions (S, T) i32 -> o (S, T, n_head*D). S slots (one sequence
+ * each), T new tokens per slot. Row (s, t) at position p = positions[s, t] in [0, T_max) first stores
+ * its key and value heads at cache[s, :, p, :], then attends causally over cache positions [0, p]
+ * of its slot (softmax(q K^T / sqrt(D)) V, grouped-query as hp_attention_gqa); p = -1 marks a
+ * padding row (no write, zero output). A position outside [-1, T_max) is a kernel error naming it.
+ * Sharding rule: heads split for tensor parallelism (the caches' kv-head dim with them), slots split
+ * any way. src/ops/attention_cache.c has the cost and the source.
+ */
+hp_tid hp_attention_cache(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, hp_tid k_cache, hp_tid v_cache,
+                          hp_tid positions, int n_head, int kv_heads);
 /*
  * Inverted dropout (Srivastava et al. 2014; scaled at training time as in GPT-2/PyTorch):
  * x (...) f32, step () f32 -> y (...), y[e] = x[e] / (1 - p) where the element is kept, 0 where it

@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "                       JSON (Perfetto, chrome://tracing); rank 0 writes one file. SPANS\n"
             "                       per stream are preallocated (default 262144); more are dropped\n"
             "                       and counted\n"
-            "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
+            "  generate CKPT [--prompt TEXT]... [--batch N] [--tokens N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--no-cache] [--stats]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
             "  eval CKPT [--data FILE] [--batch B] [--tokenizer T] [--json]\n"
             "                       loss (nats/token), perplexity and bits per byte of a checkpoint over\n"

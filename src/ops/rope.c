@@ -10,8 +10,19 @@
  * The rotation is orthogonal, so the gradient is the inverse rotation (angle -a) of dy: the same
  * operator with i[2] = 1. The position offset is for generation with a cache (the positions of the
  * new tokens); training graphs use 0.
+ * Optional in[1] = positions (B, T) i32 (hp_rope_at): the position of row (b, t) is then
+ * p0 + positions[b, t] (batched generation: each sequence of the batch at its own length); a
+ * negative position (a padding row) is taken as 0. Without it p = p0 + t for every batch row.
  */
 #include "ops/op.h"
+
+hp_tid hp_rope_at(hp_graph *g, hp_tid x, hp_tid positions, int n_head, float base) {
+    hp_attrs at = {0};
+    at.i[0] = n_head;
+    at.f[0] = base;
+    hp_tid in[2] = {x, positions};
+    return hp_graph_add_node(g, HP_OP_ROPE, in, 2, &at);
+}
 
 hp_tid hp_rope(hp_graph *g, hp_tid x, int n_head, float base, int64_t pos_offset) {
     hp_attrs at = {0};
@@ -35,6 +46,13 @@ static hp_status rope_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, h
     if (n->attr.i[1] < 0)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "rope: position offset must be >= 0, is %lld",
                         (long long)n->attr.i[1]);
+    if (n->n_in > 1 && n->in[1] != HP_TID_NONE) {
+        const hp_tensor *p = hp_graph_tensor(g, n->in[1]);
+        hp_shape want = HP_SHAPE(x->shape.dim[0], x->shape.dim[1]);
+        if (p->dtype != HP_DTYPE_I32 || !hp_shape_equal(&p->shape, &want))
+            return hp_error(HP_STATUS_SHAPE, "rope: positions must be i32 %s for x %s, is %s %s", hp__shape_s(&want),
+                            hp__shape_s(&x->shape), hp_dtype_name(p->dtype), hp__shape_s(&p->shape));
+    }
     dt[0] = HP_DTYPE_F32;
     s[0] = x->shape;
     return HP_STATUS_OK;
@@ -45,7 +63,8 @@ static hp_status rope_grad(hp_graph *g, int node, const hp_tid *dout, const bool
     if (!need[0] || dout[0] == HP_TID_NONE) return HP_STATUS_OK;
     hp_attrs at = n.attr;
     at.i[2] = !at.i[2];
-    din[0] = hp_graph_add_node(g, HP_OP_ROPE, &dout[0], 1, &at);
+    hp_tid in[2] = {dout[0], n.n_in > 1 ? n.in[1] : HP_TID_NONE};
+    din[0] = hp_graph_add_node(g, HP_OP_ROPE, in, in[1] != HP_TID_NONE ? 2 : 1, &at);
     return hp_graph_status(g);
 }
 
@@ -70,10 +89,14 @@ static hp_status rope_shard(const hp_shard_ctx *c, const hp_node *n, const hp_la
     local->i[0] = H / shards;
     req[0] = r;
     out[0] = r;
+    if (n->n_in > 1 && n->in[1] != HP_TID_NONE) { /* positions follow the batch split */
+        req[1] = hp__lay_replicated(2);
+        hp__lay_copy_dim(&req[1], 0, &r, 0);
+    }
     return HP_STATUS_OK;
 }
 
 const hp_op_def hp__op_def_rope = {
-    .name = "rope", .min_in = 1, .max_in = 1, .n_out = 1, .infer = rope_infer,
+    .name = "rope", .min_in = 1, .max_in = 2, .n_out = 1, .infer = rope_infer,
     .grad = rope_grad, .cost = rope_cost, .shard = rope_shard,
 };

@@ -183,12 +183,13 @@ static hp_status store_prepare(hp_program *p) {
     return HP_STATUS_OK;
 }
 
-/* Binds tensor t to opts.store when it is a named PARAM or OPT_STATE (hp/store.h). *done when the
+/* Binds tensor t to opts.store when it is a named PARAM, OPT_STATE or STATE (hp/store.h). *done when the
  * program needs no buffer of its own for it (it uses an entry's or a view's storage). */
 static hp_status store_bind(hp_program *p, hp_tid t, bool *done) {
     *done = false;
     const hp_tensor *x = hp_graph_tensor(p->g, t);
-    if (!p->opts.store || !x->name || (x->kind != HP_TENSOR_KIND_PARAM && x->kind != HP_TENSOR_KIND_OPT_STATE))
+    if (!p->opts.store || !x->name || (x->kind != HP_TENSOR_KIND_PARAM && x->kind != HP_TENSOR_KIND_OPT_STATE &&
+                                      x->kind != HP_TENSOR_KIND_STATE))
         return HP_STATUS_OK;
     hp_tier tier = p->ext[t] ? (hp_tier)p->opts.ext->tier[t] : HP_TIER_DEVICE;
     hp__store_binding b;
