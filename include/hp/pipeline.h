@@ -81,8 +81,12 @@
  * the same as for tensor parallelism; each rank copies its block of what it receives into its
  * program (pp_slot's receive buffers).
  *
- * Not built yet: sequence parallelism inside a stage (the activations' sequence dim split), offload
- * inside a stage.
+ * Offload inside a stage (hp_pipeline_opts.offload): every slot has its own graph, rewritten by
+ * HyperOffload's planner under the slot's share of the budget after the phase order was fixed; the
+ * nodes carry their phase (HP_NODE_PHASE), so the F, B and W ranges of the rewritten graph are found
+ * again (an inserted copy runs in the phase of the node before it).
+ *
+ * Not built yet: sequence parallelism inside a stage (the activations' sequence dim split).
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
@@ -91,6 +95,7 @@
 #include "hp/config.h"
 #include "hp/liveness.h"
 #include "hp/nn.h"
+#include "hp/offload_plan.h"
 #include "hp/schedule.h"
 #include "hp/store.h"
 #include "hp/trace.h"
@@ -129,6 +134,14 @@ typedef struct hp_pipeline_opts {
      * pipeline_optim.c). Refused (HP_STATUS_UNSUPPORTED): inputs rules other than tokens and
      * targets or splitting another dim than the rows. Borrowed for the call. */
     const hp_strategy_config *group_strategy;
+    /* HyperOffload inside the stages (NULL, or a device_budget of 0: none): the activations of the
+     * micro-batches in flight leave the fast tier between their forward and backward uses. Each
+     * program instance (slot) is planned alone (hp/offload_plan.h) with only the activations class
+     * enabled, to the host tier, under device_budget / (the rank's slots) bytes of activations and
+     * workspace (plus the parameters and accumulators it reads, which live in the store, once per
+     * rank, outside this budget); the instance's copies drain at the end of each phase. A disk tier is refused
+     * (HP_STATUS_UNSUPPORTED: its deferred work spans phases). Borrowed for the call. */
+    const hp_offload_plan_config *offload;
 } hp_pipeline_opts;
 
 #define HP_PIPELINE_OPTS_INIT ((hp_pipeline_opts){.batch = 0})
@@ -239,6 +252,8 @@ typedef struct hp_pipeline_stats {
     double f_seconds, b_seconds, w_seconds; /* per phase, summed over this rank's chunks */
     int64_t n_f, n_b, n_w;     /* actions run (a full backward counts as one B, its time in b_seconds) */
     int64_t bytes_sent;        /* activations and gradients sent to other ranks */
+    int64_t bytes_offloaded;   /* with offload: activation bytes copied to the host tier, since the
+                                * pipeline was built (not reset by hp_pipeline_reset_stats) */
 } hp_pipeline_stats;
 
 void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out);

@@ -75,6 +75,11 @@ static hp_status order_phases(pp_chunk *c) {
     c->n_nodes = nn;
     hp_status st = hp_graph_permute_nodes(g, order);
     if (st == HP_STATUS_OK) st = hp_graph_verify(g);
+    for (int i = 0; st == HP_STATUS_OK && i < nn; i++) { /* the phase in the node: a rewrite keeps it */
+        hp_node *n = hp_graph_node(g, i);
+        uint32_t ph = i < c->f_end ? 1u : i < c->b_end ? 2u : 3u;
+        n->flags = (n->flags & ~(uint32_t)HP_NODE_FLAG_PHASE_MASK) | (ph << HP_NODE_FLAG_PHASE_SHIFT);
+    }
     free(taint), free(need), free(phase), free(order);
     return st;
 }
@@ -222,6 +227,51 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
     return HP_STATUS_OK;
 }
 
+/* The phase boundaries of a slot's graph from its nodes' phase bits (after an offload rewrite, whose
+ * nodes have none: they run in the phase of the node before them). */
+static hp_status slot_phases(const pp_chunk *c, pp_slot *sl) {
+    int nn = hp_graph_n_nodes(sl->g), last = 1;
+    sl->n_nodes = nn;
+    sl->f_end = sl->b_end = nn;
+    for (int i = 0; i < nn; i++) {
+        int ph = HP_NODE_PHASE(hp_graph_node(sl->g, i)->flags);
+        if (ph == 0) continue;
+        if (ph < last)
+            return hp_error(HP_STATUS_INTERNAL, "pipeline: stage %d's rewritten graph has node %d of phase %d after "
+                            "phase %d", c->stage, i, ph, last);
+        if (ph >= 2 && last < 2) sl->f_end = i;
+        if (ph == 3 && last < 3) sl->b_end = i;
+        last = ph;
+    }
+    if (sl->b_end < sl->f_end) sl->b_end = sl->f_end;
+    return HP_STATUS_OK;
+}
+
+/* A slot's own graph (with HyperOffload every slot has one: the pass rewrites its graph and keeps
+ * per-node transfer records): the chunk's built again, partitioned as the chunk's was. */
+static hp_status slot_graph(hp_pipeline *pp, const pp_chunk *c, pp_slot *sl) {
+    pp_chunk t = {.stage = c->stage, .part = c->part};
+    hp_status st = stage_graph(&pp->model, pp->rows, pp->seq, pp->rows_mb * pp->m, pp_loss_scale(pp), &t);
+    if (st == HP_STATUS_OK && c->partition) st = shard_stage(pp, &t);
+    sl->g = t.g, sl->lg = t.lg, sl->partition = t.partition; /* owned by the slot from here */
+    HP_CHECK(st);
+    if (t.gpt.x_out != c->gpt.x_out || t.dx != c->dx || t.dy != c->dy || t.gpt.x_in != c->gpt.x_in ||
+        t.gpt.loss != c->gpt.loss || t.gpt.tokens != c->gpt.tokens || t.row0 != c->row0)
+        return hp_error(HP_STATUS_INTERNAL, "pipeline: stage %d's graph built twice differs", c->stage);
+    return HP_STATUS_OK;
+}
+
+/* Bytes of the parameters and accumulators a stage graph reads: the store's, held once per rank. */
+static size_t store_bytes(const hp_graph *g) {
+    size_t total = 0;
+    for (int t = 0; t < hp_graph_n_tensors(g); t++) {
+        const hp_tensor *x = hp_graph_tensor(g, t);
+        if (x->producer < 0 && (x->kind == HP_TENSOR_KIND_PARAM || x->kind == HP_TENSOR_KIND_OPT_STATE))
+            total += (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype);
+    }
+    return total;
+}
+
 static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
     HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp->rows_mb * pp->m, pp_loss_scale(pp), c));
     hp_tid keep[3];
@@ -236,7 +286,17 @@ static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
     }
     for (int s = 0; s < c->n_slots; s++) {
         pp_slot *sl = &c->slots[s];
-        HP_CHECK(hp_program_new(c->g, &po, &sl->p));
+        hp_program_opts so = po;
+        if (pp->offload) { /* the slot's micro-batch's activations under its share of the budget */
+            HP_CHECK(slot_graph(pp, c, sl));
+            hp_offload_plan_config oc = pp->offload_cfg;
+            oc.device_budget += store_bytes(sl->g); /* the planner counts the store's tensors it reads */
+            HP_CHECK(hp_offload_apply_config(&oc, sl->g, &so, &sl->ofl));
+        } else {
+            sl->g = c->g; /* shared: the chunk owns it */
+        }
+        HP_CHECK(slot_phases(c, sl));
+        HP_CHECK(hp_program_new(sl->g, &so, &sl->p));
         if (c->blkn == pp->rows) continue; /* a received block is this rank's whole input */
         if (c->gpt.x_in != HP_TID_NONE && !(sl->xin = malloc(c->act_bytes))) return OOM("a receive buffer");
         if (c->dy != HP_TID_NONE && !(sl->dyin = malloc(c->act_bytes))) return OOM("a receive buffer");
@@ -383,6 +443,22 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
     return hp_mesh_attach(pp->mesh, gc); /* collective over the group */
 }
 
+/* The stages' offload plan config: activations only, to the host, the budget split over the rank's
+ * slots (hp_pipeline_opts.offload). */
+static hp_status offload_config(hp_pipeline *pp, const hp_offload_plan_config *cfg) {
+    if (cfg->disk_dir || cfg->policy[HP_OFFLOAD_CLASS_ACTIVATIONS] == HP_TIER_DISK)
+        return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: offload to disk inside a pipeline stage is not built "
+                        "(its deferred work spans the schedule's phases); use the host tier");
+    int slots = 0;
+    for (int c = 0; c < pp->n_chunks; c++) slots += pp->chunks[c].n_slots;
+    pp->offload = true;
+    pp->offload_cfg = *cfg;
+    for (int k = 0; k < HP_OFFLOAD_CLASS_COUNT; k++) pp->offload_cfg.policy[k] = HP_TIER_DEVICE;
+    pp->offload_cfg.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = HP_TIER_HOST;
+    pp->offload_cfg.device_budget = cfg->device_budget / (size_t)(slots > 0 ? slots : 1);
+    return HP_STATUS_OK;
+}
+
 hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     *out = NULL;
     const hp_schedule *s = o->schedule;
@@ -447,6 +523,7 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
             st = hp_comm_split(pp->comm, in ? 1 + pp->pi : 0, pp->me, &pp->tied_comm);
     }
     if (st == HP_STATUS_OK) st = hp__pp_plan_actions(pp);
+    if (st == HP_STATUS_OK && o->offload && o->offload->device_budget > 0) st = offload_config(pp, o->offload);
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
     if (st == HP_STATUS_OK) st = hp__pp_build_optimizer(pp);
     if (st != HP_STATUS_OK) {
@@ -470,6 +547,13 @@ void hp_pipeline_free(hp_pipeline *pp) {
             free(sl->recv.r), free(sl->send_f.r), free(sl->send_b.r);
             free(sl->xin), free(sl->dyin);
             hp_program_free(sl->p);
+            hp_offload_state_free(sl->ofl);
+            if (sl->partition) {
+                hp_partition_free(sl->partition); /* owns sl->g */
+                hp_graph_free(sl->lg);
+            } else if (sl->g != ch->g) {
+                hp_graph_free(sl->g);
+            }
         }
         free(ch->slots);
         if (ch->partition) {

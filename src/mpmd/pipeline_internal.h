@@ -3,6 +3,7 @@
 #define HP_MPMD_PIPELINE_INTERNAL_H
 
 #include "hp/pipeline.h"
+#include "hp/offload_plan.h"
 #include "hp/runtime.h"
 #include "hp/shard.h"
 #include "hp/strategy.h"
@@ -16,6 +17,11 @@ typedef struct pp_reqs {
 /* One program instance of a chunk: the activations of one micro-batch in flight. */
 typedef struct pp_slot {
     hp_program *p;
+    hp_graph *g;       /* the graph p runs: the chunk's, or with offload the slot's own */
+    hp_graph *lg;      /* the slot's own logical graph when partitioned (g belongs to partition); else NULL */
+    hp_partition *partition;
+    hp_offload_state *ofl; /* with offload: the slot's pass state (homes, copy stream); else NULL */
+    int f_end, b_end, n_nodes; /* phases of g: F [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     float *xin, *dyin; /* with partitioned rows: the replica's rows received, before this rank's block
                         * is copied into the program (NULL: received into the program's input) */
     pp_reqs recv;   /* pending receives into x_in (RECV_F) or dy (RECV_B) */
@@ -72,6 +78,8 @@ struct hp_pipeline {
     hp_comm *tied_comm;     /* the groups of the first and last stage (a tied head on other ranks) */
     int max_group;          /* the largest group: transfers per buffer at most */
     hp_store *store;
+    bool offload;           /* HyperOffload inside the stages (hp_pipeline_opts.offload) */
+    hp_offload_plan_config offload_cfg; /* its plan config: activations only, the budget per slot */
     int n_chunks;
     pp_chunk *chunks;
     int *chunk_of_stage;    /* [n_stages] this rank's chunk of a stage, or -1 */

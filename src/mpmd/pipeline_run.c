@@ -258,7 +258,7 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
         }
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_F));
         double t0 = hp_now_seconds();
-        HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));
+        HP_CHECK(hp_program_run_nodes(sl->p, 0, sl->f_end));
         pp->stats.f_seconds += hp_now_seconds() - t0;
         pp->stats.n_f++;
         if (c->part.head) /* this rank's share of the micro-batch's mean */
@@ -279,14 +279,14 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
         }
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_B));
         double tb = hp_now_seconds();
-        HP_CHECK(hp_program_run_nodes(sl->p, c->f_end, (a->flags & HP_SCHED_FLAG_FULL_BACKWARD) ? c->n_nodes : c->b_end));
+        HP_CHECK(hp_program_run_nodes(sl->p, sl->f_end, (a->flags & HP_SCHED_FLAG_FULL_BACKWARD) ? sl->n_nodes : sl->b_end));
         pp->stats.b_seconds += hp_now_seconds() - tb;
         pp->stats.n_b++;
         return HP_STATUS_OK;
     case HP_SCHED_OP_W: {
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_W));
         double tw = hp_now_seconds();
-        HP_CHECK(hp_program_run_nodes(sl->p, c->b_end, c->n_nodes));
+        HP_CHECK(hp_program_run_nodes(sl->p, sl->b_end, sl->n_nodes));
         pp->stats.w_seconds += hp_now_seconds() - tw;
         pp->stats.n_w++;
         return HP_STATUS_OK;
@@ -324,6 +324,14 @@ static hp_status reduce_gradients(hp_pipeline *pp) {
 void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out) {
     *out = pp->stats;
     out->busy_seconds = out->f_seconds + out->b_seconds + out->w_seconds;
+    out->bytes_offloaded = 0;
+    for (int c = 0; c < pp->n_chunks; c++)
+        for (int k = 0; k < pp->chunks[c].n_slots; k++) {
+            if (!pp->chunks[c].slots[k].ofl) continue;
+            hp_copy_stats cs;
+            hp_offload_state_copy_stats(pp->chunks[c].slots[k].ofl, &cs);
+            out->bytes_offloaded += (int64_t)cs.bytes[HP_TIER_DEVICE][HP_TIER_HOST];
+        }
 }
 
 void hp_pipeline_reset_stats(hp_pipeline *pp) { memset(&pp->stats, 0, sizeof pp->stats); }

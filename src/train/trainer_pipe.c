@@ -33,8 +33,6 @@ hp_status hp__pipe_new(hp_trainer *t) {
                             gr->column, gr->name, hp_group_kind_name(gr->kind));
         /* the group's strategy is checked by hp_pipeline_new (its mesh, its inputs rules) */
     }
-    if (cfg->offload.present)
-        return hp_error(HP_STATUS_UNSUPPORTED, "offload: with groups: (offload inside a pipeline stage) is not built yet");
     if (cfg->strategy.present)
         return hp_error(HP_STATUS_CONFIG, "strategy: and groups: together: a pipeline's strategies are per group "
                         "(groups.NAME.strategy)");
@@ -69,6 +67,9 @@ hp_status hp__pipe_new(hp_trainer *t) {
     hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
     o.group_size = gsize;
     o.group_strategy = gstrat;
+    hp_offload_plan_config ocfg; /* HyperOffload inside the stages: the activations in flight */
+    hp_offload_plan_config_from(&cfg->offload, &ocfg);
+    if (cfg->offload.present && ocfg.device_budget > 0) o.offload = &ocfg;
     hp_gpt_config train_model = t->gcfg; /* dropout in the training stages only */
     train_model.dropout = (float)cfg->model.dropout, train_model.seed = (uint64_t)cfg->train.seed;
     o.model = &train_model;

@@ -36,6 +36,8 @@
 static const hp_optim_config OPTIM = {.lr = 3e-3, .min_lr = 3e-3, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
                                       .eps = 1e-8, .grad_clip = 0.5};
 
+static size_t g_offload; /* device_budget of HyperOffload inside the stages, bytes per rank (0: none) */
+
 static hp_gpt_config model(bool tied, int layers) {
     return (hp_gpt_config){.vocab = 48, .context = SEQ, .layers = layers, .heads = 2, .width = 16, .tied_head = tied};
 }
@@ -185,6 +187,11 @@ static void check_groups(hp_comm *world, hp_sched_kind kind, int m, bool tied, i
     o.optim = &OPTIM;
     o.comm = world;
     o.group_size = gsize;
+    hp_offload_plan_config ocfg;
+    hp_offload_plan_config_init(&ocfg);
+    ocfg.device_budget = g_offload;
+    ocfg.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
+    if (g_offload) o.offload = &ocfg;
     OK(hp_pipeline_new(&o, &pp));
     OK(hp_pipeline_init_params(pp, SEED));
     if (!gsize) { /* micro-batches in flight: the program instances this rank keeps against the schedule's peak */
@@ -215,6 +222,15 @@ static void check_groups(hp_comm *world, hp_sched_kind kind, int m, bool tied, i
         if (step == 0) compare(pp, &r, "", false, label);
         CHECK(fabsf(loss - ref_loss[step]) <= 1e-4f * fabsf(ref_loss[step]), "%s: step %d loss %.8g, single device %.8g",
               label, step + 1, (double)loss, (double)ref_loss[step]);
+    }
+    if (g_offload) { /* the activations in flight did leave the fast tier */
+        hp_pipeline_stats ps;
+        hp_pipeline_get_stats(pp, &ps);
+        float mine = (float)ps.bytes_offloaded, all = 0;
+        OK(hp_comm_all_reduce(world, &mine, &all, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
+        CHECK(all > 0, "%s: offload budget %zu bytes: no activation was offloaded", label, g_offload);
+        if (g_rank == 0) printf("%s: offload %zu B/rank: %lld activation bytes offloaded\n", label, g_offload,
+                                (long long)all);
     }
 out:
     hp_pipeline_free(pp);
@@ -265,6 +281,11 @@ int main(int argc, char **argv) {
         check_groups(world, HP_SCHED_KIND_1F1B, 4, true, 5, NULL, 3, uneq);  /* 3 stages on 1, 2 and 1 ranks */
         check_groups(world, HP_SCHED_KIND_ZB_H1, 8, false, 3, NULL, 3, uneq); /* 3 rows per micro-batch: 2 + 1 */
     }
+    /* HyperOffload inside the stages: each micro-batch's activations under its share of the budget */
+    const char *ob = getenv("HP_TEST_PIPELINE_OFFLOAD");
+    g_offload = ob ? (size_t)strtoull(ob, NULL, 10) : 200000;
+    if (p == 2) check_schedule(world, HP_SCHED_KIND_1F1B, 2 * p, false, 2 * p, NULL);
+    g_offload = 0;
 done:;
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
