@@ -11,6 +11,7 @@
 #include "hp/pipeline.h"
 #include "hp/pipeline_plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,8 +151,60 @@ static void test_budget_config(void **state) {
     hp_run_config_free(&cfg);
 }
 
+/* A calibration in the cache feeds the split and the prediction (hp_pipeline_machine_model); a
+ * missing file falls back to the flat model with the reason. */
+static void test_calibrated(void **state) {
+    (void)state;
+    char dir[] = "/tmp/hp_test_split_XXXXXX", path[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/cal.json", dir);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    hp_calibration *cal = calloc(1, sizeof *cal), *back = calloc(1, sizeof *back);
+    hp_calibration_init(cal);
+    assert_ok(hp_machine_key_local(1, 1, &cal->key));
+    for (int t = 0; t < 2; t++) /* every GEMM at 1 GFLOP/s: far slower than the flat 100 */
+        for (int i = 0; i < HP_CAL_GEMM_DIMS; i++)
+            for (int j = 0; j < HP_CAL_GEMM_DIMS; j++)
+                for (int k = 0; k < HP_CAL_GEMM_DIMS; k++) cal->gemm[t][i][j][k] = 1e9;
+    cal->memory_bytes_per_s = 10e9;
+    cal->node_seconds = cal->region_seconds = 1e-6;
+    assert_ok(hp_calibration_save(path, cal));
+    hp_machine_model mm;
+    bool calibrated = false;
+    char why[512];
+    assert_ok(hp_pipeline_machine_model(path, 1, back, &mm, &calibrated, why, sizeof why));
+    assert_true(calibrated);
+    assert_non_null(mm.cal);
+    hp_gpt_config c = big_head();
+    hp_schedule s;
+    assert_ok(hp_schedule_build(HP_SCHED_KIND_1F1B, 2, 4, 1, &s));
+    hp_pipeline_plan_opts o = {.model = &c, .schedule = &s, .rows = 4, .seq = 32, .mm = &mm};
+    int first[2];
+    double worst_cal, worst_flat;
+    assert_ok(hp_pipeline_split(&o, first, &worst_cal, NULL));
+    hp_pipeline_prediction pr;
+    assert_ok(hp_pipeline_predict(&o, first, &pr));
+    assert_true(pr.calibrated);
+    assert_true(pr.step_seconds > pr.schedule_seconds && pr.schedule_seconds > 0);
+    hp_pipeline_prediction_free(&pr);
+    hp_machine_model flat = HP_MACHINE_MODEL_DEFAULT;
+    o.mm = &flat;
+    assert_ok(hp_pipeline_split(&o, first, &worst_flat, NULL));
+    assert_true(worst_cal > 10 * worst_flat); /* the calibrated GEMM rate is what the split saw */
+    /* no cache: the flat model, and the reason */
+    snprintf(path, sizeof path, "%s/none.json", dir);
+    assert_ok(hp_pipeline_machine_model(path, 1, back, &mm, &calibrated, why, sizeof why));
+    assert_false(calibrated);
+    assert_null(mm.cal);
+    assert_non_null(strstr(why, "none.json"));
+    hp_schedule_free(&s);
+    free(cal), free(back);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    assert_int_equal(system(path), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_split), cmocka_unit_test(test_slots),
-                                       cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config)};
+                                       cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
