@@ -6,7 +6,8 @@
  *      allocated (slots x one micro-batch's planned arena + workspace, per stage) against the
  *      schedule's peak formula x one micro-batch and the peak of the rank's list in bytes
  *      (hp_schedule_validate), one pipeline_peak_memory line per rank;
- *   2. the simulator driven by the measured F, B, W times for 4, 8 and 16 stages;
+ *   2. the simulator driven by the measured F, B, W times (ZB-H1's, the ranks' means) for 4, 8 and
+ *      16 stages at m = 2p and 4p, against the closed forms at the same times;
  *   3. the same model trained as pp2 (1F1B), dp2 and tp2 (hp train's trainer): tokens/s and bytes
  *      sent per rank per step side by side.
  * Prints JSON lines (rank 0).
@@ -189,8 +190,9 @@ static void simulate_larger(const double *fbw) {
                                    HP_SCHED_KIND_ZB_H1, HP_SCHED_KIND_ZB_V, HP_SCHED_KIND_DUALPIPE_V};
     const int ps[] = {4, 8, 16};
     for (size_t pi = 0; pi < 3; pi++)
+        for (int mf = 2; mf <= 4; mf += 2)
         for (size_t k = 0; k < 6; k++) {
-            int p = ps[pi], m = 2 * p;
+            int p = ps[pi], m = mf * p;
             hp_schedule s;
             if (hp_schedule_build(kinds[k], p, m, 0, &s) != HP_STATUS_OK) continue;
             hp_sched_costs c = HP_SCHED_COSTS_INIT;
@@ -200,9 +202,9 @@ static void simulate_larger(const double *fbw) {
                 hp_sched_bubble th = hp_schedule_bubble_formula(kinds[k], p, m, s.v, c.f, c.b, c.w);
                 printf("{\"bench\": \"pipeline_bubble_simulated\", \"schedule\": \"%s\", \"p\": %d, \"m\": %d, "
                        "\"f_ms\": %.3f, \"b_ms\": %.3f, \"w_ms\": %.3f, \"bubble_simulated\": %.4f, "
-                       "\"bubble_span\": %.4f, \"bubble_formula\": %.4f}\n",
+                       "\"bubble_span\": %.4f, \"bubble_formula\": %.4f, \"simulated_over_formula\": %.3f}\n",
                        hp_sched_kind_name(kinds[k]), p, m, 1e3 * c.f, 1e3 * c.b, 1e3 * c.w, tl.bubble, tl.bubble_span,
-                       th.sync);
+                       th.sync, th.sync > 0 ? tl.bubble / th.sync : NAN);
                 hp_sched_timeline_free(&tl);
             }
             hp_schedule_free(&s);
