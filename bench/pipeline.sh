@@ -83,8 +83,9 @@ print(statistics.median(xs) if xs else "nan")' "$1"
 }
 
 calibrate() {
-    OMP_NUM_THREADS=2 "$hp" calibrate -o "$work/cal.json" > /dev/null
-    OMP_NUM_THREADS=1 mpirun -n 2 "$hp" calibrate -o "$work/cal.json" > /dev/null
+    OMP_NUM_THREADS=2 "$hp" calibrate -o "$work/cal.json" > "$work/cal.log" 2>&1 || { cat "$work/cal.log" >&2; exit 1; }
+    OMP_NUM_THREADS=1 mpirun -n 2 "$hp" calibrate -o "$work/cal.json" > "$work/cal.log" 2>&1 ||
+        { cat "$work/cal.log" >&2; exit 1; }
 }
 
 results="$work/results.jsonl"

@@ -20,9 +20,11 @@
  * inputs (hp_pipeline_stage_plan.persistent_bytes), AdamW's two moments (twice the parameter bytes)
  * and one micro-batch's activations (arena + kernel workspace: activation_bytes) times the program
  * instances the schedule keeps for the stage (hp_pipeline_stage_slots: the micro-batches in flight,
- * hp_schedule_peak_formula for one chunk per rank). Under tensor parallelism the stage is counted
- * unsplit (an upper bound) and its compute divided by the model-parallel size (its collectives not
- * counted), as hp plan has always done.
+ * hp_schedule_peak_formula for one chunk per rank). With optimizer.shard (ZeRO-1) the two moments
+ * and the update's compute are divided by the ranks they are split over (the gathers after the
+ * update not counted). Under partitioned ranks (tensor parallelism, FSDP) the stage is counted
+ * unsplit (an upper bound) and its compute divided by their number (their collectives not counted),
+ * as hp plan has always done.
  */
 #ifndef HP_PIPELINE_PLAN_H
 #define HP_PIPELINE_PLAN_H
@@ -56,6 +58,8 @@ typedef struct hp_pipeline_plan_opts {
     /* [p] each, or NULL: one process per group, no budget, no name */
     const int *dp, *tp;             /* the group's data-parallel replicas and model-parallel ranks */
     const size_t *memory_budget;    /* bytes per process; 0: none */
+    const int *zero;                /* ranks AdamW's states are split over (optimizer.shard: the product of
+                                       its axes' sizes); NULL or 1: not split */
     const char *const *group_name;  /* for messages ("groups.NAME.memory_budget") */
     const int *budget_line;         /* the budget's line in the config, 0: unknown */
     const char *file;               /* the config file, for messages; may be NULL */

@@ -56,6 +56,9 @@ static void usage(FILE *f) {
             "                       latency and bandwidth per group size) and cache it in FILE (default\n"
             "                       $HP_CALIBRATION or ~/.cache/hyperparallel/calibration.json), keyed by\n"
             "                       CPU, cores, threads and ranks per node; --show prints the cached entry\n"
+            "  tokenizer train|encode|decode|info ...\n"
+            "                       byte-level BPE tokenizers: train one on text files (a Hugging Face\n"
+            "                       tokenizer.json), encode a file to ids, decode ids (hp tokenizer -h)\n"
             "  check RUN.yaml [--ranks N]\n"
             "                       validate the config (and its strategy or groups for N ranks) without\n"
             "                       building anything; prints nothing and exits 0 when it is good, else\n"
@@ -192,6 +195,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return hp_cli_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return hp_cli_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return hp_cli_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenizer")) return hp_cli_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -68,13 +68,13 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibr
             int last = k + 1 < n ? first[k + 1] : o.model->layers;
             char shape[64] = "", blocks[64] = "no blocks";
             if (last > first[k]) snprintf(blocks, sizeof blocks, "blocks %d-%d", first[k], last - 1);
-            if (tp > 1) snprintf(shape, sizeof shape, ": dp %d x tp %d", dp, tp);
+            if (tp > 1) snprintf(shape, sizeof shape, ": %d replica%s x %d partitioned", dp, dp == 1 ? "" : "s", tp);
             printf("  stage %d: group %s (%d rank%s%s, %d rows each), %s%s%s: F %.2f ms, B %.2f ms, W %.2f ms "
                    "per micro-batch%s; %.2f MiB activations each x %d in flight, %.2f MiB parameters + gradients + "
                    "AdamW state%s\n",
                    k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", shape, (o.rows + dp - 1) / dp, blocks,
                    k == 0 ? " + embedding" : "", k == n - 1 ? " + head" : "", 1e3 * pr.f[k], 1e3 * pr.b[k],
-                   1e3 * pr.w[k], tp > 1 ? " (compute / tp)" : "", mib((double)pr.activation_bytes[k]), pr.slots[k],
+                   1e3 * pr.w[k], tp > 1 ? " (compute / partitioned ranks)" : "", mib((double)pr.activation_bytes[k]), pr.slots[k],
                    mib((double)pr.state_bytes[k]), tp > 1 ? " (unsplit model: an upper bound)" : "");
         }
     }

@@ -100,7 +100,8 @@ static hp_status optimizer_seconds(const hp_pipeline_plan_opts *o, const int *fi
             hp_xfer x = {.kind = HP_XFER_ALL_REDUCE, .group = dp, .bytes = bytes / tp / n_acc};
             ar = n_acc * hp_xfer_seconds(o->mm, &x);
         }
-        *out = (pn.total_s + pu.total_s) / tp + ar;
+        int zero = o->zero ? o->zero[r] : 1;
+        *out = pn.total_s / tp + pu.total_s / (tp * zero) + ar;
     }
     free(acc);
     hp_graph_free(ng), hp_graph_free(og);
@@ -150,7 +151,7 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
         free(ids);
         hp_graph_free(g);
         HP_CHECK(st);
-        out->state_bytes[k] = sp.persistent_bytes + (size_t)(2 * pb);
+        out->state_bytes[k] = sp.persistent_bytes + (size_t)(2 * pb / (o->zero ? o->zero[r] : 1));
         out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)sp.activation_bytes;
         double a = (double)share * o->seq * o->model->width * 4.0; /* one micro-batch's hidden state, f32 */
         if (a > act_max) act_max = a;

@@ -55,19 +55,22 @@ hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_s
     o->world = cfg->groups.n_ranks;
     o->own = true;
     int *dp = calloc((size_t)p, sizeof *dp), *tp = calloc((size_t)p, sizeof *tp), *line = calloc((size_t)p, sizeof *line);
+    int *zero = calloc((size_t)p, sizeof *zero);
     size_t *budget = calloc((size_t)p, sizeof *budget);
     const char **name = calloc((size_t)p, sizeof *name);
-    o->dp = dp, o->tp = tp, o->budget_line = line, o->memory_budget = budget, o->group_name = name;
-    if (!dp || !tp || !line || !budget || !name) {
+    o->dp = dp, o->tp = tp, o->budget_line = line, o->memory_budget = budget, o->group_name = name, o->zero = zero;
+    if (!dp || !tp || !line || !budget || !name || !zero) {
         hp_pipeline_plan_opts_free(o);
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: out of memory for %d groups", p);
     }
-    for (int r = 0; r < p; r++) dp[r] = tp[r] = 1;
+    for (int r = 0; r < p; r++) dp[r] = tp[r] = zero[r] = 1;
     for (int i = 0; i < cfg->groups.n_groups; i++) {
         const hp_group_config *g = &cfg->groups.groups[i];
         if (g->stage < 0 || g->stage >= p) continue;
         hp_pipeline_group_shape(&g->strategy, g->n_ranks, &dp[g->stage], &tp[g->stage]);
         budget[g->stage] = g->memory_budget;
+        if (g->strategy.present)
+            for (int a = 0; a < g->strategy.n_opt_shard; a++) zero[g->stage] *= g->strategy.device_matrix[g->strategy.opt_shard[a]];
         line[g->stage] = g->memory_budget_line;
         name[g->stage] = g->name;
     }
@@ -77,7 +80,7 @@ hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_s
 void hp_pipeline_plan_opts_free(hp_pipeline_plan_opts *o) {
     if (!o || !o->own) return;
     free((void *)o->dp), free((void *)o->tp), free((void *)o->budget_line), free((void *)o->memory_budget);
-    free((void *)o->group_name);
+    free((void *)o->group_name), free((void *)o->zero);
     memset(o, 0, sizeof *o);
 }
 
@@ -140,7 +143,7 @@ hp_status hp_pipeline_stage_slots(const hp_schedule *s, int *slots) {
  * activation arena is not (the embedding's and the head's backward transients overlap the blocks'
  * saved activations), so nothing is extrapolated. */
 typedef struct group_cost {
-    int share, tp;        /* the shape these were measured for */
+    int share, tp, zero;  /* the shape these were measured for */
     double *t, *act, *state; /* [4 * (L + 1)]: seconds (F + B + W, / tp), activation bytes, state bytes */
     bool *done;
 } group_cost;
@@ -178,16 +181,16 @@ static hp_status group_measure(const hp_pipeline_plan_opts *o, group_cost *gc, i
     HP_CHECK(param_bytes(o->model, &part, &pb));
     gc->t[i] = (sp.f_seconds + sp.b_seconds + sp.w_seconds) / gc->tp;
     gc->act[i] = (double)sp.activation_bytes;
-    gc->state[i] = (double)sp.persistent_bytes + 2 * pb; /* + AdamW's two moments */
+    gc->state[i] = (double)sp.persistent_bytes + 2 * pb / gc->zero; /* + AdamW's two moments (their block) */
     gc->done[i] = true;
     return HP_STATUS_OK;
 }
 
 static void group_free(group_cost *gc) { free(gc->t), free(gc->act), free(gc->state), free(gc->done); }
 
-static hp_status group_init(group_cost *gc, int share, int tp, int L) {
+static hp_status group_init(group_cost *gc, int share, int tp, int zero, int L) {
     size_t n = 4 * (size_t)(L + 1);
-    gc->share = share, gc->tp = tp;
+    gc->share = share, gc->tp = tp, gc->zero = zero;
     gc->t = calloc(n, sizeof *gc->t), gc->act = calloc(n, sizeof *gc->act), gc->state = calloc(n, sizeof *gc->state);
     gc->done = calloc(n, sizeof *gc->done);
     if (!gc->t || !gc->act || !gc->state || !gc->done) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory");
@@ -308,14 +311,14 @@ hp_status hp_pipeline_split(const hp_pipeline_plan_opts *o, int *first_layer, do
     int n_gc = 0;
     for (int k = 0; st == HP_STATUS_OK && k < n; k++) { /* each stage's group shape, measured once */
         int r = s->stage_rank[k];
-        int dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1;
+        int dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1, zero = o->zero ? o->zero[r] : 1;
         int share = (o->rows + dp - 1) / dp;
         group_cost *found = NULL;
         for (int i = 0; i < n_gc && !found; i++)
-            if (gcs[i].share == share && gcs[i].tp == tp) found = &gcs[i];
+            if (gcs[i].share == share && gcs[i].tp == tp && gcs[i].zero == zero) found = &gcs[i];
         if (!found) {
             found = &gcs[n_gc++];
-            st = group_init(found, share, tp, L);
+            st = group_init(found, share, tp, zero, L);
         }
         gk[k] = found;
         int combo = (k == 0) + 2 * (k == n - 1);
