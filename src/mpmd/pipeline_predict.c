@@ -3,7 +3,7 @@
  * from the stage graphs, the schedule simulated with them and the point-to-point time, then the
  * optimizer's programs as hp_pipeline_new builds them.
  */
-#include "hp/pipeline_plan.h"
+#include "mpmd/pipeline_plan_internal.h"
 
 #include "hp/ops.h"
 
@@ -135,22 +135,7 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
         out->f[k] = sp.f_seconds / tp, out->b[k] = sp.b_seconds / tp, out->w[k] = sp.w_seconds / tp;
         out->activation_bytes[k] = sp.activation_bytes;
         double pb = 0;
-        hp_graph *g = hp_graph_new();
-        if (!g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: a graph");
-        hp_gpt gpt;
-        hp_status st = hp_gpt_build_stage(g, o->model, &part, 1, 1, part.head, &gpt);
-        int np = st == HP_STATUS_OK ? hp_graph_params(g, NULL, 0) : 0;
-        hp_tid *ids = np > 0 ? malloc(sizeof *ids * (size_t)np) : NULL;
-        if (ids) {
-            hp_graph_params(g, ids, np);
-            for (int i = 0; i < np; i++) {
-                const hp_tensor *t = hp_graph_tensor(g, ids[i]);
-                pb += (double)hp_shape_numel(&t->shape) * (double)hp_dtype_size(t->dtype);
-            }
-        }
-        free(ids);
-        hp_graph_free(g);
-        HP_CHECK(st);
+        HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));
         out->state_bytes[k] = sp.persistent_bytes + (size_t)(2 * pb / (o->zero ? o->zero[r] : 1));
         out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)sp.activation_bytes;
         double a = (double)share * o->seq * o->model->width * 4.0; /* one micro-batch's hidden state, f32 */

@@ -5,7 +5,7 @@
  * plan uses (the calibration cache, else the flat model), the plan options of a run config and the
  * program instances a schedule keeps per stage.
  */
-#include "hp/pipeline_plan.h"
+#include "mpmd/pipeline_plan_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -148,8 +148,7 @@ typedef struct group_cost {
     bool *done;
 } group_cost;
 
-/* Bytes of the parameters of `part` (each counted once). */
-static hp_status param_bytes(const hp_gpt_config *model, const hp_gpt_stage *part, double *out) {
+hp_status hp__pp_param_bytes(const hp_gpt_config *model, const hp_gpt_stage *part, double *out) {
     hp_graph *g = hp_graph_new();
     if (!g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: a graph");
     hp_gpt gpt;
@@ -178,7 +177,7 @@ static hp_status group_measure(const hp_pipeline_plan_opts *o, group_cost *gc, i
     hp_pipeline_stage_plan sp;
     HP_CHECK(hp_pipeline_plan_stage(o->model, &part, gc->share, o->seq, o->schedule->m, o->mm, &sp));
     double pb = 0;
-    HP_CHECK(param_bytes(o->model, &part, &pb));
+    HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));
     gc->t[i] = (sp.f_seconds + sp.b_seconds + sp.w_seconds) / gc->tp;
     gc->act[i] = (double)sp.activation_bytes;
     gc->state[i] = (double)sp.persistent_bytes + 2 * pb / gc->zero; /* + AdamW's two moments (their block) */
