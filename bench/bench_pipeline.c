@@ -2,9 +2,12 @@
  * HyperMPMD pipeline benchmark, under mpirun with 2 ranks (2 stages):
  *   1. per schedule, the measured bubble of a 2-stage pipeline (1 - busy / (ranks x step time), busy
  *      = time in F, B and W programs) against the formula at the measured F, B, W times and against
- *      the simulator driven by them; the measured peak activation memory per stage (slots x one
- *      micro-batch's arena) against the schedule's peak formula;
- *   2. the simulator driven by the measured F, B, W times for 4, 8 and 16 stages;
+ *      the simulator driven by them; the peak activation memory per rank: the program instances
+ *      allocated (slots x one micro-batch's planned arena + workspace, per stage) against the
+ *      schedule's peak formula x one micro-batch and the peak of the rank's list in bytes
+ *      (hp_schedule_validate), one pipeline_peak_memory line per rank;
+ *   2. the simulator driven by the measured F, B, W times (ZB-H1's, the ranks' means) for 4, 8 and
+ *      16 stages at m = 2p and 4p, against the closed forms at the same times;
  *   3. the same model trained as pp2 (1F1B), dp2 and tp2 (hp train's trainer): tokens/s and bytes
  *      sent per rank per step side by side.
  * Prints JSON lines (rank 0).
@@ -124,6 +127,56 @@ static void bench_schedule(hp_comm *world, hp_sched_kind kind, int m, int steps,
                    hp_sched_kind_name(kind), r, 1e3 * all[4 * r], 1e3 * all[4 * r + 1], 1e3 * all[4 * r + 2],
                    all[4 * r + 3], all[4 * r + 3] / step_max);
     free(fs), free(bs), free(ws);
+    /* peak activation memory per rank: the program instances allocated (slots x one micro-batch's
+     * planned arena + workspace, per chunk) against the schedule's peak formula x the largest chunk's
+     * micro-batch and against the peak bytes of the rank's list (hp_schedule_validate) */
+    {
+        enum { MAXC = 4 };
+        int32_t mine_i[4 * MAXC * 3] = {0}, all_i[4 * MAXC * 3];
+        for (int ch = 0; ch < hp_pipeline_n_chunks(pp) && ch < MAXC && me < 4; ch++) {
+            int stage, ns;
+            hp_gpt_stage info;
+            hp_pipeline_stage_plan sp;
+            hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+            if (hp_pipeline_stage_info(pp, ch, &stage, &info, &ns) != HP_STATUS_OK) fail("stage info");
+            if (hp_pipeline_plan_stage(&c, &info, BATCH / m, SEQ, m, &mm, &sp) != HP_STATUS_OK) fail("plan stage");
+            int32_t *e = &mine_i[(me * MAXC + ch) * 3];
+            e[0] = stage + 1, e[1] = ns, e[2] = (int32_t)sp.activation_bytes;
+        }
+        hp_comm_all_reduce(world, mine_i, all_i, 4 * MAXC * 3, HP_DTYPE_I32, HP_REDUCE_SUM);
+        double *act = calloc((size_t)s.n_stages, sizeof *act), *pb = calloc((size_t)p, sizeof *pb);
+        int *pk = calloc((size_t)p, sizeof *pk);
+        for (int r = 0; r < p && r < 4; r++)
+            for (int ch = 0; ch < MAXC; ch++) {
+                const int32_t *e = &all_i[(r * MAXC + ch) * 3];
+                if (e[0] > 0) act[e[0] - 1] = e[2];
+            }
+        hp_sched_check_opts co = HP_SCHED_CHECK_OPTS_INIT;
+        co.act_bytes = act;
+        if (hp_schedule_validate(&s, &co, pk, pb) != HP_STATUS_OK) fail("validate");
+        for (int r = 0; g_rank == 0 && r < p && r < 4; r++) {
+            double alloc = 0, act_max = 0;
+            int slots_r = 0;
+            char stages[128] = "";
+            size_t used = 0;
+            for (int ch = 0; ch < MAXC; ch++) {
+                const int32_t *e = &all_i[(r * MAXC + ch) * 3];
+                if (e[0] <= 0) continue;
+                alloc += (double)e[1] * e[2], slots_r += e[1];
+                if (e[2] > act_max) act_max = e[2];
+                used += (size_t)snprintf(stages + used, sizeof stages - used, "%s{\"stage\": %d, \"slots\": %d, "
+                                         "\"activation_mib\": %.3f}", used ? ", " : "", e[0] - 1, e[1],
+                                         (double)e[2] / (1 << 20));
+            }
+            int pf = hp_schedule_peak_formula(kind, p, m, s.v, r);
+            printf("{\"bench\": \"pipeline_peak_memory\", \"schedule\": \"%s\", \"rank\": %d, \"stages\": [%s], "
+                   "\"slots\": %d, \"allocated_mib\": %.3f, \"list_peak\": %d, \"list_peak_mib\": %.3f, "
+                   "\"formula_peak\": %d, \"formula_mib\": %.3f}\n",
+                   hp_sched_kind_name(kind), r, stages, slots_r, alloc / (1 << 20), pk[r], pb[r] / (1 << 20), pf,
+                   pf * act_max / (1 << 20));
+        }
+        free(act), free(pb), free(pk);
+    }
     fbw[0] = f, fbw[1] = fb, fbw[2] = fw;
     hp_pipeline_free(pp);
     hp_schedule_free(&s);
@@ -137,8 +190,9 @@ static void simulate_larger(const double *fbw) {
                                    HP_SCHED_KIND_ZB_H1, HP_SCHED_KIND_ZB_V, HP_SCHED_KIND_DUALPIPE_V};
     const int ps[] = {4, 8, 16};
     for (size_t pi = 0; pi < 3; pi++)
+        for (int mf = 2; mf <= 4; mf += 2)
         for (size_t k = 0; k < 6; k++) {
-            int p = ps[pi], m = 2 * p;
+            int p = ps[pi], m = mf * p;
             hp_schedule s;
             if (hp_schedule_build(kinds[k], p, m, 0, &s) != HP_STATUS_OK) continue;
             hp_sched_costs c = HP_SCHED_COSTS_INIT;
@@ -148,9 +202,9 @@ static void simulate_larger(const double *fbw) {
                 hp_sched_bubble th = hp_schedule_bubble_formula(kinds[k], p, m, s.v, c.f, c.b, c.w);
                 printf("{\"bench\": \"pipeline_bubble_simulated\", \"schedule\": \"%s\", \"p\": %d, \"m\": %d, "
                        "\"f_ms\": %.3f, \"b_ms\": %.3f, \"w_ms\": %.3f, \"bubble_simulated\": %.4f, "
-                       "\"bubble_span\": %.4f, \"bubble_formula\": %.4f}\n",
+                       "\"bubble_span\": %.4f, \"bubble_formula\": %.4f, \"simulated_over_formula\": %.3f}\n",
                        hp_sched_kind_name(kinds[k]), p, m, 1e3 * c.f, 1e3 * c.b, 1e3 * c.w, tl.bubble, tl.bubble_span,
-                       th.sync);
+                       th.sync, th.sync > 0 ? tl.bubble / th.sync : NAN);
                 hp_sched_timeline_free(&tl);
             }
             hp_schedule_free(&s);

@@ -78,7 +78,8 @@
  *     with the mesh given beside it rather than inside it and without mesh.ranks (the mesh numbers
  *     the group's ranks in the order listed). The mesh's device count equals the group's rank count;
  *     a group of one rank may leave both out.
- *   - memory_budget: a size (below); 0 or absent: none.
+ *   - memory_budget: a size (below); 0 or absent: none. With split: auto every stage of the group
+ *     fits it (parameters, gradients, AdamW state and its micro-batches in flight: hp/pipeline_plan.h).
  *   - pipeline: micro_batches >= 1 divides train.batch (each micro-batch is batch/m rows); chunks in
  *     [1, 16]: 1 for gpipe, 1f1b and zb-h1, >= 2 for interleaved, 2 for zb-v and dualpipev;
  *     dualpipev needs micro_batches >= 2 * stages. A schedule that is not one of the names is a path

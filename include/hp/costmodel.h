@@ -169,8 +169,8 @@ const hp_comm_fit *hp_calibration_comm(const hp_calibration *c, hp_xfer_kind kin
 double hp_calibration_gemm_rate(const hp_calibration *c, int64_t m, int64_t n, int64_t k, bool trans_a);
 
 /* Seconds of a node of `op` moving `bytes` from its curve (linear between points, proportional below
- * the first point down to the dispatch cost, the last segment's slope above the last); negative
- * when op has no curve. */
+ * the first point down to the dispatch cost, the last segment's slope above the last, or for a
+ * one-point curve memory_bytes_per_s above it); negative when op has no curve. */
 double hp_calibration_curve_seconds(const hp_calibration *c, hp_op op, double bytes);
 
 /* Seconds of one communicator operation under m: from the calibration's fit of its kind and group

@@ -237,7 +237,7 @@ typedef struct hp_pipeline_stage_plan {
 /*
  * Builds the stage graph the pipeline would (hp_pipeline_new) for `part` with micro-batches of
  * `rows` rows of `seq` tokens (m of them), without allocating: the seconds of each phase by
- * hp_node_seconds under `mm` and the bytes by hp_program_plan. Errors: the model builder's,
+ * hp_predict_nodes over its node range under `mm` and the bytes by hp_program_plan. Errors: the model builder's,
  * autodiff's and the planner's.
  */
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
@@ -265,7 +265,8 @@ void hp_pipeline_reset_stats(hp_pipeline *pp);
  * slowest stage's F + B + W seconds for micro-batches of `rows` rows under `mm`, the costs taken
  * from the stage graphs themselves (hp_pipeline_plan_stage of one block, and what the embedding and
  * the head add), by min-max partition (dynamic programming over the cut points). first_layer
- * receives n_stages entries; *max_seconds (may be NULL) the slowest stage's seconds. Errors:
+ * receives n_stages entries; *max_seconds (may be NULL) the slowest stage's seconds. It is
+ * hp_pipeline_split (hp/pipeline_plan.h) with one process per stage and no memory budget. Errors:
  * HP_STATUS_INVALID_ARGUMENT when the layers cannot fill the stages (every stage but the first and
  * the last needs a block); the planner's errors.
  */

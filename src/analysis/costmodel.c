@@ -175,8 +175,10 @@ double hp_calibration_curve_seconds(const hp_calibration *c, hp_op op, double by
             return k->seconds[i - 1] + f * (k->seconds[i] - k->seconds[i - 1]);
         }
     int l = k->n - 1;
+    /* one point (FILL is probed only as a scalar) says nothing of bandwidth: the memory rate */
     double slope = l > 0 ? (k->seconds[l] - k->seconds[l - 1]) / (k->bytes[l] - k->bytes[l - 1])
-                         : k->seconds[l] / k->bytes[l];
+                 : c->memory_bytes_per_s > 0 ? 1.0 / c->memory_bytes_per_s
+                                             : k->seconds[l] / k->bytes[l];
     if (!(slope > 0)) slope = k->seconds[l] / k->bytes[l];
     return k->seconds[l] + slope * (bytes - k->bytes[l]);
 }

@@ -230,7 +230,7 @@ int hp_cli_plan(int argc, char **argv) {
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
     if (cfg.groups.present) { /* HyperMPMD: the stages and the schedule */
-        int rc = hp_cli_plan_pipeline(&cfg, (int)ranks);
+        int rc = hp_cli_plan_pipeline(&cfg, (int)ranks, calibration);
         hp_run_config_free(&cfg);
         return rc;
     }

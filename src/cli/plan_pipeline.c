@@ -1,103 +1,115 @@
 /*
  * `hp plan` for a run config with `groups:` and `pipeline:` (HyperMPMD): the stages, the schedule
  * drawn as text (one row per rank, one column per time slot), the theoretical and simulated bubble
- * fraction, the peak activation memory per stage and the predicted step time. Per-stage F, B and W
- * times come from the stage graphs the pipeline would build, under the flat machine model
- * (HP_MACHINE_MODEL_DEFAULT) until a calibrated one replaces it.
+ * fraction, the memory per stage against each group's budget and the predicted step time. Per-stage
+ * F, B and W times come from the stage graphs the pipeline would build, under the calibrated cost
+ * model (hp calibrate's cache, or --calibration FILE) when it has an entry for this machine and the
+ * groups' rank count, else the flat machine model (HP_MACHINE_MODEL_DEFAULT); `split: auto` uses
+ * the same model and the budgets (hp/pipeline_plan.h).
  */
 #include "cli/cli.h"
 
-#include "hp/pipeline.h"
+#include "hp/pipeline_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
+static double mib(double b) { return b / (1 << 20); }
+
+int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibration) {
     hp_status st = hp_groups_config_check_world(&cfg->groups, ranks ? ranks : cfg->groups.n_ranks);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
     hp_schedule s;
     st = hp_pipeline_schedule_from_config(cfg, &s);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
-    int n = s.n_stages, p = s.p, m = s.m, rows = (int)(cfg->train.batch / s.m), seq = (int)cfg->model.context;
-    hp_gpt_config gc = hp_gpt_config_from_model(&cfg->model);
-    gc.context = seq;
-    double *f = calloc((size_t)n, sizeof *f), *b = calloc((size_t)n, sizeof *b), *w = calloc((size_t)n, sizeof *w);
-    size_t *act = calloc((size_t)n, sizeof *act);
-    int *peak = calloc((size_t)p, sizeof *peak);
-    char *text = NULL;
-    hp_sched_timeline tl = {0};
-    bool have_tl = false;
-    if (!f || !b || !w || !act || !peak) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory planning the pipeline");
+    int n = s.n_stages, p = s.p, m = s.m;
+    hp_calibration *cal = malloc(sizeof *cal);
     hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
-    printf("== pipeline: %s, %d stage groups on %d ranks, %d virtual stages, m = %d micro-batches of %d rows\n",
-           hp_sched_kind_name(s.kind), p, cfg->groups.n_ranks, n, m, rows);
-    int *auto_first = NULL; /* split: auto: the cost model's cut points */
-    if (st == HP_STATUS_OK && cfg->pipeline.split_auto) {
-        auto_first = calloc((size_t)n, sizeof *auto_first);
-        double worst = 0;
-        st = auto_first ? hp_pipeline_auto_split(&gc, n, rows, seq, m, &mm, auto_first, &worst)
-                        : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory");
-        if (st == HP_STATUS_OK) printf("  split: auto (cost model): the slowest stage %.2f ms per micro-batch\n", 1e3 * worst);
+    bool calibrated = false;
+    char why[1024] = "";
+    hp_pipeline_plan_opts o = {0};
+    bool have_o = false;
+    int *first = NULL;
+    double *split_bytes = NULL;
+    hp_pipeline_prediction pr = {0};
+    char *text = NULL;
+    int *peak = calloc((size_t)p, sizeof *peak);
+    if (!cal || !peak) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory planning the pipeline");
+    if (st == HP_STATUS_OK) st = hp_pipeline_machine_model(calibration, cfg->groups.n_ranks, cal, &mm, &calibrated, why, sizeof why);
+    if (st == HP_STATUS_OK) st = hp_pipeline_plan_opts_from_config(cfg, &s, &mm, &o);
+    have_o = st == HP_STATUS_OK;
+    if (st == HP_STATUS_OK) st = hp_pipeline_first_layers(cfg, &s, &first);
+    if (st == HP_STATUS_OK) {
+        printf("== pipeline: %s, %d stage groups on %d ranks, %d virtual stages, m = %d micro-batches of %d rows\n",
+               hp_sched_kind_name(s.kind), p, cfg->groups.n_ranks, n, m, o.rows);
+        char ks[256];
+        if (calibrated)
+            printf("  machine model: calibrated (%s, probed in %.0f s)\n", hp_machine_key_str(&cal->key, ks, sizeof ks),
+                   cal->probe_seconds);
+        else
+            printf("  machine model: flat (%.0f GFLOP/s, %.0f GB/s): %s\n", mm.flops_per_s / 1e9, mm.bytes_per_s / 1e9, why);
     }
+    if (st == HP_STATUS_OK && cfg->pipeline.split_auto) { /* the cost model's cut points, under the budgets */
+        double worst = 0;
+        split_bytes = calloc((size_t)n, sizeof *split_bytes);
+        st = split_bytes ? hp_pipeline_split(&o, first, &worst, split_bytes) : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory");
+        if (st == HP_STATUS_OK)
+            printf("  split: auto (cost model%s): the slowest stage %.2f ms per micro-batch\n",
+                   calibrated ? ", calibrated" : ", flat", 1e3 * worst);
+    }
+    if (st == HP_STATUS_OK) st = hp_pipeline_predict(&o, first, &pr);
     for (int i = 0; st == HP_STATUS_OK && i < cfg->groups.n_groups; i++) {
         const hp_group_config *g = &cfg->groups.groups[i];
-        for (int c = 0; st == HP_STATUS_OK && c < g->n_chunks; c++) {
+        for (int c = 0; c < g->n_chunks; c++) {
             const hp_module_chunk *mc = &g->chunks[c];
             int k = mc->virtual_stage;
             if (k < 0 || k >= n) continue;
-            hp_gpt_stage part = {.first_layer = mc->first, .last_layer = mc->last, .embedding = mc->embedding,
-                                 .head = mc->head};
-            if (auto_first)
-                part.first_layer = auto_first[k], part.last_layer = k + 1 < n ? auto_first[k + 1] : gc.layers;
-            hp_pipeline_stage_plan sp; /* a group's replicas split the rows: the largest share */
-            int dp, tp;
-            hp_pipeline_group_shape(&g->strategy, g->n_ranks, &dp, &tp);
-            int share = (rows + dp - 1) / dp;
-            st = hp_pipeline_plan_stage(&gc, &part, share, seq, m, &mm, &sp);
-            if (st != HP_STATUS_OK) break;
-            /* partitioned ranks (tp, fsdp): the compute split tp ways (collectives not counted) */
-            f[k] = sp.f_seconds / tp, b[k] = sp.b_seconds / tp, w[k] = sp.w_seconds / tp, act[k] = sp.activation_bytes;
-            char shape[64] = "";
+            int r = s.stage_rank[k], dp = o.dp[r], tp = o.tp[r];
+            int last = k + 1 < n ? first[k + 1] : o.model->layers;
+            char shape[64] = "", blocks[64] = "no blocks";
+            if (last > first[k]) snprintf(blocks, sizeof blocks, "blocks %d-%d", first[k], last - 1);
             if (tp > 1) snprintf(shape, sizeof shape, ": %d replica%s x %d partitioned", dp, dp == 1 ? "" : "s", tp);
-            printf("  stage %d: group %s (%d rank%s%s, %d rows each), blocks %d-%d%s%s: F %.2f ms, B %.2f ms, W %.2f ms "
-                   "per micro-batch%s; %.2f MiB activations each, %.2f MiB persistent%s\n",
-                   k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", shape, share, part.first_layer, part.last_layer - 1,
-                   mc->embedding ? " + embedding" : "",
-                   mc->head ? " + head" : "", 1e3 * f[k], 1e3 * b[k], 1e3 * w[k], tp > 1 ? " (compute / partitioned ranks)" : "",
-                   (double)act[k] / (1 << 20), (double)sp.persistent_bytes / (1 << 20),
-                   tp > 1 ? " (unsplit model: an upper bound)" : "");
+            printf("  stage %d: group %s (%d rank%s%s, %d rows each), %s%s%s: F %.2f ms, B %.2f ms, W %.2f ms "
+                   "per micro-batch%s; %.2f MiB activations each x %d in flight, %.2f MiB parameters + gradients + "
+                   "AdamW state%s\n",
+                   k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", shape, (o.rows + dp - 1) / dp, blocks,
+                   k == 0 ? " + embedding" : "", k == n - 1 ? " + head" : "", 1e3 * pr.f[k], 1e3 * pr.b[k],
+                   1e3 * pr.w[k], tp > 1 ? " (compute / partitioned ranks)" : "", mib((double)pr.activation_bytes[k]), pr.slots[k],
+                   mib((double)pr.state_bytes[k]), tp > 1 ? " (unsplit model: an upper bound)" : "");
         }
     }
     hp_sched_check_opts co = HP_SCHED_CHECK_OPTS_INIT;
     if (st == HP_STATUS_OK) st = hp_schedule_validate(&s, &co, peak, NULL);
-    hp_sched_costs costs = HP_SCHED_COSTS_INIT;
-    costs.f_stage = f, costs.b_stage = b, costs.w_stage = w;
-    costs.p2p_latency = 0;
-    if (st == HP_STATUS_OK) st = hp_schedule_simulate(&s, &costs, &tl);
-    have_tl = st == HP_STATUS_OK;
-    if (st == HP_STATUS_OK) st = hp_schedule_render(&s, &tl, &text);
+    if (st == HP_STATUS_OK) st = hp_schedule_render(&s, &pr.tl, &text);
     if (st == HP_STATUS_OK) {
         printf("\n== schedule (one row per rank, one column per time slot; B input gradient, W weight gradient, "
                "BW both)\n%s\n", text);
         double fu = 0, bu = 0, wu = 0;
-        for (int k = 0; k < n; k++) fu += f[k], bu += b[k], wu += w[k];
+        for (int k = 0; k < n; k++) fu += pr.f[k], bu += pr.b[k], wu += pr.w[k];
         hp_sched_bubble th = hp_schedule_bubble_formula(s.kind, p, m, s.v, fu / n, bu / n, wu / n);
         printf("== bubble: simulated %.3f (each rank's own span: %.3f); formula %.3f at the mean stage times\n",
-               tl.bubble, tl.bubble_span, th.sync);
+               pr.tl.bubble, pr.tl.bubble_span, th.sync);
+        printf("== memory per rank (parameters, gradients, AdamW state and the micro-batches in flight)\n");
         for (int r = 0; r < p; r++) {
-            size_t bytes = 0;
-            for (int k = 0; k < n; k++)
-                if (s.stage_rank[k] == r && act[k] > bytes) bytes = act[k];
-            printf("  rank %d: peak %d micro-batch activations in flight, about %.2f MiB\n", r, peak[r],
-                   (double)peak[r] * (double)bytes / (1 << 20));
+            const char *nm = o.group_name[r] ? o.group_name[r] : "?";
+            printf("  rank %d (group %s): peak %d micro-batch activations in flight (formula %d), %.2f MiB",
+                   r, nm, peak[r], hp_schedule_peak_formula(s.kind, p, m, s.v, r), mib(pr.rank_bytes[r]));
+            if (o.memory_budget[r]) printf(" of its %.2f MiB budget", mib((double)o.memory_budget[r]));
+            printf("\n");
         }
-        printf("== predicted step: %.3f s (simulated schedule at %.0f GFLOP/s, %.0f GB/s, point-to-point not "
-               "counted; the optimizer step not counted)\n", tl.step_time, mm.flops_per_s / 1e9, mm.bytes_per_s / 1e9);
+        double opt = 0;
+        for (int r = 0; r < p; r++)
+            if (pr.optimizer_seconds[r] > opt) opt = pr.optimizer_seconds[r];
+        printf("== predicted step: %.3f s = schedule %.3f s (point-to-point %.3f ms per hand-over) + optimizer %.3f s "
+               "(slowest rank: norm, gradient all-reduce over the group, AdamW) + the loss and norm all-reduces "
+               "%.3f ms (%s model)\n",
+               pr.step_seconds, pr.schedule_seconds, 1e3 * pr.p2p_seconds, opt, 1e3 * pr.reduce_seconds,
+               calibrated ? "calibrated" : "flat");
     }
     free(text);
-    free(auto_first);
-    if (have_tl) hp_sched_timeline_free(&tl);
-    free(f), free(b), free(w), free(act), free(peak);
+    free(first), free(split_bytes), free(peak), free(cal);
+    hp_pipeline_prediction_free(&pr);
+    if (have_o) hp_pipeline_plan_opts_free(&o);
     hp_schedule_free(&s);
     return st == HP_STATUS_OK ? 0 : hp_cli_fail(st, NULL);
 }

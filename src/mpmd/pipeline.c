@@ -5,6 +5,7 @@
  */
 #include "mpmd/pipeline_internal.h"
 
+#include "hp/costmodel.h"
 #include "hp/liveness.h"
 #include "hp/ops.h"
 
@@ -309,11 +310,14 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
     memset(out, 0, sizeof *out);
     pp_chunk c = {.part = *part};
     hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
-    for (int i = 0; st == HP_STATUS_OK && i < c.n_nodes; i++) {
-        double s = hp_node_seconds(c.g, i, mm);
-        if (i < c.f_end) out->f_seconds += s;
-        else if (i < c.b_end) out->b_seconds += s;
-        else out->w_seconds += s;
+    /* each phase as the runtime runs it (hp_program_run_nodes over its range); with a calibration
+     * this also counts the dispatch of the program's mode (hp_predict_nodes) */
+    int lo[3] = {0, c.f_end, c.b_end}, hi[3] = {c.f_end, c.b_end, c.n_nodes};
+    double *phase[3] = {&out->f_seconds, &out->b_seconds, &out->w_seconds};
+    for (int k = 0; st == HP_STATUS_OK && k < 3; k++) {
+        hp_step_prediction pr;
+        st = hp_predict_nodes(c.g, NULL, lo[k], hi[k], mm, &pr);
+        if (st == HP_STATUS_OK) *phase[k] = pr.total_s;
     }
     hp_tid keep[3];
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;

@@ -12,6 +12,7 @@
 
 #include "hp/dtensor.h"
 #include "hp/pipeline.h"
+#include "hp/pipeline_plan.h"
 #include "hp/redistribute.h"
 #include "hp/schedule.h"
 
@@ -44,10 +45,8 @@ hp_status hp__pipe_new(hp_trainer *t) {
     HP_CHECK(hp_pipeline_schedule_from_config(cfg, s));
     int *first;
     HP_CHECK(hp_pipeline_first_layers(cfg, s, &first));
-    if (cfg->pipeline.split_auto) { /* the cost model places the layers (the flat machine model) */
-        hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
-        hp_status sst = hp_pipeline_auto_split(&t->gcfg, s->n_stages, (int)(cfg->train.batch / s->m),
-                                               (int)cfg->model.context, s->m, &mm, first, NULL);
+    if (cfg->pipeline.split_auto) { /* the cost model places the layers (calibrated when cached), under the budgets */
+        hp_status sst = hp_pipeline_split_from_config(cfg, s, NULL, first, NULL);
         if (sst != HP_STATUS_OK) {
             free(first);
             return sst;

@@ -1,13 +1,19 @@
 /*
  * The cost-model stage split (hp_pipeline_auto_split): contiguous, covering, every middle stage
  * with a block, and never slower than the even split by layer count; a costly head (large vocab)
- * takes blocks away from the last stage.
+ * takes blocks away from the last stage. Under memory budgets (hp_pipeline_split): every stage
+ * fits, the split moves blocks away from a tight group, the memory model matches the stage graphs'
+ * own plan, GPipe's m micro-batches in flight need more than 1F1B's p - r, and an impossible budget
+ * is an error naming the group and its line. The slots per stage equal hp_schedule_peak_formula.
  */
 #include "testutil.h"
 
 #include "hp/pipeline.h"
+#include "hp/pipeline_plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static double stage_seconds(const hp_gpt_config *c, const int *first, int n, int k, const hp_machine_model *mm) {
     hp_gpt_stage part = {first[k], k + 1 < n ? first[k + 1] : c->layers, k == 0, k == n - 1};
@@ -52,7 +58,153 @@ static void test_split(void **state) {
     assert_int_equal(hp_pipeline_auto_split(&c, 5, 4, 32, 4, &mm, first, NULL), HP_STATUS_INVALID_ARGUMENT);
 }
 
+/* Slots per stage (the runtime's program instances) against the peak formula, one chunk per rank. */
+static void test_slots(void **state) {
+    (void)state;
+    const hp_sched_kind kinds[] = {HP_SCHED_KIND_GPIPE, HP_SCHED_KIND_1F1B, HP_SCHED_KIND_ZB_H1};
+    for (int ki = 0; ki < 3; ki++)
+        for (int p = 2; p <= 4; p++)
+            for (int m = 1; m <= 9; m += 2) {
+                hp_schedule s;
+                assert_ok(hp_schedule_build(kinds[ki], p, m, 1, &s));
+                int slots[8];
+                assert_ok(hp_pipeline_stage_slots(&s, slots));
+                for (int r = 0; r < p; r++) assert_int_equal(slots[r], hp_schedule_peak_formula(kinds[ki], p, m, 1, r));
+                hp_schedule_free(&s);
+            }
+}
+
+static hp_gpt_config big_head(void) {
+    return (hp_gpt_config){.vocab = 4096, .context = 32, .layers = 6, .heads = 2, .width = 32};
+}
+
+static void test_budget(void **state) {
+    (void)state;
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    hp_gpt_config c = big_head();
+    hp_schedule s;
+    assert_ok(hp_schedule_build(HP_SCHED_KIND_1F1B, 2, 4, 1, &s));
+    const char *names[2] = {"first", "second"};
+    size_t budget[2] = {0, 0};
+    int line[2] = {7, 12};
+    hp_pipeline_plan_opts o = {.model = &c, .schedule = &s, .rows = 4, .seq = 32, .mm = &mm, .memory_budget = budget,
+                               .group_name = names, .budget_line = line, .file = "run.yaml"};
+    int free_first[2], first[2];
+    double free_bytes[2], bytes[2], free_worst, worst;
+    assert_ok(hp_pipeline_split(&o, free_first, &free_worst, free_bytes));
+    /* the model's bytes against the stage graphs' own plan (hp_pipeline_predict), within 5% */
+    hp_pipeline_prediction pr;
+    assert_ok(hp_pipeline_predict(&o, free_first, &pr));
+    for (int k = 0; k < 2; k++) assert_close(free_bytes[k], pr.rank_bytes[k], 0.05, 0);
+    hp_pipeline_prediction_free(&pr);
+    /* a budget just under the heavier stage's bytes moves blocks away from it, slowing the split */
+    int h = free_bytes[1] > free_bytes[0];
+    budget[h] = (size_t)(free_bytes[h] * 0.98);
+    assert_ok(hp_pipeline_split(&o, first, &worst, bytes));
+    if (h == 1) assert_true(first[1] > free_first[1]);
+    else assert_true(first[1] < free_first[1]);
+    assert_true(bytes[h] <= (double)budget[h]);
+    assert_true(worst > free_worst);
+    budget[h] = 0;
+    /* impossible: below what the head alone needs */
+    budget[1] = 1 << 20;
+    hp_status st = hp_pipeline_split(&o, first, NULL, NULL);
+    assert_int_equal(st, HP_STATUS_CONFIG);
+    assert_non_null(strstr(hp_error_message(), "run.yaml:12: groups.second.memory_budget: 1.00 MiB"));
+    /* GPipe keeps m = 8 micro-batches in flight on both stages, 1F1B 2 and 1: a budget 1F1B meets */
+    hp_schedule_free(&s);
+    assert_ok(hp_schedule_build(HP_SCHED_KIND_1F1B, 2, 8, 1, &s));
+    budget[0] = budget[1] = 0;
+    assert_ok(hp_pipeline_split(&o, first, NULL, bytes));
+    budget[0] = budget[1] = (size_t)(1.01 * (bytes[0] > bytes[1] ? bytes[0] : bytes[1]));
+    assert_ok(hp_pipeline_split(&o, first, NULL, NULL));
+    hp_schedule_free(&s);
+    assert_ok(hp_schedule_build(HP_SCHED_KIND_GPIPE, 2, 8, 1, &s));
+    assert_int_equal(hp_pipeline_split(&o, first, NULL, NULL), HP_STATUS_CONFIG);
+    assert_non_null(strstr(hp_error_message(), "memory_budget"));
+    assert_non_null(strstr(hp_error_message(), "8 micro-batches in flight"));
+    hp_schedule_free(&s);
+}
+
+/* From a run config: groups.NAME.memory_budget read, the error with the file and line. */
+static void test_budget_config(void **state) {
+    (void)state;
+    const char *yaml = "model: {vocab: 4096, context: 32, layers: 6, heads: 2, width: 32}\n"
+                       "train: {batch: 8, steps: 1}\n"
+                       "pipeline: {schedule: 1f1b, micro_batches: 2, split: auto}\n"
+                       "groups:\n"
+                       "  a: {ranks: 1}\n"
+                       "  b:\n"
+                       "    ranks: 1\n"
+                       "    memory_budget: 1MiB\n";
+    hp_run_config cfg;
+    assert_ok(hp_run_config_load_string(yaml, strlen(yaml), "budget.yaml", &cfg));
+    hp_schedule s;
+    assert_ok(hp_pipeline_schedule_from_config(&cfg, &s));
+    int first[2];
+    bool cal = true;
+    hp_status st = hp_pipeline_split_from_config(&cfg, &s, "/nonexistent/calibration.json", first, &cal);
+    assert_int_equal(st, HP_STATUS_CONFIG);
+    assert_false(cal);
+    assert_non_null(strstr(hp_error_message(), "budget.yaml:8: groups.b.memory_budget: 1.00 MiB"));
+    hp_schedule_free(&s);
+    hp_run_config_free(&cfg);
+}
+
+/* A calibration in the cache feeds the split and the prediction (hp_pipeline_machine_model); a
+ * missing file falls back to the flat model with the reason. */
+static void test_calibrated(void **state) {
+    (void)state;
+    char dir[] = "/tmp/hp_test_split_XXXXXX", path[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/cal.json", dir);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    hp_calibration *cal = calloc(1, sizeof *cal), *back = calloc(1, sizeof *back);
+    hp_calibration_init(cal);
+    assert_ok(hp_machine_key_local(1, 1, &cal->key));
+    for (int t = 0; t < 2; t++) /* every GEMM at 1 GFLOP/s: far slower than the flat 100 */
+        for (int i = 0; i < HP_CAL_GEMM_DIMS; i++)
+            for (int j = 0; j < HP_CAL_GEMM_DIMS; j++)
+                for (int k = 0; k < HP_CAL_GEMM_DIMS; k++) cal->gemm[t][i][j][k] = 1e9;
+    cal->memory_bytes_per_s = 10e9;
+    cal->node_seconds = cal->region_seconds = 1e-6;
+    assert_ok(hp_calibration_save(path, cal));
+    hp_machine_model mm;
+    bool calibrated = false;
+    char why[512];
+    assert_ok(hp_pipeline_machine_model(path, 1, back, &mm, &calibrated, why, sizeof why));
+    assert_true(calibrated);
+    assert_non_null(mm.cal);
+    hp_gpt_config c = big_head();
+    hp_schedule s;
+    assert_ok(hp_schedule_build(HP_SCHED_KIND_1F1B, 2, 4, 1, &s));
+    hp_pipeline_plan_opts o = {.model = &c, .schedule = &s, .rows = 4, .seq = 32, .mm = &mm};
+    int first[2];
+    double worst_cal, worst_flat;
+    assert_ok(hp_pipeline_split(&o, first, &worst_cal, NULL));
+    hp_pipeline_prediction pr;
+    assert_ok(hp_pipeline_predict(&o, first, &pr));
+    assert_true(pr.calibrated);
+    assert_true(pr.step_seconds > pr.schedule_seconds && pr.schedule_seconds > 0);
+    hp_pipeline_prediction_free(&pr);
+    hp_machine_model flat = HP_MACHINE_MODEL_DEFAULT;
+    o.mm = &flat;
+    assert_ok(hp_pipeline_split(&o, first, &worst_flat, NULL));
+    assert_true(worst_cal > 10 * worst_flat); /* the calibrated GEMM rate is what the split saw */
+    /* no cache: the flat model, and the reason */
+    snprintf(path, sizeof path, "%s/none.json", dir);
+    assert_ok(hp_pipeline_machine_model(path, 1, back, &mm, &calibrated, why, sizeof why));
+    assert_false(calibrated);
+    assert_null(mm.cal);
+    assert_non_null(strstr(why, "none.json"));
+    hp_schedule_free(&s);
+    free(cal), free(back);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    assert_int_equal(system(path), 0);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_split)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_split), cmocka_unit_test(test_slots),
+                                       cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# HyperMPMD measured on this machine (docs/benchmarks.md, "HyperMPMD: measured against the plan"):
+# for one small GPT trained through `hp train`, as one rank, dp2, tp2 and a pp2 pipeline under every
+# schedule (split: auto), the step time `hp plan` predicts from the calibrated cost model against the
+# measured median step, and for the pipelines the bubble measured from a trace (hp train --trace,
+# bench/trace_bubble.py). One JSON line per (round, configuration), then one summary line per
+# configuration with the medians over the rounds.
+#
+#   bench/pipeline.sh [BUILD_DIR] [ROUNDS] [STEPS]
+#
+# Each round calibrates first (`hp calibrate` for 1 rank x 2 threads and under `mpirun -n 2` for
+# 2 ranks x 1 thread, into a file of the run's own), then runs the configurations in an order
+# rotated by one each round (alternating, so slow drift of the machine's load spreads over them),
+# each as plan -> train (STEPS steps, default 20, the first 3 not counted) -> for pipelines a second,
+# traced train. The 1-minute load average is recorded on each line: the machine is shared. With
+# HP_BENCH_ONLY="pp2-1f1b dp2" only those configurations run.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$(cd "${1:-$root/build}" && pwd)"
+rounds="${2:-3}"
+steps="${3:-20}"
+hp="$build/hp"
+work="$(mktemp -d "${TMPDIR:-/tmp}/hp-pipeline.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+ln -s "${HP_DATA_DIR:-$root/data}" "$work/data"
+cd "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+
+# The model of bench_pipeline: 4 blocks, width 128, 4 heads, vocab 256, context 128; batch 16.
+base() { # STEPS
+    cat <<EOF
+model: {vocab: 256, context: 128, layers: 4, heads: 4, width: 128, tied_head: false}
+data: {corpus: data/kjv.txt, val_fraction: 0.05}
+train: {steps: $1, batch: 16, seed: 1, log_every: 1000, eval_every: 0, checkpoint_dir: ckpt, checkpoint_every: 0, sample_tokens: 0}
+optim: {lr: 1.0e-3, min_lr: 1.0e-3, warmup: 0, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, grad_clip: 1.0}
+EOF
+}
+pipe() { # SCHEDULE CHUNKS
+    base "$steps"
+    cat <<EOF
+pipeline: {schedule: $1, micro_batches: 8, chunks: $2, split: auto}
+groups:
+  first: {ranks: [0]}
+  second: {ranks: [1]}
+EOF
+}
+base "$steps" > single.yaml
+{ base "$steps"; echo "strategy: {mesh: {device_matrix: [2], alias_name: [dp]}, inputs: {tokens: [dp, none], targets: [dp, none]}}"; } > dp2.yaml
+{
+    base "$steps"
+    cat <<'EOF'
+strategy:
+  mesh: {device_matrix: [2], alias_name: [tp]}
+  params:
+    - {match: "blocks.*.attn.[qkv].weight", tensor_map: [tp, none]}
+    - {match: "blocks.*.attn.[qkv].bias", tensor_map: [tp]}
+    - {match: "blocks.*.mlp.fc.weight", tensor_map: [tp, none]}
+    - {match: "blocks.*.mlp.fc.bias", tensor_map: [tp]}
+    - {match: "blocks.*.attn.proj.weight", tensor_map: [none, tp]}
+    - {match: "blocks.*.mlp.proj.weight", tensor_map: [none, tp]}
+EOF
+} > tp2.yaml
+pipe gpipe 1 > pp2-gpipe.yaml
+pipe 1f1b 1 > pp2-1f1b.yaml
+pipe interleaved 2 > pp2-interleaved.yaml
+pipe zb-h1 1 > pp2-zb-h1.yaml
+pipe zb-v 2 > pp2-zb-v.yaml
+pipe dualpipev 2 > pp2-dualpipev.yaml
+
+names=(single dp2 tp2 pp2-gpipe pp2-1f1b pp2-interleaved pp2-zb-h1 pp2-zb-v pp2-dualpipev)
+only="${HP_BENCH_ONLY:-}"
+want() { [[ -z "$only" || " $only " == *" $1 "* ]]; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+# median step_s over the metrics lines after the first 3
+median_step() {
+    python3 -c '
+import json, statistics, sys
+xs = [json.loads(l)["step_s"] for l in open(sys.argv[1]) if l.strip()][3:]
+print(statistics.median(xs) if xs else "nan")' "$1"
+}
+
+calibrate() {
+    OMP_NUM_THREADS=2 "$hp" calibrate -o "$work/cal.json" > "$work/cal.log" 2>&1 || { cat "$work/cal.log" >&2; exit 1; }
+    OMP_NUM_THREADS=1 mpirun -n 2 "$hp" calibrate -o "$work/cal.json" > "$work/cal.log" 2>&1 ||
+        { cat "$work/cal.log" >&2; exit 1; }
+}
+
+results="$work/results.jsonl"
+for ((round = 0; round < rounds; round++)); do
+    calibrate
+    n=${#names[@]}
+    for ((j = 0; j < n; j++)); do
+        name=${names[$(((j + round) % n))]}
+        want "$name" || continue
+        if [[ $name == single ]]; then ranks=1 threads=2; else ranks=2 threads=1; fi
+        launch=("$hp")
+        ((ranks > 1)) && launch=(mpirun -n "$ranks" "$hp")
+        pred=$(OMP_NUM_THREADS=$threads "$hp" plan "$name.yaml" --calibration "$work/cal.json" |
+            sed -n 's/.*predicted step: \([0-9.]*\) s.*/\1/p' | head -1)
+        l0=$(load)
+        OMP_NUM_THREADS=$threads "${launch[@]}" train "$name.yaml" --overwrite --metrics "$work/m.jsonl" \
+            > "$work/out.log" 2>&1 || { cat "$work/out.log" >&2; exit 1; }
+        meas=$(median_step "$work/m.jsonl")
+        bubble="null"
+        if [[ $name == pp2-* ]]; then
+            OMP_NUM_THREADS=$threads "${launch[@]}" train "$name.yaml" --overwrite --trace "$work/t.json" \
+                > "$work/out.log" 2>&1 || { cat "$work/out.log" >&2; exit 1; }
+            bubble=$(python3 "$root/bench/trace_bubble.py" "$work/t.json" --skip 3 --name "$name")
+        fi
+        python3 -c '
+import json, sys
+name, rnd, pred, meas, l0, l1, bubble = sys.argv[1:8]
+out = {"bench": "pipeline_plan", "config": name, "round": int(rnd), "predicted_s": float(pred),
+       "measured_s": float(meas), "ratio": round(float(pred) / float(meas), 3), "load1": [float(l0), float(l1)]}
+if bubble != "null":
+    b = json.loads(bubble)
+    out.update({k: v for k, v in b.items() if k not in ("bench", "name", "ranks")})
+print(json.dumps(out))' "$name" "$round" "$pred" "$meas" "$l0" "$(load)" "$bubble" | tee -a "$results"
+    done
+done
+python3 -c '
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for name in dict.fromkeys(r["config"] for r in rows):
+    rs = [r for r in rows if r["config"] == name]
+    out = {"bench": "pipeline_plan_summary", "config": name, "rounds": len(rs),
+           "predicted_s": round(statistics.median(r["predicted_s"] for r in rs), 4),
+           "measured_s": round(statistics.median(r["measured_s"] for r in rs), 4),
+           "ratio": round(statistics.median(r["ratio"] for r in rs), 3)}
+    if "bubble" in rs[0]:
+        out["bubble"] = round(statistics.median(r["bubble"] for r in rs), 4)
+    out["load1_max"] = max(max(r["load1"]) for r in rs)
+    print(json.dumps(out))' "$results"
