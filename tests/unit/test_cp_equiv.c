@@ -9,7 +9,7 @@
  * query attention whose 2 kv heads do not split 4 ways, so the sequence is gathered there).
  * The communication is checked too: GPT cp2 moves its attention activations by all-to-all only
  * (4 per layer forward, 4 backward: q, k, v, o and do, dq, dk, dv), never by all-gather.
- * tests/mpi/test_cp_equiv.c repeats the main cases over real processes with `hp train`.
+ * tests/mpi/test_cp_train_equiv.c repeats the main cases over real processes with `hp train`.
  */
 #include "testutil.h"
 
