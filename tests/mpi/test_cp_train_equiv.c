@@ -8,6 +8,7 @@
  * 1e-4: cpN, cpN with FSDP over the same axis (ZeRO-3 as in DeepSpeed-Ulysses), and on 4 ranks
  * dp2 x cp2 and tp2 x cp2 (Megatron rules inside each cp group). Llama's 2 kv heads do not split 4
  * ways: there (cp4, tp2 x cp2) attention gathers the sequence instead, and the result is the same.
+ * Also on 4 ranks: 2-D tensor parallelism (examples/tp2d.yaml's layouts, 2 x 2, no cp).
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -29,6 +30,20 @@ static const char *GPT_TP =
     "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
     "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
     "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n";
+/* 2-D TP (examples/tp2d.yaml): block weights over both axes, the batch over tpr. */
+static const char *GPT_TP2D =
+    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tpc, tpr]}\n"
+    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tpc, tpr]}\n"
+    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [tpr, tpc]}\n"
+    "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [tpr, tpc]}\n"
+    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tpc]}\n"
+    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tpc]}\n";
+static const char *LLAMA_TP2D =
+    "    - {match: \"model.layers.*.self_attn.[qkv]_proj.weight\", tensor_map: [tpc, tpr]}\n"
+    "    - {match: \"model.layers.*.mlp.gate_proj.weight\", tensor_map: [tpc, tpr]}\n"
+    "    - {match: \"model.layers.*.mlp.up_proj.weight\", tensor_map: [tpc, tpr]}\n"
+    "    - {match: \"model.layers.*.self_attn.o_proj.weight\", tensor_map: [tpr, tpc]}\n"
+    "    - {match: \"model.layers.*.mlp.down_proj.weight\", tensor_map: [tpr, tpc]}\n";
 static const char *LLAMA_TP =
     "    - {match: \"model.layers.*.self_attn.[qkv]_proj.weight\", tensor_map: [tp, none]}\n"
     "    - {match: \"model.layers.*.mlp.gate_proj.weight\", tensor_map: [tp, none]}\n"
@@ -36,7 +51,7 @@ static const char *LLAMA_TP =
     "    - {match: \"model.layers.*.self_attn.o_proj.weight\", tensor_map: [none, tp]}\n"
     "    - {match: \"model.layers.*.mlp.down_proj.weight\", tensor_map: [none, tp]}\n";
 
-/* model: "gpt" or "llama"; family: "" (single rank), "cp", "cpfsdp", "dpxcp", "tpxcp". */
+/* model: "gpt" or "llama"; family: "" (single rank), "cp", "cpfsdp", "dpxcp", "tpxcp", "tp2d". */
 static void make_config(char *buf, size_t cap, const char *model, int context, const char *family, int n) {
     char corpus[1024];
     const char *root = getenv("HP_SOURCE_DIR");
@@ -59,6 +74,11 @@ static void make_config(char *buf, size_t cap, const char *model, int context, c
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, cp]}\n"
                  "  inputs: {tokens: [dp, cp], targets: [dp, cp]}\n", n / 2);
+    else if (!strcmp(family, "tp2d"))
+        snprintf(buf + off, cap - off,
+                 "strategy:\n  mesh: {device_matrix: [2, %d], alias_name: [tpr, tpc]}\n"
+                 "  inputs: {tokens: [tpr, none], targets: [tpr, none]}\n  params:\n%s",
+                 n / 2, llama ? LLAMA_TP2D : GPT_TP2D);
     else if (!strcmp(family, "tpxcp"))
         snprintf(buf + off, cap - off, "strategy:\n  mesh: {device_matrix: [2, %d], alias_name: [tp, cp]}\n%s  params:\n%s",
                  n / 2, cp_in, llama ? LLAMA_TP : GPT_TP);
@@ -88,10 +108,10 @@ static void check_model(hp_comm *world, const char *model, int context) {
     run(t, STEPS, ref_loss, ref_gn);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-    const char *families[] = {"cp", "cpfsdp", "dpxcp", "tpxcp"};
+    const char *families[] = {"cp", "cpfsdp", "dpxcp", "tpxcp", "tp2d"};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const char *fam = families[f];
-        if ((!strcmp(fam, "dpxcp") || !strcmp(fam, "tpxcp")) && n != 4) continue;
+        if (strcmp(fam, "cp") && strcmp(fam, "cpfsdp") && n != 4) continue;
         make_config(text, sizeof text, model, context, fam, n);
         OK(hp_run_config_load_string(text, strlen(text), fam, &cfg));
         t = NULL;

@@ -65,6 +65,21 @@ static const strategy LLAMA_TP2XCP2 = {"llama-tp2xcp2", 2, {2, 2}, {"tp", "cp"},
 static const strategy CP2_FSDP = {"cp2xfsdp2", 2, {2, 2}, {"cp", "fsdp"},
                                   {{"tokens", "[fsdp, cp]"}, {"targets", "[fsdp, cp]"}, {"*", "[fsdp]"}}};
 
+/* 2-D tensor parallelism (Optimus / SUMMA layouts, Xu et al. 2021): every block weight split over
+ * both axes, the batch over tpr; activations move only within tpc groups, weights within tpr. */
+#define TP2D_RULES(prefix_qkv, prefix_up, prefix_out)                                              \
+    {prefix_qkv, "[tpc, tpr]"}, {prefix_up, "[tpc, tpr]"}, {prefix_out, "[tpr, tpc]"}
+static const strategy TP2D = {"tp2d-2x2", 2, {2, 2}, {"tpr", "tpc"},
+                              {{"tokens", "[tpr, none]"}, {"targets", "[tpr, none]"},
+                               TP2D_RULES("blocks.*.attn.[qkv].weight", "blocks.*.mlp.fc.weight",
+                                          "blocks.*.[am][tl][tp].proj.weight"),
+                               {"blocks.*.attn.[qkv].bias", "[tpc]"}, {"blocks.*.mlp.fc.bias", "[tpc]"}}};
+static const strategy LLAMA_TP2D = {"llama-tp2d-2x2", 2, {2, 2}, {"tpr", "tpc"},
+                                    {{"tokens", "[tpr, none]"}, {"targets", "[tpr, none]"},
+                                     TP2D_RULES("model.layers.*.self_attn.[qkv]_proj.weight",
+                                                "model.layers.*.mlp.[gu][ap]*_proj.weight",
+                                                "model.layers.*.[sm]*.[od]*_proj.weight")}};
+
 /* The logical step and its single-device results. */
 typedef struct reference {
     hp_gpt_config cfg;
@@ -147,6 +162,7 @@ static void free_reference(reference *r) {
 /* Collective steps on activations (B, T, C) per kind, counted on rank 0. */
 typedef struct counts {
     int all_to_all, all_gather, other;
+    int act_axis[3], weight_axis[3]; /* collective steps per mesh axis on (B, T, C) and on matrices */
 } counts;
 
 typedef struct job {
@@ -206,6 +222,16 @@ static void count_activation_steps(job *j, const hp_partition *part) {
     const reference *r = j->ref;
     for (int i = 0; i < hp_partition_n_collectives(part); i++) {
         const hp_redistribute_plan *pl = &hp_partition_collective(part, i)->plan;
+        /* the GEMMs' collectives: forward and backward (the optimizer phase has the gradients'
+         * reductions and the test's gathers of every tensor to replicated) */
+        bool gemm = !(hp_partition_collective(part, i)->flags & HP_NODE_FLAG_OPTIMIZER);
+        for (int k = 0; k < pl->nsteps && gemm; k++) {
+            hp_redist_kind kind = pl->steps[k].kind;
+            int a = pl->steps[k].axis;
+            if (kind == HP_REDIST_LOCAL_SLICE || kind == HP_REDIST_LOCAL_PARTIAL || a < 0 || a > 2) continue;
+            if (pl->shape.ndim == 3) j->act.act_axis[a]++;
+            if (pl->shape.ndim == 2) j->act.weight_axis[a]++;
+        }
         if (pl->shape.ndim != 3 || pl->shape.dim[0] != BATCH || pl->shape.dim[1] != r->T) continue;
         for (int k = 0; k < pl->nsteps; k++) {
             hp_redist_kind kind = pl->steps[k].kind;
@@ -366,11 +392,32 @@ static void test_llama_cp_matches_single_device(void **state) {
     free_reference(&r);
 }
 
+/* 2-D TP on 2 x 2 equals the single device, and each GEMM's collectives stay in one group kind. */
+static void test_tp2d_matches_single_device(void **state) {
+    (void)state;
+    reference r;
+    build_reference(&r, &GPT);
+    const strategy *cases[2] = {&TP2D, &LLAMA_TP2D};
+    for (int i = 0; i < 2; i++) {
+        build_reference(&r, i ? &LLAMA : &GPT);
+        counts c = run_strategy(&r, cases[i]);
+        print_message("  collective steps on activations: tpr %d, tpc %d; on matrices: tpr %d, tpc %d\n",
+                      c.act_axis[0], c.act_axis[1], c.weight_axis[0], c.weight_axis[1]);
+        /* activations only within row groups (tpc), weights and their gradients only within column groups (tpr) */
+        assert_int_equal(c.act_axis[0], 0);
+        assert_true(c.act_axis[1] > 0);
+        assert_true(c.weight_axis[0] > 0);
+        assert_int_equal(c.weight_axis[1], 0);
+        free_reference(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_cp_matches_single_device),
         cmocka_unit_test(test_gpt_cp_uneven_sequence),
         cmocka_unit_test(test_llama_cp_matches_single_device),
+        cmocka_unit_test(test_tp2d_matches_single_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
