@@ -6,7 +6,8 @@
  * gradient (gathered to the full tensor) and the updated parameters, two steps — with the ranks as
  * threads over the simulated communicator: cp2, cp4, dp2 x cp2, tp2 x cp2, sequences that do not
  * divide evenly, GPT (learned positions) and Llama (RoPE with each rank's global offset; grouped-
- * query attention whose 2 kv heads do not split 4 ways, so the sequence is gathered there).
+ * query attention whose 2 kv heads do not split 4 ways, so the sequence is gathered there), and
+ * Megatron sequence parallelism over 4 ranks (tp4sp), whose attention now takes the same path.
  * The communication is checked too: GPT cp2 moves its attention activations by all-to-all only
  * (4 per layer forward, 4 backward: q, k, v, o and do, dq, dk, dv), never by all-gather.
  * tests/mpi/test_cp_train_equiv.c repeats the main cases over real processes with `hp train`.
@@ -62,6 +63,8 @@ static const strategy DP2XCP2 = {"dp2xcp2", 2, {2, 2}, {"dp", "cp"},
                                  {{"tokens", "[dp, cp]"}, {"targets", "[dp, cp]"}}};
 static const strategy TP2XCP2 = {"tp2xcp2", 2, {2, 2}, {"tp", "cp"}, {CP_INPUTS, TP_RULES}};
 static const strategy LLAMA_TP2XCP2 = {"llama-tp2xcp2", 2, {2, 2}, {"tp", "cp"}, {CP_INPUTS, LLAMA_TP_RULES}};
+/* Megatron sequence parallelism over 4 ranks: attention now takes Ulysses' all-to-all over tp. */
+static const strategy TP4SP = {"tp4sp", 1, {4}, {"tp"}, {{"tokens", "[none, tp]"}, {"targets", "[none, tp]"}, TP_RULES}};
 static const strategy CP2_FSDP = {"cp2xfsdp2", 2, {2, 2}, {"cp", "fsdp"},
                                   {{"tokens", "[fsdp, cp]"}, {"targets", "[fsdp, cp]"}, {"*", "[fsdp]"}}};
 
@@ -355,6 +358,7 @@ static void test_gpt_cp_matches_single_device(void **state) {
     run_strategy(&r, &DP2XCP2);
     run_strategy(&r, &TP2XCP2);
     run_strategy(&r, &CP2_FSDP);
+    run_strategy(&r, &TP4SP);
     free_reference(&r);
 }
 
