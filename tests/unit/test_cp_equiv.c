@@ -4,13 +4,16 @@
  * the sequence to the heads and back, which the redistribution planner makes all-to-alls. For every
  * case the per-rank programs compute what the single-device program computes — loss, every
  * gradient (gathered to the full tensor) and the updated parameters, two steps — with the ranks as
- * threads over the simulated communicator: cp2, cp4, dp2 x cp2, tp2 x cp2, sequences that do not
+ * threads over the simulated communicator: cp2, cp4, dp2 x cp2, tp2 x cp2, cp2 x fsdp2, sequences that do not
  * divide evenly, GPT (learned positions) and Llama (RoPE with each rank's global offset; grouped-
  * query attention whose 2 kv heads do not split 4 ways, so the sequence is gathered there), and
  * Megatron sequence parallelism over 4 ranks (tp4sp), whose attention now takes the same path.
  * The communication is checked too: GPT cp2 moves its attention activations by all-to-all only
  * (4 per layer forward, 4 backward: q, k, v, o and do, dq, dk, dv), never by all-gather.
- * tests/mpi/test_cp_train_equiv.c repeats the main cases over real processes with `hp train`.
+ * 2-D tensor parallelism (examples/tp2d.yaml's layouts, 2 x 2) is checked the same way, plus where
+ * its forward and backward collectives run: activations only within tpc groups, weights only
+ * within tpr groups. tests/mpi/test_cp_train_equiv.c repeats the main cases over real processes
+ * with `hp train`.
  */
 #include "testutil.h"
 
