@@ -403,7 +403,6 @@ static void test_llama_cp_matches_single_device(void **state) {
 static void test_tp2d_matches_single_device(void **state) {
     (void)state;
     reference r;
-    build_reference(&r, &GPT);
     const strategy *cases[2] = {&TP2D, &LLAMA_TP2D};
     for (int i = 0; i < 2; i++) {
         build_reference(&r, i ? &LLAMA : &GPT);
