@@ -19,6 +19,12 @@
  *   fsdp   3(n-1)/n P                       hsdp   3(f-1)/f P + 2(d-1)/d P/f
  *   tp     4 L 2(n-1)/n A                   tpsp   4 L 2(n-1)/n A (reduce-scatter + all-gather pairs)
  *   dpxtp  4 L 2(t-1)/t A + 2(d-1)/d P_tp   (P_tp: the per-rank parameter bytes under TP)
+ * Context parallelism (Ulysses, Jacobs et al. 2023: the sequence split over c ranks, all-to-all to
+ * head-split around attention: q, k, v, o forward, do, dq, dk, dv backward, each moving (c-1)/c of
+ * a rank's 1/c block; the weight gradients are sums over the sequence, all-reduced as in DP):
+ *   cp     8 L (c-1)/c A/c + 2(c-1)/c P     dpxcp  8 L (c-1)/c A/(d c) + 2(n-1)/n P (c = 2)
+ *   tpxcp  8 L (c-1)/c A/(t c) + 4 L 2(t-1)/t A/c + 2(c-1)/c P_tp   (t = 2)
+ * For these the all-to-all bytes alone are also printed against their term (all_to_all_*).
  * The small terms (scalar norm/loss reductions; LayerNorm-weight gradients under SP) are ignored,
  * so a ratio slightly above 1.00 is expected.
  */
@@ -77,6 +83,15 @@ static void strategy_yaml(char *b, size_t cap, const char *fam, int n) {
     else if (!strcmp(fam, "tpsp"))
         snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [tp]}\n"
                          "  inputs: {tokens: [none, tp], targets: [none, tp]}\n%s", n, TP);
+    else if (!strcmp(fam, "cp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n"
+                         "  inputs: {tokens: [none, cp], targets: [none, cp]}\n", n);
+    else if (!strcmp(fam, "dpxcp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, cp]}\n"
+                         "  inputs: {tokens: [dp, cp], targets: [dp, cp]}\n", h);
+    else if (!strcmp(fam, "tpxcp"))
+        snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [2, %d], alias_name: [tp, cp]}\n"
+                         "  inputs: {tokens: [none, cp], targets: [none, cp]}\n%s", h, TP);
     else /* dpxtp */
         snprintf(b, cap, "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, tp]}\n"
                          "  inputs: {tokens: [dp, none], targets: [dp, none]}\n%s", h, TP);
@@ -89,17 +104,38 @@ static void param_bytes(double *all, double *tp_split) {
     *tp_split = 4.0 * L * (3 * (C * C + C) + (4 * C * C + 4 * C) + C * C + 4 * C * C);
 }
 
+/* Ulysses' all-to-all term of the context-parallel families (0 for the others). */
+static double analytic_all_to_all(const char *fam, int n) {
+    double L = GPT.layers, A = 4.0 * BATCH * GPT.context * GPT.width;
+    if (!strcmp(fam, "cp")) return 8 * L * (n - 1.0) / n * A / n;
+    if (!strcmp(fam, "dpxcp")) return 8 * L * 0.5 * A / n;
+    if (!strcmp(fam, "tpxcp")) return 8 * L * (n / 2 - 1.0) / (n / 2) * A / n;
+    return 0;
+}
+
 static double analytic(const char *fam, int n) {
     double P, Ps;
     param_bytes(&P, &Ps);
     double L = GPT.layers, A = 4.0 * BATCH * GPT.context * GPT.width;
     int h = n / 2;
+    if (!strcmp(fam, "cp")) return analytic_all_to_all(fam, n) + 2.0 * (n - 1) / n * P;
+    if (!strcmp(fam, "dpxcp")) return analytic_all_to_all(fam, n) + 2.0 * (n - 1) / n * P;
+    if (!strcmp(fam, "tpxcp"))
+        return analytic_all_to_all(fam, n) + 4 * L * 2.0 * (2 - 1) / 2 * (A / h) + 2.0 * (h - 1) / h * (P - Ps / 2);
     if (!strcmp(fam, "dp") || !strcmp(fam, "zero2")) return 2.0 * (n - 1) / n * P;
     if (!strcmp(fam, "fsdp")) return 3.0 * (n - 1) / n * P;
     if (!strcmp(fam, "hsdp")) return 3.0 * (2 - 1) / 2 * P + 2.0 * (h - 1) / h * P / 2;
     if (!strcmp(fam, "tp") || !strcmp(fam, "tpsp")) return 4 * L * 2.0 * (n - 1) / n * A;
     /* dpxtp: TP over 2 on the local batch, DP over h on the per-rank parameters */
     return 4 * L * 2.0 * (2 - 1) / 2 * (A / h) + 2.0 * (h - 1) / h * (P - Ps / 2);
+}
+
+/* Whether the comma-separated `list` names `fam`. */
+static bool list_has(const char *list, const char *fam) {
+    size_t n = strlen(fam);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, fam, n) && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
 }
 
 typedef struct built {
@@ -176,8 +212,11 @@ int main(int argc, char **argv) {
     hp_comm *world;
     hp_comm_mpi_world(&world);
     int rank = hp_comm_rank(world), n = hp_comm_size(world), steps = 5;
-    for (int i = 1; i < argc; i++)
+    const char *only = NULL; /* --only FAM[,FAM...]: just these strategies */
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    }
     hp_progress progress;
     if (hp_progress_auto(&progress) != HP_STATUS_OK) {
         fprintf(stderr, "bench_shard: %s\n", hp_error_message());
@@ -199,13 +238,18 @@ int main(int argc, char **argv) {
         hp_comm_free(self);
     }
     hp_comm_broadcast(world, &single, 2, HP_DTYPE_I32, 0);
-    const char *fams[] = {"dp", "zero2", "fsdp", "hsdp", "tp", "tpsp", "dpxtp"};
+    const char *fams[] = {"dp", "zero2", "fsdp", "hsdp", "tp", "tpsp", "dpxtp", "cp", "dpxcp", "tpxcp"};
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
-        if ((!strcmp(fams[f], "hsdp") || !strcmp(fams[f], "dpxtp")) && (n < 4 || n % 2)) continue;
+        if ((!strcmp(fams[f], "hsdp") || !strcmp(fams[f], "dpxtp") || !strcmp(fams[f], "dpxcp")) && (n < 4 || n % 2))
+            continue;
+        /* Ulysses splits the 4 heads over the cp (and tp) ranks */
+        if ((!strcmp(fams[f], "cp") && GPT.heads % n) || (!strcmp(fams[f], "tpxcp") && (n < 4 || n % 2 || GPT.heads % n)))
+            continue;
+        if (only && !list_has(only, fams[f])) continue;
         char text[2048];
         strategy_yaml(text, sizeof text, fams[f], n);
         double step[2], busy = 0, wait = 0;
-        int64_t planned = 0;
+        int64_t planned = 0, a2a = 0;
         int ncoll = 0, nqueues = 0;
         for (int mode = 0; mode < 2; mode++) { /* 0: communication stream (overlap), 1: in order */
             hp_strategy *s;
@@ -221,6 +265,11 @@ int main(int argc, char **argv) {
                 busy = st.comm_busy_s / (steps + 1);
                 wait = st.comm_wait_s / (steps + 1);
                 planned = hp_partition_bytes(b.part);
+                for (int i = 0; i < hp_partition_n_collectives(b.part); i++) {
+                    const hp_redistribute_plan *pl = &hp_partition_collective(b.part, i)->plan;
+                    for (int k = 0; k < pl->nsteps; k++)
+                        if (pl->steps[k].kind == HP_REDIST_ALL_TO_ALL) a2a += pl->steps[k].bytes;
+                }
                 if (getenv("HP_BENCH_DEBUG")) {
                     const hp_graph *lg = hp_partition_graph(b.part);
                     int na = 0;
@@ -239,10 +288,10 @@ int main(int argc, char **argv) {
                    "\"analytic_min_bytes\": %.0f, \"ratio_to_min\": %.3f, \"collectives\": %d, \"step_s\": %.4f, "
                    "\"step_s_no_overlap\": %.4f, \"single_rank_step_s\": %.4f, \"speedup_vs_single\": %.2f, "
                    "\"comm_s\": %.4f, \"comm_exposed_s\": %.4f, \"comm_hidden_fraction\": %.2f, \"queues\": %d, "
-                   "\"progress\": \"%s\"}\n",
+                   "\"progress\": \"%s\", \"all_to_all_bytes\": %lld, \"all_to_all_min\": %.0f}\n",
                    fams[f], n, (long long)planned, min, (double)planned / min, ncoll, step[0], step[1], single,
                    single / step[0], busy, wait, busy > 0 ? 1.0 - wait / busy : 0.0, nqueues,
-                   hp_progress_name(progress));
+                   hp_progress_name(progress), (long long)a2a, analytic_all_to_all(fams[f], n));
         fflush(stdout);
     }
     hp_comm_free(world);

@@ -103,8 +103,10 @@ hp_tid hp_rmsnorm(hp_graph *g, hp_tid x, hp_tid weight, float eps);
  * x (B, T, n_head*D) with heads interleaved as (H, D), D even -> y of the same shape; the token at
  * time t is at position pos_offset + t and pair (j, j + D/2) of every head is rotated by
  * (pos_offset + t) / base^(2j/D). base > 1 (Llama: 10000), pos_offset >= 0 (generation with a cache;
- * 0 for training). The gradient is the inverse rotation. Sharding rule: batch split any way, the
- * sequence whole, channels split on head boundaries only.
+ * 0 for training). The gradient is the inverse rotation. Sharding rule: batch and sequence split any
+ * way (a split sequence rotates each rank's rows by their global positions: the per-rank node's
+ * offset is pos_offset plus the first row of the rank's block), channels split on head boundaries
+ * only.
  */
 hp_tid hp_rope(hp_graph *g, hp_tid x, int n_head, float base, int64_t pos_offset);
 /*
@@ -131,14 +133,20 @@ hp_tid hp_cross_entropy(hp_graph *g, hp_tid logits, hp_tid targets);
  * last axis -> o (B, T, H*D) = softmax(q k^T / sqrt(D) [+ causal mask]) v per head. The softmax
  * statistics (log-sum-exp per row, (B, H, T)) are the node's second output; backward recomputes
  * the scores from them instead of keeping a (T, T) matrix per head (FlashAttention, Dao et al. 2022).
+ * Sharding rule: heads split on head boundaries (Megatron TP); mesh axes that split the sequence are
+ * moved to the heads for the kernel and back for o (and dq, dk, dv), each one all-to-all (Ulysses
+ * context parallelism, Jacobs et al. 2023); where the heads do not divide over those axes the
+ * sequence is gathered instead.
  */
 hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool causal);
 /*
  * Grouped-query attention (Ainslie et al. 2023, "GQA"): the same fused operator with k, v
  * (B, T, kv_heads*D) where kv_heads divides n_head and query head h attends with key/value head
  * h / (n_head / kv_heads) (Hugging Face's repeat_kv); kv_heads = 1 is multi-query attention,
- * kv_heads = n_head is hp_attention. Sharding rule: heads split over a tensor-parallel axis when the
- * axis's size divides both n_head and kv_heads, else attention runs replicated.
+ * kv_heads = n_head is hp_attention. Sharding rule: heads split over a tensor-parallel axis (and
+ * Ulysses' sequence axes, as hp_attention's) when the axes' sizes divide both n_head and kv_heads,
+ * else the sequence is gathered, and where the tensor-parallel axis alone does not divide them,
+ * attention runs replicated.
  */
 hp_tid hp_attention_gqa(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal);
 /*

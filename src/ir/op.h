@@ -32,6 +32,12 @@ typedef struct hp_shard_ctx {
     hp_layout_cost_fn cost; /* bytes of a layout change (the partitioner gives the redistribution
                              * planner's); NULL: every change costs 1 */
     void *cost_user;        /* passed to cost as `user` */
+    hp_layout *publish;     /* per output, pre-filled with ndim -1: a rule may set publish[j] to the
+                             * layout its consumers get output j in. The partitioner redistributes
+                             * the kernel's output there right after the node (Ulysses' all-to-all
+                             * from head-split back to sequence-split); the kernel's own output
+                             * stays available to later readers in its layout, in every phase
+                             * (the attention backward reads it without a second collective). */
 } hp_shard_ctx;
 
 typedef struct hp_op_def {
@@ -76,6 +82,12 @@ typedef struct hp_op_def {
 
     /* Bit i set: the kernel writes input i in place (ADAMW: param, m, v; ASSIGN: the target). */
     uint32_t inplace_inputs;
+
+    /* Bit i set: input i is an activation the forward pass saved for this (backward) node; a copy
+     * redistributed for the forward pass is reused instead of a second collective (ATTENTION_BACKWARD
+     * reads the head-split q, k, v that Ulysses' forward all-to-all made, as DeepSpeed-Ulysses
+     * saves them). Without it, copies are cached per phase (forward, backward, optimizer). */
+    uint32_t saved_inputs;
 } hp_op_def;
 
 /* The definition of `op` (asserts op is valid). */

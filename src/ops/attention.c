@@ -156,24 +156,41 @@ static size_t attention_backward_workspace(const hp_graph *g, const hp_node *n) 
 /* ---- sharding rules ---- */
 
 /*
- * The layout attention runs in: q's, with pending sums resolved, the sequence whole (no context
- * parallelism yet) and the head dim split only on head boundaries (Megatron: heads per rank); with
- * grouped-query attention also on kv-head boundaries (k and v take the same layout: each rank holds
- * the kv heads of its query heads), else the heads are gathered (replicated attention). Sets the
- * local head counts.
+ * The layout attention runs in: q's, with pending sums resolved, and the head dim split only on
+ * head boundaries (Megatron: heads per rank); with grouped-query attention also on kv-head
+ * boundaries (k and v take the same layout: each rank holds the kv heads of its query heads).
+ * Every query needs every key, so the sequence dim must be whole there: the mesh axes that split
+ * the sequence move to the heads, appended after the head dim's own axes (Ulysses context
+ * parallelism, Jacobs et al. 2023, "DeepSpeed Ulysses": each rank then holds whole sequences of
+ * H / (tp * cp) heads, and the redistribution planner makes the move one all-to-all per tensor
+ * and axis). Where the heads do not divide that way, the sequence is gathered instead, and where
+ * they do not divide over the head dim's own axes either, the heads too (replicated attention).
+ * Sets the local head counts. *home receives q's resolved layout: when it differs from the
+ * attention layout in the sequence dim, the outputs like q are published back to it (the inverse
+ * all-to-all), so the rest of the block keeps the sequence split the user declared.
  */
-static hp_layout attn_layout(const hp_shard_ctx *c, const hp_node *n, int qi, const hp_layout *q, hp_attrs *local) {
+static hp_layout attn_layout(const hp_shard_ctx *c, const hp_node *n, int qi, const hp_layout *q, hp_attrs *local,
+                             hp_layout *home) {
     const hp_shape *s = hp__shp(c->g, n->in[qi]);
     hp_layout r = hp__lay_resolve(c, q, NULL, s);
-    hp__lay_unshard_dim(&r, 1);
-    int64_t H = n->attr.i[0], KV = n->attr.i[2] ? n->attr.i[2] : H, shards = hp_layout_shards(&r, c->mesh, 2);
+    *home = r;
+    int64_t H = n->attr.i[0], KV = n->attr.i[2] ? n->attr.i[2] : H;
+    hp_layout u = r; /* Ulysses: the sequence axes go to the heads */
+    for (int k = 0; k < r.nmap[1]; k++) u.map[2][u.nmap[2]++] = r.map[1][k];
+    hp__lay_unshard_dim(&u, 1);
+    int64_t shards = hp_layout_shards(&u, c->mesh, 2);
     if (shards > 1 && (H % shards != 0 || KV % shards != 0)) {
-        hp__lay_unshard_dim(&r, 2);
-        shards = 1;
+        u = r;
+        hp__lay_unshard_dim(&u, 1);
+        shards = hp_layout_shards(&u, c->mesh, 2);
+        if (shards > 1 && (H % shards != 0 || KV % shards != 0)) {
+            hp__lay_unshard_dim(&u, 2);
+            shards = 1;
+        }
     }
     local->i[0] = H / shards;
     local->i[2] = n->attr.i[2] ? KV / shards : 0;
-    return r;
+    return u;
 }
 
 static hp_layout lse_layout(const hp_layout *q) {
@@ -183,24 +200,34 @@ static hp_layout lse_layout(const hp_layout *q) {
     return l;
 }
 
+/* Outputs like q go back to q's sequence split when attention took it away (see attn_layout). */
+static void publish_home(const hp_shard_ctx *c, const hp_layout *run, const hp_layout *home, int first, int count) {
+    if (!c->publish || home->nmap[1] == 0 || hp_layout_equal(run, home)) return;
+    for (int j = first; j < first + count; j++) c->publish[j] = *home;
+}
+
 static hp_status attention_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
                                  hp_layout *out, hp_attrs *local, bool *drop) {
     (void)drop;
-    hp_layout q = attn_layout(c, n, 0, &in[0], local);
+    hp_layout home, q = attn_layout(c, n, 0, &in[0], local, &home);
     req[0] = req[1] = req[2] = q;
     out[0] = q;
     out[1] = lse_layout(&q);
+    publish_home(c, &q, &home, 0, 1);
     return HP_STATUS_OK;
 }
 
-/* ATTENTION_BACKWARD(do, q, k, v, o, lse): everything in q's layout; dq, dk, dv too. */
+/* ATTENTION_BACKWARD(do, q, k, v, o, lse): everything in q's layout; dq, dk, dv too, published back
+ * to q's sequence split. q, k, v and o are the forward's saved tensors: the forward's head-split
+ * copies are reused (saved_inputs below), so Ulysses' backward moves only do, dq, dk and dv. */
 static hp_status attention_backward_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in,
                                           hp_layout *req, hp_layout *out, hp_attrs *local, bool *drop) {
     (void)drop;
-    hp_layout q = attn_layout(c, n, 1, &in[1], local);
+    hp_layout home, q = attn_layout(c, n, 1, &in[1], local, &home);
     for (int i = 0; i < 5; i++) req[i] = q;
     req[5] = lse_layout(&q);
     out[0] = out[1] = out[2] = q;
+    publish_home(c, &q, &home, 0, 3);
     return HP_STATUS_OK;
 }
 
@@ -211,5 +238,5 @@ const hp_op_def hp__op_def_attention = {
 const hp_op_def hp__op_def_attention_backward = {
     .name = "attention_backward", .min_in = 6, .max_in = 6, .n_out = 3, .infer = attention_backward_infer,
     .cost = attention_backward_cost, .workspace = attention_backward_workspace,
-    .shard = attention_backward_shard,
+    .shard = attention_backward_shard, .saved_inputs = 0x3eu, /* q, k, v, o, lse */
 };

@@ -9,7 +9,8 @@
  *   y[j + D/2] = x[j + D/2] cos a + x[j] sin a
  * The rotation is orthogonal, so the gradient is the inverse rotation (angle -a) of dy: the same
  * operator with i[2] = 1. The position offset is for generation with a cache (the positions of the
- * new tokens); training graphs use 0.
+ * new tokens); training graphs use 0, and the sharding rule sets each rank's global offset when the
+ * sequence is split (context parallelism).
  * Optional in[1] = positions (B, T) i32 (hp_rope_at): the position of row (b, t) is then
  * p0 + positions[b, t] (batched generation: each sequence of the batch at its own length); a
  * negative position (a padding row) is taken as 0. Without it p = p0 + t for every batch row.
@@ -72,21 +73,27 @@ static hp_status rope_grad(hp_graph *g, int node, const hp_tid *dout, const bool
 static void rope_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) { hp__cost_default(g, n, 3.0, c); }
 
 /*
- * Sharding rule: the batch may be split; the sequence stays whole (the position of a row is its
- * index; a split would need per-rank offsets); the channel dim only on head boundaries (tensor
- * parallelism over heads), which sets the local head count; otherwise it is gathered.
+ * Sharding rule: the batch and the sequence may be split; the channel dim only on head boundaries
+ * (tensor parallelism over heads), which sets the local head count; otherwise it is gathered. With
+ * the sequence split (context parallelism) each rank rotates its rows by their global positions:
+ * the local node's offset is the logical offset plus the first row of this rank's block.
  */
 static hp_status rope_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
                             hp_layout *out, hp_attrs *local, bool *drop) {
     (void)drop;
-    hp_layout r = hp__lay_resolve(c, &in[0], &c->hint[0], hp__shp(c->g, n->in[0]));
-    hp__lay_unshard_dim(&r, 1);
+    const hp_shape *s = hp__shp(c->g, n->in[0]);
+    hp_layout r = hp__lay_resolve(c, &in[0], &c->hint[0], s);
     int64_t H = n->attr.i[0], shards = hp_layout_shards(&r, c->mesh, 2);
     if (shards > 1 && H % shards != 0) {
         hp__lay_unshard_dim(&r, 2);
         shards = 1;
     }
     local->i[0] = H / shards;
+    if (r.nmap[1] > 0) {
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
+        HP_CHECK(hp_layout_slice_of(&r, c->mesh, s, c->index, start, len));
+        local->i[1] = n->attr.i[1] + start[1];
+    }
     req[0] = r;
     out[0] = r;
     if (n->n_in > 1 && n->in[1] != HP_TID_NONE) { /* positions follow the batch split */

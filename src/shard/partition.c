@@ -13,6 +13,7 @@
 #include <string.h>
 
 /* A per-rank version of a logical tensor: the produced one, or a redistributed copy. */
+#define PHASE_ANY UINT32_MAX /* a kernel's own output that a rule published in another layout */
 typedef struct version {
     hp_layout layout;
     hp_tid local;
@@ -127,7 +128,7 @@ static hp_status add_redistribute(hp_partition *p, hp_tid lt, const hp_layout *f
  * (the consumer writes it in place).
  */
 static hp_status get_local(hp_partition *p, hp_tid lt, const hp_layout *want, uint32_t phase, bool fresh,
-                           hp_tid *out) {
+                           bool any_phase, hp_tid *out) {
     version *base = p->ver[lt];
     if (!base) return hp_error(HP_STATUS_INTERNAL, "partition: tensor %d used before it is defined", lt);
     if (hp_layout_equal(&base->layout, want) && !fresh) {
@@ -136,7 +137,7 @@ static hp_status get_local(hp_partition *p, hp_tid lt, const hp_layout *want, ui
     }
     if (!fresh)
         for (version *v = base->next; v; v = v->next)
-            if (v->phase == phase && hp_layout_equal(&v->layout, want)) {
+            if ((v->phase == phase || v->phase == PHASE_ANY || any_phase) && hp_layout_equal(&v->layout, want)) {
                 *out = v->local;
                 return HP_STATUS_OK;
             }
@@ -164,6 +165,31 @@ static hp_status make_leaf(hp_partition *p, hp_tid lt, const hp_layout *given) {
     if (x->name) hp_graph_set_abs_name(p->g, t, x->name);
     HP_CHECK(hp_graph_status(p->g));
     return add_version(p, lt, &l, t, 0);
+}
+
+/*
+ * A rule published output lt in layout `want` (hp_shard_ctx.publish): the kernel's output (the
+ * tensor's only version so far) is redistributed there, the copy becomes the version consumers
+ * see, and the kernel's output stays behind it, reusable in every phase.
+ */
+static hp_status publish_output(hp_partition *p, hp_tid lt, const hp_layout *want, uint32_t phase) {
+    version *kernel = p->ver[lt];
+    char lb[256], nb[32];
+    hp_status st = hp_layout_validate(want, p->mesh, &hp_graph_tensor(p->lg, lt)->shape);
+    if (st != HP_STATUS_OK)
+        return hp_error_prefix(HP_STATUS_INTERNAL, "published layout %s of '%s': ",
+                               hp_layout_format(want, p->mesh, lb, sizeof lb), lname(p->lg, lt, nb, sizeof nb));
+    hp_tid copy;
+    HP_CHECK(add_redistribute(p, lt, &kernel->layout, kernel->local, want, phase, &copy));
+    version *v = hp_arena_alloc(hp_graph_arena(p->g), sizeof *v, 8);
+    if (!v) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+    v->layout = *want;
+    v->local = copy;
+    v->phase = phase;
+    v->next = kernel;
+    kernel->phase = PHASE_ANY;
+    p->ver[lt] = v;
+    return HP_STATUS_OK;
 }
 
 /* The rule used when an operator has none: everything replicated. */
@@ -199,6 +225,7 @@ static hp_status partition_node(hp_partition *p, int i) {
     const hp_node *n = hp_graph_node(lg, i);
     const hp_op_def *d = hp__op_def(n->op);
     hp_layout in[HP_MAX_NODE_INPUTS], req[HP_MAX_NODE_INPUTS], out[HP_MAX_NODE_OUTPUTS], hint[HP_MAX_NODE_INPUTS];
+    hp_layout publish[HP_MAX_NODE_OUTPUTS];
     bool drop[HP_MAX_NODE_INPUTS] = {0};
     for (int k = 0; k < HP_MAX_NODE_INPUTS; k++) {
         hint[k].ndim = -1;
@@ -211,10 +238,14 @@ static hp_status partition_node(hp_partition *p, int i) {
         }
         req[k] = in[k];
     }
-    for (int j = 0; j < n->n_out; j++) out[j] = hp__lay_replicated(hp_graph_tensor(lg, n->out[j])->shape.ndim);
+    for (int j = 0; j < n->n_out; j++) {
+        out[j] = hp__lay_replicated(hp_graph_tensor(lg, n->out[j])->shape.ndim);
+        publish[j].ndim = -1;
+    }
     hp_attrs local = n->attr;
     hp_shard_ctx ctx = {
         .g = lg, .mesh = p->mesh, .index = p->index, .hint = hint, .cost = planner_cost, .cost_user = p->mesh,
+        .publish = publish,
     };
     if (d->shard) {
         hp_status st = d->shard(&ctx, n, in, req, out, &local, drop);
@@ -239,7 +270,8 @@ static hp_status partition_node(hp_partition *p, int i) {
                                    k, lname(lg, n->in[k], nb, sizeof nb),
                                    hp_layout_format(&req[k], p->mesh, lb, sizeof lb));
         bool inplace = (d->inplace_inputs >> k) & 1u;
-        HP_CHECK(get_local(p, n->in[k], &req[k], phase, inplace && !hp_layout_equal(&req[k], &in[k]), &lin[k]));
+        HP_CHECK(get_local(p, n->in[k], &req[k], phase, inplace && !hp_layout_equal(&req[k], &in[k]),
+                           (d->saved_inputs >> k) & 1u, &lin[k]));
         if (drop[k]) lin[k] = HP_TID_NONE;
     }
     hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
@@ -261,6 +293,8 @@ static hp_status partition_node(hp_partition *p, int i) {
                             hp_layout_format(&out[j], p->mesh, lb, sizeof lb), hp__shape_s(&want));
         if (x->name) hp_graph_set_abs_name(p->g, louts[j], x->name);
         HP_CHECK(add_version(p, n->out[j], &out[j], louts[j], phase));
+        if (publish[j].ndim >= 0 && !hp_layout_equal(&publish[j], &out[j]))
+            HP_CHECK(publish_output(p, n->out[j], &publish[j], phase));
     }
     /* In-place inputs updated on a redistributed copy are written back to the original. */
     for (int k = 0; k < n->n_in; k++) {
@@ -416,7 +450,7 @@ hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp
     for (int i = 0; i < hp_graph_n_nodes(logical) && st == HP_STATUS_OK; i++) st = partition_node(p, i);
     for (int r = 0; r < n_resolve && st == HP_STATUS_OK; r++) {
         hp_layout rep = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
-        st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, &p->resolved[r]);
+        st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, false, &p->resolved[r]);
     }
     if (st == HP_STATUS_OK)
         st = hp__bucket_gradients(p->g, mesh, o.bucket_size, p->coll, &p->n_coll, &p->bytes, &p->buckets, &p->n_buckets);
