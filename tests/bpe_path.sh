@@ -42,7 +42,24 @@ EOF
 "$hp" train run.yaml --metrics m.jsonl > train.log 2>&1 || { cat train.log; fail "training failed"; }
 [[ -f runs/bpe/tokenizer.json ]] || fail "the run directory does not keep its tokenizer"
 cmp -s runs/bpe/tokenizer.json T.json || fail "the run's tokenizer.json differs from T.json"
-echo "ok: train 6 steps on BPE shards"
+# val_bpb: the val loss over the bytes of the text of the 8 windows it scores (eval_batches 2 x batch
+# 4, T = 32: targets 32w+1 .. 32w+32 of the val split), decoded here by `hp tokenizer decode`
+python3 - shards/val_000000.bin > targets.txt <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()[1024:]
+ids = struct.unpack("<%dH" % (len(b) // 2), b)
+print("\n".join(str(i) for w in range(8) for i in ids[32 * w + 1:32 * w + 33]))
+PY
+wb=$("$hp" tokenizer decode --tokenizer T.json targets.txt | wc -c)
+(( wb > 256 * 3 / 2 )) || fail "the val windows' 256 targets decode to $wb bytes"
+last="$(grep '"val_loss"' m.jsonl | tail -n 1)"
+vl="$(field val_loss "$last")" vb="$(field val_bpb "$last")"
+[[ -n "$vb" ]] || fail "no val_bpb in the metrics: $last"
+close "$vb" "$(awk -v l="$vl" -v b="$wb" 'BEGIN { printf "%.9f", l * 256 / (b * log(2)) }')" 1e-5 ||
+    fail "val_bpb $vb is not val_loss $vl x 256 targets / ($wb bytes x ln 2)"
+lb="$(sed -n 's/^step      6 | val loss [0-9.]* over 8 windows = 256 tokens (.*) | \([0-9.]*\) bits\/byte$/\1/p' train.log)"
+[[ -n "$lb" ]] && close "$lb" "$vb" 1e-4 || { cat train.log; fail "the log's val line lacks $vb bits/byte"; }
+echo "ok: train 6 steps on BPE shards (val $vl nats/token = $vb bits/byte over $wb bytes)"
 
 out="$("$hp" generate runs/bpe --prompt "And God said" --tokens 40 --seed 3)" || fail "generate failed: $out"
 [[ "$out" == "And God said"* ]] || fail "generate printed '$out'"
