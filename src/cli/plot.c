@@ -10,9 +10,10 @@
  * a last row draws it against step and against training time (the running sum of "step_s").
  *
  * Input lines are JSON objects with "step" and any of "loss", "val_loss", "lr", "tokens_per_s",
- * "val_bpb", "step_s" (other fields are ignored; a field that is missing, null or not a number is left out of that
- * series only, whose line then joins the points either side). A resumed run appends to its file, so a step that is not after the previous line's
- * starts the run again from there: the points at and after it are replaced by the new ones.
+ * "val_bpb", "step_s" (other fields are ignored; a field that is missing, null or not a number is
+ * left out of that series only, whose line then joins the points either side). A resumed run
+ * appends to its file, so a step that is not after the previous line's starts the run again from
+ * there: the points at and after it are replaced by the new ones.
  * Blank lines are skipped; a line that is not JSON is an error naming the file and line.
  * Long runs: a series with more points than 2 per pixel column keeps each column's first, lowest,
  * highest and last point, which draws the same picture.
@@ -29,7 +30,8 @@
 /* S_BPB_T is val_bpb against the training time so far (the sum of the lines' step_s) */
 enum { S_LOSS, S_VAL, S_LR, S_TOKS, S_BPB, S_BPB_T, S_COUNT };
 static const char *field[S_COUNT] = {"loss", "val_loss", "lr", "tokens_per_s", "val_bpb", "val_bpb"};
-static const char *series_name[S_COUNT] = {"train_loss", "val_loss", "lr", "tokens_per_s", "val_bpb", "val_bpb_time"};
+static const char *series_name[S_COUNT] = {"train_loss", "val_loss", "lr",
+                                           "tokens_per_s", "val_bpb", "val_bpb_time"};
 /* an evaluation series: dashed, a dot per point */
 static bool is_val(int k) { return k == S_VAL || k == S_BPB || k == S_BPB_T; }
 static const char *palette[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1",
@@ -83,7 +85,7 @@ static bool load(run *r, const char *path) {
     ssize_t len;
     int lineno = 0;
     double last = -INFINITY;
-    double *clock = NULL; /* clock[i]: the training time at the i-th step read (a resumed run replaces) */
+    double *clock = NULL; /* pairs (step, training time so far) of the lines kept (a resume drops some) */
     int n_clock = 0, cap_clock = 0;
     bool ok = true;
     while (ok && (len = getline(&line, &cap, f)) >= 0) {
@@ -129,7 +131,8 @@ static bool load(run *r, const char *path) {
         }
         for (int k = 0; k < S_COUNT && ok; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, field[k]);
-            if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) ok = push(&r->s[k], k == S_BPB_T ? now : x, v->valuedouble);
+            if (cJSON_IsNumber(v) && isfinite(v->valuedouble))
+                ok = push(&r->s[k], k == S_BPB_T ? now : x, v->valuedouble);
         }
         if (!ok) fprintf(stderr, "hp: error: plot: out of memory reading '%s'\n", path);
         r->lines++;
@@ -378,15 +381,17 @@ static void draw(FILE *f, run *runs, int nr, double width) {
             cx += w;
         }
     double pw = width - left - right, half = (pw - left - 10) / 2;
-    panel loss = {left, top, pw, main_h, "Loss (cross-entropy, nats/token)", "loss", "step", {S_LOSS, S_VAL}, 2, false, 0};
+    panel loss = {left, top, pw, main_h, "Loss (cross-entropy, nats/token)", "loss", "step", {S_LOSS, S_VAL}, 2,
+                  false, 0};
     panel lr = {left, top + main_h + gap, half, small_h, "Learning rate", "lr", "step", {S_LR, 0}, 1, true, 1};
-    panel tps = {left + half + left + 10, top + main_h + gap, half, small_h, "Throughput (tokens/s)", "tokens/s", "step",
-                 {S_TOKS, 0}, 1, true, 2};
+    panel tps = {left + half + left + 10, top + main_h + gap, half, small_h, "Throughput (tokens/s)", "tokens/s",
+                 "step", {S_TOKS, 0}, 1, true, 2};
     draw_panel(f, &loss, runs, nr, xmin, xmax);
     draw_panel(f, &lr, runs, nr, xmin, xmax);
     draw_panel(f, &tps, runs, nr, xmin, xmax);
     if (any_bpb) { /* comparable across tokenizers: bits per byte of the text, against step and time */
-        panel bs = {left, bpb_top, half, small_h, "Validation bits per byte", "bits/byte", "step", {S_BPB, 0}, 1, false, 3};
+        panel bs = {left, bpb_top, half, small_h, "Validation bits per byte", "bits/byte", "step", {S_BPB, 0}, 1,
+                    false, 3};
         panel bt = {left + half + left + 10, bpb_top, half, small_h, "Validation bits per byte against time",
                     "bits/byte", "training time (s, the sum of step_s)", {S_BPB_T, 0}, 1, false, 4};
         draw_panel(f, &bs, runs, nr, xmin, xmax);

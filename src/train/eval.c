@@ -218,10 +218,12 @@ static hp_status eval_local(const char *path, const hp_eval_opts *o, int rank, i
         first = N - n;
     }
     if (n < 2) {
+        const char *what = r->shards ? "the validation split of shard set"
+                           : r->held_out ? "the held-out split of" : "--data file";
+        const char *hint = r->shards ? " (prepare it with a larger --val-fraction)"
+                           : r->held_out ? " (data.val_fraction too small)" : "";
         st = hp_error(HP_STATUS_INVALID_ARGUMENT, "%s '%s' gives %zu token%s%s: nothing to predict (at least 2 needed)",
-                      r->shards ? "the validation split of shard set" : r->held_out ? "the held-out split of" : "--data file",
-                      r->source, n, n == 1 ? "" : "s",
-                      r->shards ? " (prepare it with a larger --val-fraction)" : r->held_out ? " (data.val_fraction too small)" : "");
+                      what, r->source, n, n == 1 ? "" : "s", hint);
         goto out;
     }
     for (size_t i = first; i < N; i++)
