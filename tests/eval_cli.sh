@@ -35,6 +35,8 @@ val="$(field val_loss "$last")"
 [[ -n "$val" ]] || fail "no val_loss in the last metrics line: $last"
 [[ "$(field val_coverage "$last")" == "1.000000" && "$(field val_tokens "$last")" == 128 ]] ||
     fail "the metrics line does not state the coverage: $last"
+close "$(field val_bpb "$last")" "$(awk -v l="$val" 'BEGIN { printf "%.9f", l / log(2) }')" 1e-5 ||
+    fail "val_bpb is not val_loss / ln 2 for the byte tokenizer: $last"
 
 out="$("$hp" eval runs/tiny --json)" || fail "hp eval --json failed: $out"
 [[ "$(wc -l <<<"$out")" == 1 ]] || fail "--json printed more than one line: $out"

@@ -5,7 +5,8 @@
 #
 # Draws a real metrics file (`hp train --metrics` of a tiny model, 12 steps) overlaid with a
 # hand-written one that has a resumed stretch (steps 4-5 written twice), a skipped step (loss
-# null) and no learning rate. The SVG must be well-formed XML (xmllint, Debian's libxml2-utils)
+# null) and no learning rate (nor val_bpb: the trainer's file alone gets the bits-per-byte row). The
+# SVG must be well-formed XML (xmllint, Debian's libxml2-utils)
 # with an <svg> root, and hold one polyline per run and series present, with the point counts
 # the files give (the resumed steps once); labels come from the file names (with the directory
 # when two collide). Bad input exits non-zero naming the file (and line). When Chromium is
@@ -60,10 +61,15 @@ title() { xmllint --xpath "string($(poly "$1" "$2")/*[local-name()='title'])" cu
 [[ "$(title y/metrics tokens_per_s)" == "y/metrics: tokens_per_s, 6 points" ]] || fail "y tok/s: $(title y/metrics tokens_per_s)"
 pts="$(xmllint --xpath "string($(poly y/metrics train_loss)/@points)" curves.svg)"
 [[ "$(wc -w <<<"$pts")" == 5 ]] || fail "y train_loss has points '$pts'"
-# three panels with axis labels and a legend entry per run and line
-[[ "$(count "//*[@class='panel']")" == 3 ]] || fail "not 3 panels"
+# x (the trainer's file) has val_bpb: its bits per byte against step and training time, 3 points each
+for s in val_bpb val_bpb_time; do
+    [[ "$(title x/metrics $s)" == "x/metrics: $s, 3 points" ]] || fail "x $s: $(title x/metrics $s)"
+    [[ "$(count "$(poly y/metrics $s)")" == 0 ]] || fail "a $s line for run y/metrics, which has none"
+done
+# five panels (three, and the bits-per-byte row) with axis labels and a legend entry per run and line
+[[ "$(count "//*[@class='panel']")" == 5 ]] || fail "not 5 panels"
 for t in "Loss (cross-entropy, nats/token)" "Learning rate" "Throughput (tokens/s)" step "x/metrics train loss" \
-         "y/metrics val loss"; do
+         "y/metrics val loss" "Validation bits per byte" "training time (s, the sum of step_s)"; do
     [[ "$(count "//*[local-name()='text'][.='$t']")" -ge 1 ]] || fail "no text '$t'"
 done
 echo "ok: curves.svg well-formed, $(count "//*[local-name()='polyline']") polylines"
@@ -72,6 +78,7 @@ echo "ok: curves.svg well-formed, $(count "//*[local-name()='polyline']") polyli
 cp y/metrics.jsonl run-b.jsonl
 "$hp" plot run-b.jsonl -o one.svg 2> /dev/null || fail "hp plot of one file failed"
 xmllint --noout one.svg && [[ "$(xmllint --xpath "count(//*[@data-run='run-b'])" one.svg)" == 3 ]] || fail "one.svg"
+[[ "$(xmllint --xpath "count(//*[@class='panel'])" one.svg)" == 3 ]] || fail "one.svg: no val_bpb, yet not 3 panels"
 
 # a long run: 100000 steps draw as at most 4 points per pixel column, keeping the extremes
 awk 'BEGIN { for (s = 1; s <= 100000; s++) printf "{\"step\": %d, \"loss\": %.4f, \"lr\": 1e-3, \"tokens_per_s\": %d}\n", s, (s == 50000 ? 9.5 : 2 + 1 / s), 1000 + s % 7 }' > long.jsonl

@@ -9,7 +9,9 @@
  *
  * What is evaluated. Without o.data: the held-out split of the corpus named by the config saved
  * with the checkpoint (data.corpus, data.val_fraction), cut as hp/data.h cuts it (the last
- * floor(N * val_fraction) of the corpus's N tokens). With o.data: every token of that file.
+ * floor(N * val_fraction) of the corpus's N tokens); for a run trained on a shard set (data.shards,
+ * hp/shards.h), the set's whole validation split instead, read into memory. With o.data: every
+ * token of that file.
  *
  * Windows. A text of n tokens t_0 .. t_{n-1} has n - 1 targets (t_0 is never predicted). They are
  * covered by W = ceil((n - 1) / T) windows of the model's context T with stride T: window k feeds
@@ -62,8 +64,9 @@ typedef struct hp_eval_result {
     int64_t vocab;        /* the model's vocabulary */
     double seconds;       /* wall time of the forward passes and scoring (this rank) */
     bool held_out;        /* true: the run's held-out split; false: o.data */
-    double val_fraction;  /* the split's data.val_fraction (held_out only) */
-    char source[4096];    /* the file the text came from (the corpus or o.data) */
+    bool shards;          /* true: that split is a shard set's validation split (data.shards) */
+    double val_fraction;  /* the split's data.val_fraction (held_out of a corpus only, else 0) */
+    char source[4096];    /* the file the text came from (the corpus or o.data), or the shard set */
     char step_dir[4096];  /* the step directory evaluated */
     char tokenizer[16];   /* hp_tokenizer_kind of the tokenizer used */
 } hp_eval_result;
@@ -81,7 +84,9 @@ int64_t hp_eval_windows(int64_t n, int64_t T);
  * that is neither a run nor a step directory, HP_STATUS_CORRUPT ...); HP_STATUS_IO for a data file
  * or corpus that is missing or not a regular file; HP_STATUS_CORRUPT for an empty one;
  * HP_STATUS_INVALID_ARGUMENT for a text of fewer than 2 tokens (nothing to predict), a negative
- * batch, a tokenizer whose vocabulary exceeds the model's or a token outside it; the tokenizer's
+ * batch, a tokenizer whose vocabulary exceeds the model's or a token outside it, a shard set
+ * tokenized by another tokenizer than the one evaluated with; the shard set's errors (hp/shards.h,
+ * naming the file); the tokenizer's
  * errors; HP_STATUS_COMM when the ranks cannot combine their sums (every rank then fails).
  */
 hp_status hp_eval_checkpoint(const char *path, const hp_eval_opts *o, hp_eval_result *r);

@@ -116,6 +116,9 @@ typedef struct hp_val_coverage {
     int64_t windows; /* distinct windows: eval_batches x batch, at most the split's W (batches wrap) */
     int64_t tokens;  /* their targets: windows x context */
     double fraction; /* tokens / the split's targets (its tokens - 1), in (0, 1]; `hp eval` scores all */
+    double bytes_per_token; /* bytes of the text of hp_trainer_eval's targets per target (1 for the byte
+                             * tokenizer; a BPE's mean token length), so its loss in bits per byte is
+                             * val_loss / (ln 2 * bytes_per_token); 0 before the first hp_trainer_eval */
 } hp_val_coverage;
 void hp_trainer_val_coverage(const hp_trainer *t, hp_val_coverage *c);
 /* Steps completed so far. */

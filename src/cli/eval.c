@@ -27,7 +27,8 @@ static void print_json(FILE *f, const hp_eval_result *r, int ranks) {
     fprintf(f, ", \"step\": %lld, \"data\": ", (long long)r->step);
     json_str(f, r->source);
     fprintf(f, ", \"split\": \"%s\"", r->held_out ? "val" : "file");
-    if (r->held_out) fprintf(f, ", \"val_fraction\": %g", r->val_fraction);
+    if (r->shards) fprintf(f, ", \"shards\": true");
+    else if (r->held_out) fprintf(f, ", \"val_fraction\": %g", r->val_fraction);
     fprintf(f, ", \"tokenizer\": \"%s\", \"loss\": %.6f, \"perplexity\": %.6f, \"bpb\": %.6f, \"nats\": %.6f, "
                "\"tokens\": %lld, \"bytes\": %lld, \"windows\": %lld, \"context\": %lld, \"batch\": %lld, "
                "\"ranks\": %d, \"seconds\": %.3f}\n",
@@ -85,7 +86,9 @@ int hp_cli_eval(int argc, char **argv) {
         print_json(stdout, &r, ranks);
     } else if (lead) {
         printf("checkpoint: %s (step %lld)\n", r.step_dir, (long long)r.step);
-        if (r.held_out)
+        if (r.shards)
+            printf("data: %s, the shard set's validation split\n", r.source);
+        else if (r.held_out)
             printf("data: %s, held-out split (last %g of the corpus)\n", r.source, r.val_fraction);
         else
             printf("data: %s (whole file)\n", r.source);

@@ -6,10 +6,14 @@
  * are several runs, overlaid in one colour each and labelled by their file name (with the parent
  * directory when two names collide).
  *
- * Input lines are JSON objects with "step" and any of "loss", "val_loss", "lr", "tokens_per_s"
- * (other fields are ignored; a field that is missing, null or not a number is left out of that
- * series only, whose line then joins the points either side). A resumed run appends to its file, so a step that is not after the previous line's
- * starts the run again from there: the points at and after it are replaced by the new ones.
+ * When a run has "val_bpb" (validation bits per byte, which compares runs of different tokenizers),
+ * a last row draws it against step and against training time (the running sum of "step_s").
+ *
+ * Input lines are JSON objects with "step" and any of "loss", "val_loss", "lr", "tokens_per_s",
+ * "val_bpb", "step_s" (other fields are ignored; a field that is missing, null or not a number is
+ * left out of that series only, whose line then joins the points either side). A resumed run
+ * appends to its file, so a step that is not after the previous line's starts the run again from
+ * there: the points at and after it are replaced by the new ones.
  * Blank lines are skipped; a line that is not JSON is an error naming the file and line.
  * Long runs: a series with more points than 2 per pixel column keeps each column's first, lowest,
  * highest and last point, which draws the same picture.
@@ -23,9 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { S_LOSS, S_VAL, S_LR, S_TOKS, S_COUNT };
-static const char *field[S_COUNT] = {"loss", "val_loss", "lr", "tokens_per_s"};
-static const char *series_name[S_COUNT] = {"train_loss", "val_loss", "lr", "tokens_per_s"};
+/* S_BPB_T is val_bpb against the training time so far (the sum of the lines' step_s) */
+enum { S_LOSS, S_VAL, S_LR, S_TOKS, S_BPB, S_BPB_T, S_COUNT };
+static const char *field[S_COUNT] = {"loss", "val_loss", "lr", "tokens_per_s", "val_bpb", "val_bpb"};
+static const char *series_name[S_COUNT] = {"train_loss", "val_loss", "lr",
+                                           "tokens_per_s", "val_bpb", "val_bpb_time"};
+/* an evaluation series: dashed, a dot per point */
+static bool is_val(int k) { return k == S_VAL || k == S_BPB || k == S_BPB_T; }
 static const char *palette[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1",
                                 "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#555555"};
 #define N_COLORS ((int)(sizeof palette / sizeof palette[0]))
@@ -77,6 +85,8 @@ static bool load(run *r, const char *path) {
     ssize_t len;
     int lineno = 0;
     double last = -INFINITY;
+    double *clock = NULL; /* pairs (step, training time so far) of the lines kept (a resume drops some) */
+    int n_clock = 0, cap_clock = 0;
     bool ok = true;
     while (ok && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
@@ -94,19 +104,42 @@ static bool load(run *r, const char *path) {
             break;
         }
         double x = step->valuedouble;
-        if (x <= last) /* a resumed run starts again from x: drop what it replaces */
-            for (int k = 0; k < S_COUNT; k++)
-                while (r->s[k].n > 0 && r->s[k].x[r->s[k].n - 1] >= x) r->s[k].n--;
+        if (x <= last) { /* a resumed run starts again from x: drop what it replaces */
+            for (int k = 0; k < S_COUNT; k++) {
+                series *q = &r->s[k];
+                if (k == S_BPB_T) /* x is time here: keep the points of the steps kept by S_BPB */
+                    q->n = r->s[S_BPB].n < q->n ? r->s[S_BPB].n : q->n;
+                else
+                    while (q->n > 0 && q->x[q->n - 1] >= x) q->n--;
+            }
+            while (n_clock > 0 && clock[2 * n_clock - 2] >= x) n_clock--;
+        }
         last = x;
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "step_s");
+        double now = (n_clock ? clock[2 * n_clock - 1] : 0) +
+                     (cJSON_IsNumber(dt) && isfinite(dt->valuedouble) ? dt->valuedouble : 0);
+        if (n_clock == cap_clock) {
+            cap_clock = cap_clock ? 2 * cap_clock : 256;
+            double *nc = realloc(clock, 2 * (size_t)cap_clock * sizeof *nc);
+            if (!nc) ok = false;
+            else clock = nc;
+        }
+        if (ok) {
+            clock[2 * n_clock] = x;
+            clock[2 * n_clock + 1] = now;
+            n_clock++;
+        }
         for (int k = 0; k < S_COUNT && ok; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, field[k]);
-            if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) ok = push(&r->s[k], x, v->valuedouble);
+            if (cJSON_IsNumber(v) && isfinite(v->valuedouble))
+                ok = push(&r->s[k], k == S_BPB_T ? now : x, v->valuedouble);
         }
         if (!ok) fprintf(stderr, "hp: error: plot: out of memory reading '%s'\n", path);
         r->lines++;
         cJSON_Delete(o);
     }
     free(line);
+    free(clock);
     fclose(f);
     if (ok && r->lines == 0) {
         fprintf(stderr, "hp: error: plot: '%s' holds no metrics lines (is it the file of hp train --metrics?)\n", path);
@@ -162,7 +195,7 @@ static void tick_label(double v, double step, char *buf, size_t n) {
 
 typedef struct panel {
     double x, y, w, h; /* the plot area (px) */
-    const char *title, *ylabel;
+    const char *title, *ylabel, *xlabel;
     int which[2], n_which;
     bool zero_based;   /* the y axis starts at 0 (rates) */
     int id;
@@ -243,8 +276,8 @@ static void draw_panel(FILE *f, const panel *p, run *runs, int nr, double xmin, 
                    "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">%s</text>\n",
                 x, p->y + p->h, x, p->y + p->h + 4, x, p->y + p->h + 17, buf);
     }
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\">step</text>\n", p->x + p->w / 2,
-            p->y + p->h + 34);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\">%s</text>\n", p->x + p->w / 2,
+            p->y + p->h + 34, p->xlabel);
     fprintf(f, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" fill=\"#222\">%s</text>\n",
             p->x - 52, p->y + p->h / 2, p->ylabel);
     /* the series, clipped to the plot area, in a group translated to its origin */
@@ -258,7 +291,7 @@ static void draw_panel(FILE *f, const panel *p, run *runs, int nr, double xmin, 
             const series *s = &runs[r].s[w];
             if (!s->n) continue;
             const char *color = palette[r % N_COLORS];
-            bool val = w == S_VAL;
+            bool val = is_val(w);
             fprintf(f, "<polyline class=\"series\" data-run=\"");
             xml_text(f, runs[r].label);
             fprintf(f, "\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s "
@@ -274,22 +307,26 @@ static void draw_panel(FILE *f, const panel *p, run *runs, int nr, double xmin, 
     for (int r = 0; r < nr; r++)
         for (int k = 0; k < p->n_which; k++) {
             const series *s = &runs[r].s[p->which[k]];
-            if (p->which[k] != S_VAL || s->n > 200) continue;
+            if (!is_val(p->which[k]) || s->n > 200) continue;
             for (int i = 0; i < s->n; i++)
-                fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"><title>step %g: val loss %.4f</title>"
+                fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"><title>%s %g: %s %.4f</title>"
                            "</circle>\n", p->x + (s->x[i] - xmin) * sx, oy - s->y[i] * sy, palette[r % N_COLORS],
-                        s->x[i], s->y[i]);
+                        p->which[k] == S_BPB_T ? "training time (s)" : "step", s->x[i],
+                        p->which[k] == S_VAL ? "val loss" : "val bits/byte", s->y[i]);
         }
     fputs("</g>\n", f);
 }
 
 static void draw(FILE *f, run *runs, int nr, double width) {
-    double xmin = INFINITY, xmax = -INFINITY;
-    bool any_val = false;
+    double xmin = INFINITY, xmax = -INFINITY, tmax = 0;
+    bool any_val = false, any_bpb = false;
     for (int r = 0; r < nr; r++)
         for (int k = 0; k < S_COUNT; k++) {
             const series *s = &runs[r].s[k];
-            if (s->n) {
+            if (k == S_BPB_T) {
+                if (s->n) tmax = fmax(tmax, s->x[s->n - 1]);
+                any_bpb |= s->n > 0;
+            } else if (s->n) {
                 xmin = fmin(xmin, s->x[0]);
                 xmax = fmax(xmax, s->x[s->n - 1]);
             }
@@ -315,7 +352,8 @@ static void draw(FILE *f, run *runs, int nr, double width) {
         }
     double top = ly + legend_rows * row_h + 30;
     double main_h = 320, small_h = 220, gap = 96, left = 80, right = 24;
-    double height = top + main_h + gap + small_h + 56;
+    double bpb_top = top + main_h + gap + small_h + gap; /* the bits-per-byte row, when a run has val_bpb */
+    double height = (any_bpb ? bpb_top + small_h : top + main_h + gap + small_h) + 56;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"11\">\n",
@@ -343,13 +381,22 @@ static void draw(FILE *f, run *runs, int nr, double width) {
             cx += w;
         }
     double pw = width - left - right, half = (pw - left - 10) / 2;
-    panel loss = {left, top, pw, main_h, "Loss (cross-entropy, nats/token)", "loss", {S_LOSS, S_VAL}, 2, false, 0};
-    panel lr = {left, top + main_h + gap, half, small_h, "Learning rate", "lr", {S_LR, 0}, 1, true, 1};
+    panel loss = {left, top, pw, main_h, "Loss (cross-entropy, nats/token)", "loss", "step", {S_LOSS, S_VAL}, 2,
+                  false, 0};
+    panel lr = {left, top + main_h + gap, half, small_h, "Learning rate", "lr", "step", {S_LR, 0}, 1, true, 1};
     panel tps = {left + half + left + 10, top + main_h + gap, half, small_h, "Throughput (tokens/s)", "tokens/s",
-                 {S_TOKS, 0}, 1, true, 2};
+                 "step", {S_TOKS, 0}, 1, true, 2};
     draw_panel(f, &loss, runs, nr, xmin, xmax);
     draw_panel(f, &lr, runs, nr, xmin, xmax);
     draw_panel(f, &tps, runs, nr, xmin, xmax);
+    if (any_bpb) { /* comparable across tokenizers: bits per byte of the text, against step and time */
+        panel bs = {left, bpb_top, half, small_h, "Validation bits per byte", "bits/byte", "step", {S_BPB, 0}, 1,
+                    false, 3};
+        panel bt = {left + half + left + 10, bpb_top, half, small_h, "Validation bits per byte against time",
+                    "bits/byte", "training time (s, the sum of step_s)", {S_BPB_T, 0}, 1, false, 4};
+        draw_panel(f, &bs, runs, nr, xmin, xmax);
+        draw_panel(f, &bt, runs, nr, 0, tmax > 0 ? tmax : 1);
+    }
     fputs("</svg>\n", f);
 }
 
@@ -411,8 +458,9 @@ int hp_cli_plot(int argc, char **argv) {
         goto done;
     }
     for (int r = 0; r < n_in; r++)
-        fprintf(stderr, "plot: %s: %d lines, %d train loss, %d val loss, %d lr, %d tokens/s points\n", runs[r].label,
-                runs[r].lines, runs[r].s[S_LOSS].n, runs[r].s[S_VAL].n, runs[r].s[S_LR].n, runs[r].s[S_TOKS].n);
+        fprintf(stderr, "plot: %s: %d lines, %d train loss, %d val loss, %d lr, %d tokens/s, %d val bits/byte points\n",
+                runs[r].label, runs[r].lines, runs[r].s[S_LOSS].n, runs[r].s[S_VAL].n, runs[r].s[S_LR].n,
+                runs[r].s[S_TOKS].n, runs[r].s[S_BPB].n);
     fprintf(stderr, "plot: wrote %s\n", out);
     rc = 0;
 done:

@@ -49,6 +49,8 @@ static bool write_metrics(FILE *f, const hp_step_metrics *m, double val, const h
     if (n >= 0 && val >= 0)
         n = fprintf(f, ", \"val_loss\": %.6f, \"val_tokens\": %lld, \"val_coverage\": %.6f", val, (long long)vc->tokens,
                     vc->fraction);
+    if (n >= 0 && val >= 0 && vc->bytes_per_token > 0)
+        n = fprintf(f, ", \"val_bpb\": %.6f", val / (log(2.0) * vc->bytes_per_token));
     if (n >= 0 && m->skipped) n = fprintf(f, ", \"skipped\": true");
     if (n >= 0 && m->skipped_total > 0) n = fprintf(f, ", \"skipped_steps\": %lld", (long long)m->skipped_total);
     if (n >= 0) n = fprintf(f, "}\n");
@@ -262,6 +264,7 @@ int hp_cli_train(int argc, char **argv) {
                 goto out;
             }
             last_val = val;
+            hp_trainer_val_coverage(t, &vc); /* its bytes per token, known after the first evaluation */
         }
         double elapsed = hp_now_seconds() - t_start;
         double per_step = elapsed / (double)(m.step - first);
@@ -273,8 +276,9 @@ int hp_cli_train(int argc, char **argv) {
                     (long long)m.step, (long long)cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, el, eta);
         }
         if (lead && val >= 0)
-            fprintf(stderr, "step %6lld | val loss %.4f over %lld windows = %lld tokens (%.1f%% of the val split)\n",
-                    (long long)m.step, val, (long long)vc.windows, (long long)vc.tokens, 100 * vc.fraction);
+            fprintf(stderr, "step %6lld | val loss %.4f over %lld windows = %lld tokens (%.1f%% of the val split) | "
+                    "%.4f bits/byte\n", (long long)m.step, val, (long long)vc.windows, (long long)vc.tokens,
+                    100 * vc.fraction, val / (log(2.0) * vc.bytes_per_token));
         if (lead && m.skipped)
             fprintf(stderr, "step %6lld | skipped: loss %g, gradient norm %g (not finite; no update applied) | %lld in a "
                     "row of at most %lld (train.skip_nonfinite), %lld skipped in all\n", (long long)m.step, m.loss,

@@ -7,6 +7,7 @@
 
 #include "hp/checkpoint.h"
 #include "hp/eval.h"
+#include "hp/shards.h"
 #include "hp/tokenizer.h"
 
 #include <errno.h>
@@ -54,6 +55,36 @@ static hp_status read_tokens(const char *path, bool is_data, const hp_tokenizer 
     hp_corpus_free(c);
     hp_status st = hp_tokenizer_encode(tok, text, len, ids, n);
     free(text);
+    return st;
+}
+
+/* The validation split of the shard set `dir` (a run trained on data.shards), read whole. The set's
+ * tokenizer must be the one the model is evaluated with: the same vocabulary, and the same kind. */
+static hp_status read_val_shards(const char *dir, const hp_tokenizer *tok, int32_t **ids, size_t *n) {
+    hp_shard_set *set;
+    HP_CHECK(hp_shard_set_open(dir, false, &set));
+    hp_status st = HP_STATUS_OK;
+    uint64_t N = hp_shard_set_tokens(set, HP_SHARD_SPLIT_VAL);
+    if (hp_shard_set_vocab(set) != hp_tokenizer_vocab_size(tok) ||
+        strcmp(hp_shard_set_tokenizer_kind(set), hp_tokenizer_kind(tok)) != 0) {
+        st = hp_error(HP_STATUS_INVALID_ARGUMENT, "the run's shard set '%s' was tokenized by a %s tokenizer of %d ids, "
+                      "not by the %s tokenizer of %d ids given to eval", dir, hp_shard_set_tokenizer_kind(set),
+                      (int)hp_shard_set_vocab(set), hp_tokenizer_kind(tok), (int)hp_tokenizer_vocab_size(tok));
+        goto out;
+    }
+    if (N > SIZE_MAX / sizeof **ids || !(*ids = malloc((size_t)(N ? N : 1) * sizeof **ids))) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "eval: out of memory for the %llu validation tokens of '%s'",
+                      (unsigned long long)N, dir);
+        goto out;
+    }
+    *n = (size_t)N;
+    if (N) st = hp_shard_set_read(set, HP_SHARD_SPLIT_VAL, 0, (size_t)N, *ids);
+    if (st != HP_STATUS_OK) {
+        free(*ids);
+        *ids = NULL;
+    }
+out:
+    hp_shard_set_free(set);
     return st;
 }
 
@@ -165,8 +196,10 @@ static hp_status eval_local(const char *path, const hp_eval_opts *o, int rank, i
     r->context = gc.context;
     r->vocab = gc.vocab;
     r->held_out = o->data == NULL;
-    r->val_fraction = r->held_out ? s.config.data.val_fraction : 0;
-    snprintf(r->source, sizeof r->source, "%s", r->held_out ? s.config.data.corpus : o->data);
+    r->shards = r->held_out && s.config.data.shards[0];
+    r->val_fraction = r->held_out && !r->shards ? s.config.data.val_fraction : 0;
+    snprintf(r->source, sizeof r->source, "%s",
+             !r->held_out ? o->data : r->shards ? s.config.data.shards : s.config.data.corpus);
     HP_CHECK_GOTO(open_tokenizer(o->tokenizer, r->step_dir, &tok), st, out);
     snprintf(r->tokenizer, sizeof r->tokenizer, "%s", hp_tokenizer_kind(tok));
     if (hp_tokenizer_vocab_size(tok) > gc.vocab) {
@@ -175,16 +208,22 @@ static hp_status eval_local(const char *path, const hp_eval_opts *o, int rank, i
         goto out;
     }
     size_t N;
-    HP_CHECK_GOTO(read_tokens(r->source, !r->held_out, tok, &ids, &N), st, out);
+    if (r->shards)
+        HP_CHECK_GOTO(read_val_shards(r->source, tok, &ids, &N), st, out);
+    else
+        HP_CHECK_GOTO(read_tokens(r->source, !r->held_out, tok, &ids, &N), st, out);
     size_t first = 0, n = N;
-    if (r->held_out) {
+    if (r->held_out && !r->shards) {
         n = (size_t)floor((double)N * r->val_fraction); /* hp/data.h's split */
         first = N - n;
     }
     if (n < 2) {
+        const char *what = r->shards ? "the validation split of shard set"
+                           : r->held_out ? "the held-out split of" : "--data file";
+        const char *hint = r->shards ? " (prepare it with a larger --val-fraction)"
+                           : r->held_out ? " (data.val_fraction too small)" : "";
         st = hp_error(HP_STATUS_INVALID_ARGUMENT, "%s '%s' gives %zu token%s%s: nothing to predict (at least 2 needed)",
-                      r->held_out ? "the held-out split of" : "--data file", r->source, n, n == 1 ? "" : "s",
-                      r->held_out ? " (data.val_fraction too small)" : "");
+                      what, r->source, n, n == 1 ? "" : "s", hint);
         goto out;
     }
     for (size_t i = first; i < N; i++)

@@ -318,14 +318,22 @@ hp_status hp_trainer_eval(hp_trainer *t, double *val_loss) {
     if (!t->eval.p) HP_CHECK(build_prog(t, &t->eval, false));
     double t0 = hp_trace_begin(t->trace);
     if (t->pipe) HP_CHECK(hp__pipe_gather(t, false)); /* every rank evaluates the whole model */
-    double sum = 0;
+    double sum = 0, bytes = 0;
+    const int64_t BT = t->cfg.train.batch * t->cfg.model.context;
     for (int64_t b = 0; b < t->cfg.train.eval_batches; b++) {
         HP_CHECK(hp_loader_val_batch(t->loader, b, t->tok_buf, t->tgt_buf));
+        if (t->val_bytes == 0) /* the targets' text, once: the batches are the same every call */
+            for (int64_t i = 0; i < BT; i++) {
+                size_t len = 1;
+                if (t->tok) hp_tokenizer_token(t->tok, t->tgt_buf[i], &len);
+                bytes += (double)len;
+            }
         scatter_batch(t, &t->eval);
         HP_CHECK(hp_program_run(t->eval.p));
         sum += *(float *)hp_program_data(t->eval.p, t->eval.loss);
     }
     *val_loss = sum / (double)t->cfg.train.eval_batches;
+    if (t->val_bytes == 0) t->val_bytes = bytes;
     hp__trainer_trace(t, &t->trace_eval, t0);
     return HP_STATUS_OK;
 }
@@ -335,6 +343,7 @@ void hp_trainer_val_coverage(const hp_trainer *t, hp_val_coverage *c) {
     c->windows = n < W ? n : W;
     c->tokens = c->windows * t->cfg.model.context;
     c->fraction = (double)c->tokens / (double)(hp_loader_val_tokens(t->loader) - 1);
+    c->bytes_per_token = t->val_bytes / (double)(t->cfg.train.eval_batches * t->cfg.train.batch * t->cfg.model.context);
 }
 
 const float *hp_trainer_param(hp_trainer *t, const char *name, int64_t *numel) {

@@ -53,6 +53,8 @@ struct hp_trainer {
     hp_trainer_fwd sample;
     int64_t steps_done;
     double unigram;
+    double val_bytes;      /* bytes of the text of hp_trainer_eval's targets (all its batches); 0 before
+                            * its first call */
     hp_trace *trace;       /* hp_trainer_set_trace; NULL: off */
     int trace_track;       /* the compute thread's track */
     hp_trace_span trace_step, trace_eval, trace_save; /* the trainer's own spans */

@@ -103,6 +103,7 @@ static void test_matches_trainer_val_loss(void **state) {
     assert_int_equal(fx->cov.windows, 8);
     assert_int_equal(fx->cov.tokens, 128);
     assert_close(fx->cov.fraction, 1.0, 0, 1e-12);
+    assert_close(fx->cov.bytes_per_token, 1.0, 0, 1e-12); /* bytes: one byte per target after an eval */
     hp_eval_result r;
     assert_ok(hp_eval_checkpoint(fx->run, NULL, &r));
     assert_true(r.held_out);
@@ -205,6 +206,7 @@ static void test_trainer_coverage(void **state) {
         assert_int_equal(v.windows, eb == 1 ? 4 : 8); /* 12 batches' rows wrap over the 8 windows */
         assert_int_equal(v.tokens, v.windows * T_CTX);
         assert_close(v.fraction, eb == 1 ? 0.5 : 1.0, 0, 1e-12);
+        assert_close(v.bytes_per_token, 0, 0, 0); /* unknown before the first hp_trainer_eval */
         hp_trainer_free(t);
         hp_run_config_free(&c);
     }
