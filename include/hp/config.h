@@ -139,6 +139,7 @@
 #define HP_CONFIG_H
 
 #include "hp/core.h"
+#include "hp/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -154,6 +155,7 @@ typedef struct hp_model_config {
     int64_t width;   /* C, the embedding size; >= 1 */
     bool tied_head;  /* the output head reuses the token-embedding matrix */
     double dropout;  /* in [0, 1): GPT-2's dropout in the training step only (hp_gpt_build) */
+    hp_moe_config moe; /* model.moe: Mixture-of-Experts MLPs (hp/moe.h; src/io/config_moe.c); experts 0: off */
 } hp_model_config;
 
 typedef struct hp_data_config {

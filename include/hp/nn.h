@@ -17,6 +17,7 @@
 #define HP_NN_H
 
 #include "hp/ir.h"
+#include "hp/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +34,11 @@ typedef struct hp_gpt_config {
      * a training graph: evaluation and generation graphs are built with 0. */
     float dropout;
     uint64_t seed;  /* run seed keying the dropout masks (unused without dropout) */
+    /* Mixture-of-Experts MLPs in the layers moe names (experts 0: none; hp/moe.h): in such a layer
+     * blocks.L.mlp is hp_moe_build's layer (blocks.L.mlp.router.weight, .experts.fc.weight, ...)
+     * instead of fc/proj. With moe.training (set it for a training graph only, like dropout) the
+     * balancing losses, times moe.balance_loss, join the loss. */
+    hp_moe_config moe;
 } hp_gpt_config;
 
 /* Checks the shape parameters; HP_STATUS_INVALID_ARGUMENT naming the bad value. */

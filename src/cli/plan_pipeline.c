@@ -21,7 +21,7 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
     int n = s.n_stages, p = s.p, m = s.m, rows = (int)(cfg->train.batch / s.m), seq = (int)cfg->model.context;
     hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = seq, .layers = (int)cfg->model.layers,
                         .heads = (int)cfg->model.heads, .width = (int)cfg->model.width,
-                        .tied_head = cfg->model.tied_head};
+                        .tied_head = cfg->model.tied_head, .moe = cfg->model.moe};
     double *f = calloc((size_t)n, sizeof *f), *b = calloc((size_t)n, sizeof *b), *w = calloc((size_t)n, sizeof *w);
     size_t *act = calloc((size_t)n, sizeof *act);
     int *peak = calloc((size_t)p, sizeof *peak);

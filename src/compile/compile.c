@@ -257,7 +257,8 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
                         .layers = (int)cfg->model.layers, .heads = (int)cfg->model.heads,
                         .width = (int)cfg->model.width, .tied_head = cfg->model.tied_head,
                         .dropout = opts->train ? (float)cfg->model.dropout : 0.0f,
-                        .seed = (uint64_t)cfg->train.seed};
+                        .seed = (uint64_t)cfg->train.seed, .moe = cfg->model.moe};
+    gc.moe.training = opts->train;
     int world = opts->comm ? hp_comm_size(opts->comm) : opts->plan_world_size;
     hp_status st = hp_gpt_config_check(&gc);
     if (st == HP_STATUS_OK) st = hp_compile_config_objects(cfg, world, &c->strategy, &c->offload_cfg);

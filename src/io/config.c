@@ -12,7 +12,7 @@
 #include <limits.h>
 #include <stdarg.h>
 
-typedef enum field_type { F_INT, F_DOUBLE, F_BOOL, F_STR } field_type;
+typedef enum field_type { F_INT, F_DOUBLE, F_BOOL, F_STR, F_MOE } field_type; /* F_MOE: model.moe (config_moe.c) */
 
 typedef struct field {
     const char *key;
@@ -32,7 +32,7 @@ typedef struct field {
 static const field model_fields[] = {
     INT(hp_model_config, vocab, 256, I32), INT(hp_model_config, context, 1, I32), INT(hp_model_config, layers, 1, I32),
     INT(hp_model_config, heads, 1, I32),   INT(hp_model_config, width, 1, I32),   FLD(hp_model_config, tied_head, F_BOOL),
-    FLD(hp_model_config, dropout, F_DOUBLE),
+    FLD(hp_model_config, dropout, F_DOUBLE), FLD(hp_model_config, moe, F_MOE),
 };
 static const field data_fields[] = {FLD(hp_data_config, corpus, F_STR), FLD(hp_data_config, val_fraction, F_DOUBLE),
                                     FLD(hp_data_config, shards, F_STR)};
@@ -90,6 +90,7 @@ hp_run_config hp_run_config_defaults(void) {
     memset(&c, 0, sizeof c);
     c.model = (hp_model_config){.vocab = 256, .context = 256, .layers = 4, .heads = 4, .width = 256,
                                 .tied_head = false, .dropout = 0.0};
+    c.model.moe = HP_MOE_CONFIG_INIT;
     snprintf(c.data.corpus, sizeof c.data.corpus, "data/kjv.txt");
     c.data.val_fraction = 0.05;
     hp_train_config *t = &c.train;
@@ -137,6 +138,7 @@ static hp_status read_field(const section *sec, const field *f, const hp_yaml_no
     case F_INT: return hp_yaml_as_int(v, what, (int64_t *)p);
     case F_DOUBLE: return hp_yaml_as_double(v, what, (double *)p);
     case F_BOOL: return hp_yaml_as_bool(v, what, (bool *)p);
+    case F_MOE: return hp__config_read_moe(v, (hp_moe_config *)p);
     case F_STR: {
         const char *s;
         HP_CHECK(hp_yaml_as_string(v, what, &s));
@@ -259,6 +261,7 @@ static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
                 "width %lld, train.batch %lld", sizes[i].what, (long long)m->vocab, (long long)m->context,
                 (long long)m->heads, (long long)m->width, (long long)t->batch);
     if (!(m->dropout >= 0.0 && m->dropout < 1.0)) BAD("model", "dropout", "model.dropout %g must be in [0, 1)", m->dropout);
+    HP_CHECK(hp__config_check_moe(&m->moe, m->layers, value_at(root, "model", "moe"), f));
     if (!cfg->data.corpus[0]) BAD("data", "corpus", "data.corpus must name a file");
     if (!(cfg->data.val_fraction > 0.0 && cfg->data.val_fraction < 1.0))
         BAD("data", "val_fraction", "data.val_fraction %g must be in (0, 1)", cfg->data.val_fraction);
@@ -356,7 +359,9 @@ static cJSON *to_cjson(const hp_run_config *cfg) {
         for (size_t i = 0; ok && i < sections[s].n; i++) {
             const field *f = &sections[s].fields[i];
             const void *p = base + f->offset;
-            cJSON *v = f->type == F_INT      ? json_int(*(const int64_t *)p)
+            if (f->type == F_MOE && ((const hp_moe_config *)p)->experts < 1) continue; /* MoE off: not written */
+            cJSON *v = f->type == F_MOE      ? hp__config_moe_json((const hp_moe_config *)p)
+                       : f->type == F_INT      ? json_int(*(const int64_t *)p)
                        : f->type == F_DOUBLE ? hp__config_json_number(*(const double *)p)
                        : f->type == F_BOOL   ? cJSON_CreateBool(*(const bool *)p)
                                              : cJSON_CreateString((const char *)p);
@@ -430,6 +435,16 @@ char *hp_run_config_to_yaml(const hp_run_config *cfg) {
                 break;
             }
             case F_BOOL: sb_printf(&b, "  %s: %s\n", f->key, *(const bool *)p ? "true" : "false"); break;
+            case F_MOE: { /* a JSON object is a valid YAML flow mapping */
+                if (((const hp_moe_config *)p)->experts < 1) break;
+                cJSON *js = hp__config_moe_json((const hp_moe_config *)p);
+                char *q = js ? cJSON_PrintUnformatted(js) : NULL;
+                if (q) sb_printf(&b, "  %s: %s\n", f->key, q);
+                else b.oom = true;
+                free(q);
+                cJSON_Delete(js);
+                break;
+            }
             case F_STR: {
                 /* A JSON string is a valid YAML double-quoted scalar. */
                 cJSON *js = cJSON_CreateString((const char *)p);
