@@ -229,6 +229,56 @@ static void test_dispatch_values(void **state) {
     hp_graph_free(g);
 }
 
+/* Skewed routing: every token to expert 1, experts 0 and 2 receive nothing: their GEMMs are empty,
+ * their weight gradients exactly zero, expert 1's the whole dy^T x. */
+static void test_gemm_empty_experts(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(4, 3));
+    hp_tid idx = hp_input(g, "idx", HP_DTYPE_I32, HP_SHAPE(4, 1));
+    hp_tid w = hp_input(g, "w", HP_DTYPE_F32, HP_SHAPE(3, 2, 3));
+    hp_tid dy = hp_input(g, "dy", HP_DTYPE_F32, HP_SHAPE(4, 2));
+    hp_tid xs = hp_moe_dispatch(g, x, idx, 3);
+    hp_tid counts = last_out(g, 1);
+    hp_tid y = hp_moe_gemm(g, xs, w, counts, true);
+    hp_tid in[3] = {dy, xs, counts};
+    hp_tid dw = hp_graph_add_node(g, HP_OP_MOE_GEMM_DW, in, 3, NULL);
+    hp_tid keep[3] = {y, dw, counts};
+    hp_program *p = hp_test_compile(g, keep, 3);
+    float *xv = hp_program_data(p, x), *wv = hp_program_data(p, w), *dyv = hp_program_data(p, dy);
+    hp_test_fill_uniform(xv, 12, 1, -1, 1);
+    hp_test_fill_uniform(wv, 18, 2, -1, 1);
+    hp_test_fill_uniform(dyv, 8, 3, -1, 1);
+    float *dwv = hp_program_data(p, dw);
+    for (int i = 0; i < 18; i++) dwv[i] = 7.0f; /* stale values the kernel must overwrite */
+    int32_t *iv = hp_program_data(p, idx);
+    for (int i = 0; i < 4; i++) iv[i] = 1;
+    assert_ok(hp_program_run(p));
+    const int32_t *cn = hp_program_data(p, counts);
+    assert_int_equal(cn[0], 0);
+    assert_int_equal(cn[1], 4);
+    assert_int_equal(cn[2], 0);
+    const float *yv = hp_program_data(p, y);
+    for (int n = 0; n < 4; n++)
+        for (int o = 0; o < 2; o++) {
+            double want = 0;
+            for (int c = 0; c < 3; c++) want += (double)xv[n * 3 + c] * wv[6 + o * 3 + c];
+            assert_close(yv[n * 2 + o], want, 1e-5, 1e-6);
+        }
+    for (int i = 0; i < 6; i++) {
+        assert_close(dwv[i], 0.0, 0, 0);
+        assert_close(dwv[12 + i], 0.0, 0, 0);
+    }
+    for (int o = 0; o < 2; o++)
+        for (int c = 0; c < 3; c++) {
+            double want = 0;
+            for (int n = 0; n < 4; n++) want += (double)dyv[n * 2 + o] * xv[n * 3 + c];
+            assert_close(dwv[6 + o * 3 + c], want, 1e-5, 1e-6);
+        }
+    hp_program_free(p);
+    hp_graph_free(g);
+}
+
 /* DeepSeek-V3's bias update: toward the mean load, by the rate, zero where a load is the mean. */
 static void test_bias_update(void **state) {
     (void)state;
@@ -349,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_route_grad),      cmocka_unit_test(test_route_values),
         cmocka_unit_test(test_route_errors),    cmocka_unit_test(test_dispatch_combine_gemm_balance_grad),
         cmocka_unit_test(test_dispatch_values), cmocka_unit_test(test_bias_update),
+        cmocka_unit_test(test_gemm_empty_experts),
         cmocka_unit_test(test_layer_grad),      cmocka_unit_test(test_layer_build),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
