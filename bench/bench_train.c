@@ -1,7 +1,7 @@
 /*
  * Training-step benchmark (issue: foundation). For GPT config A (vocab 256, context 256, 4 layers,
  * 4 heads, width 256, batch 8) and B (GPT-2 small: vocab 50257, context 1024, 12 layers, 12 heads,
- * width 768, batch 4, tied head), times the whole step (forward, backward, clipping, AdamW) and
+ * width 768, batch 4, tied head), and L (A's shape as a Llama, 2 kv heads; --config L), times the whole step (forward, backward, clipping, AdamW) and
  * prints one JSON line per config:
  *   tokens/s, achieved GFLOP/s by nanoGPT's estimate (6 N + 12 L C T per token, the same formula
  *   as bench/torch_gpt.py), the machine's SGEMM peak measured in the same run, and the fraction.
@@ -58,6 +58,10 @@ typedef struct cfg {
 static const cfg CONFIGS[] = {
     {"A", {.vocab = 256, .context = 256, .layers = 4, .heads = 4, .width = 256, .tied_head = false}, 8},
     {"B", {.vocab = 50257, .context = 1024, .layers = 12, .heads = 12, .width = 768, .tied_head = true}, 4},
+    /* config A's shape as a Llama (RMSNorm, RoPE, 4 heads over 2 kv heads, SwiGLU of the default
+     * width 768, no biases): the cost of the Llama operators beside GPT-2's */
+    {"L", {.family = HP_MODEL_FAMILY_LLAMA, .vocab = 256, .context = 256, .layers = 4, .heads = 4, .kv_heads = 2,
+           .width = 256, .tied_head = false}, 8},
 };
 
 /* Runs bench/torch_gpt.py on config c, echoes its JSON line; returns its tokens/s (0 if unavailable). */
@@ -167,7 +171,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile")) profile = true;
         else if (!strcmp(argv[i], "--pairs") && i + 1 < argc) pairs = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_train [--config A|B|AB] [--steps N] [--warmup N] [--torch [--pairs N]] [--profile]\n");
+            fprintf(stderr, "usage: bench_train [--config A|B|L|AB] [--steps N] [--warmup N] [--torch [--pairs N]] [--profile]\n");
             return 2;
         }
     }
@@ -183,7 +187,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < (torch ? pairs : 1) && r < 64; r++) {
             double tps = 0;
             rc |= run(c, w, n, profile, peak, &tps);
-            if (!torch) break;
+            if (!torch || c->gpt.family != HP_MODEL_FAMILY_GPT2) break; /* bench/torch_gpt.py: GPT only */
             double ttps = torch_tps(c, w, n);
             if (ttps <= 0) {
                 printf("{\"bench\": \"train_step\", \"config\": \"%s\", \"pytorch\": \"unavailable (run "

@@ -6,7 +6,8 @@
 # A tiny MoE model (DeepSeek-V3's sigmoid_bias router with its bias updates, a shared expert, in
 # layer 1 of 2) trains 30 steps on the KJV: the loss falls; the checkpoint holds the router bias, and
 # it moved from 0; `hp eval` of the checkpoint gives the trainer's val loss; a run stopped at step 20
-# and resumed to 30 logs the same losses as the straight 30-step run; `hp generate` samples.
+# and resumed to 30 logs the same losses as the straight 30-step run; `hp generate` samples the same
+# text with the KV-cache decoder as with --no-cache.
 set -euo pipefail
 hp="$1" src="$2"
 work="$(mktemp -d "${TMPDIR:-/tmp}/hp-moe-cli.XXXXXX")"
@@ -72,5 +73,7 @@ for s in 21 25 30; do
 done
 echo "ok: resumed at 20, steps 21-30 equal the straight run"
 
-"$hp" generate runs/straight --tokens 20 > gen.txt 2>&1 || { cat gen.txt; fail "hp generate failed"; }
-echo "ok: hp generate"
+"$hp" generate runs/straight --tokens 20 --seed 3 > gen.txt 2> gen.err || { cat gen.err; fail "hp generate failed"; }
+"$hp" generate runs/straight --tokens 20 --seed 3 --no-cache > gen2.txt 2> gen.err || { cat gen.err; fail "hp generate --no-cache failed"; }
+cmp -s gen.txt gen2.txt || fail "generation with the KV cache differs from --no-cache: $(cat gen.txt) vs $(cat gen2.txt)"
+echo "ok: hp generate (KV cache decode with MoE layers = --no-cache)"

@@ -18,10 +18,13 @@
  *         model.safetensors           weights by hierarchical name ("blocks.3.attn.q.weight");
  *                                     metadata {"format": "pt", "step": "200", "role": "model",
  *                                     "rank": "0", "world_size": "1", "model": "vocab=256 context=64
- *                                     layers=4 heads=4 width=128 tied_head=false" (when saved with a
- *                                     config), plus the checksums of hp/safetensors.h}
+ *                                     layers=4 heads=4 width=128 tied_head=false" and "hp.model": the
+ *                                     config's model section as JSON ({"vocab":256,"context":64,...})
+ *                                     (both when saved with a config), plus the checksums of
+ *                                     hp/safetensors.h}
  *         optim.safetensors           AdamW moments "exp_avg.<param>" and "exp_avg_sq.<param>"
- *                                     (metadata as above, "role": "optim")
+ *                                     (metadata as above, "role": "optim"); no tensors at all in a
+ *                                     model-only checkpoint (hp_checkpoint_has_optim)
  *         state.json                  {"format": "hyperparallel-checkpoint", "format_version": 1,
  *                                      "step": 200, "seed": "1" (a decimal string: exact for any
  *                                      uint64), "config": {...hp_run_config_to_json...},
@@ -173,6 +176,15 @@ void hp_checkpoint_state_free(hp_checkpoint_state *s);
 hp_status hp_checkpoint_load_model(const char *step_dir, hp_named_tensor *tensors, size_t n);
 hp_status hp_checkpoint_load_optim(const char *step_dir, hp_named_tensor *tensors, size_t n);
 
+/*
+ * Whether a step directory (either format) holds optimizer state: false for a model-only
+ * checkpoint, whose optimizer part has no tensors (hp_checkpoint_save with n_optim 0, as `hp convert
+ * --from-hf` writes). hp_checkpoint_check_config accepts such a checkpoint, and hp_trainer_resume
+ * starts AdamW's moments at zero from it. Errors: those of opening the optimizer part (HP_STATUS_IO
+ * for a missing file, HP_STATUS_CORRUPT), naming the file.
+ */
+hp_status hp_checkpoint_has_optim(const char *step_dir, bool *has);
+
 /* ---------------------------------------------------------------- sharded checkpoints */
 
 /*
@@ -243,9 +255,10 @@ hp_status hp_checkpoint_load_sharded(const char *step_dir, bool optim, const hp_
  * Checks that the config in a step directory's state.json (s, from hp_checkpoint_read_state)
  * describes its tensors, without loading them: the model metadata the tensor files were saved with
  * against s's model section (vocab, context, layers, heads, width, tied_head; names the first field
- * that differs), then the GPT that section builds (hp_gpt_build): every parameter present with its
- * shape and dtype among the model tensors and as exp_avg.<name> and exp_avg_sq.<name> among the
- * optimizer tensors, and no other tensor. hp_trainer_resume and hp_generate_from_checkpoint call
+ * that differs; and, when the file records "hp.model", each of its keys), then the GPT that section
+ * builds (hp_gpt_build): every parameter present with its shape and dtype among the model tensors
+ * and as exp_avg.<name> and exp_avg_sq.<name> among the optimizer tensors (unless the optimizer
+ * part holds no tensor at all: a model-only checkpoint), and no other tensor. hp_trainer_resume and hp_generate_from_checkpoint call
  * it; the plain loaders (hp_checkpoint_load_*) load any tensors and do not. Errors:
  * HP_STATUS_CORRUPT naming the step directory and the field or tensor that disagrees (and both
  * values), or that s has no config; the errors of hp_checkpoint_load_sharded opening the files.

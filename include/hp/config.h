@@ -11,7 +11,8 @@
  *
  * Schema (every key optional; the value shown is the default):
  *
- *     model:    {vocab: 256, context: 256, layers: 4, heads: 4, width: 256, tied_head: false, dropout: 0.0}
+ *     model:    {vocab: 256, context: 256, layers: 4, heads: 4, width: 256, tied_head: false, dropout: 0.0,
+ *                family: gpt2, kv_heads: 0, ffn_width: 0, rope_base: 10000, norm_eps: 1.0e-5}
  *     data:     {corpus: data/kjv.txt, val_fraction: 0.05, shards: ""}
  *     train:    {steps: 1000, batch: 8, seed: 1, log_every: 10, eval_every: 100, eval_batches: 8,
  *                checkpoint_dir: runs/kjv, checkpoint_every: 200, sample_every: 0, sample_tokens: 200,
@@ -86,8 +87,13 @@
  * Each error names the group (groups.NAME), the key and file:line. The pipeline runtime is not built
  * yet: hp_trainer_new and hp_compile_run refuse a config with groups (HP_STATUS_UNSUPPORTED).
  *
+ * model.family is gpt2 or llama (anything else is an error naming the value and its line). kv_heads,
+ * ffn_width, rope_base and norm_eps are read for llama (hp/nn.h: the Llama family): kv_heads must
+ * divide heads, the head dim width/heads must be even (RoPE rotates pairs), and dropout must be 0.
+ *
  * Integer ranges (checked in 64 bits before anything narrows to the int the model uses):
- *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1];
+ *   model.vocab [256, 2^31-1]; model.context, layers, heads, width [1, 2^31-1]; model.kv_heads,
+ *   ffn_width [0, 2^31-1];
  *   train.batch, eval_batches [1, 2^31-1]; train.sample_tokens [0, 2^31-1]; train.threads [0, 4096];
  *   train.steps [1, 10^15 - 1]; train.seed, log_every, eval_every, checkpoint_every, sample_every,
  *   skip_nonfinite and optim.warmup [0, 10^15 - 1] (integers of 15 digits: written exactly as JSON
@@ -154,7 +160,13 @@ typedef struct hp_model_config {
     int64_t heads;   /* attention heads; >= 1, divides width */
     int64_t width;   /* C, the embedding size; >= 1 */
     bool tied_head;  /* the output head reuses the token-embedding matrix */
-    double dropout;  /* in [0, 1): GPT-2's dropout in the training step only (hp_gpt_build) */
+    double dropout;  /* in [0, 1): GPT-2's dropout in the training step only (hp_gpt_build); llama: 0 */
+    /* The decoder family (hp/nn.h): "gpt2" (the default) or "llama". The keys below are llama's. */
+    char family[HP_CONFIG_STR_MAX];
+    int64_t kv_heads;  /* grouped-query attention: key/value heads, dividing heads; 0 (default): heads */
+    int64_t ffn_width; /* SwiGLU hidden width; 0 (default): 8/3 width rounded up to a multiple of 256 */
+    double rope_base;  /* RoPE base theta, > 1; default 10000 */
+    double norm_eps;   /* RMSNorm epsilon, > 0; default 1e-5 */
     hp_moe_config moe; /* model.moe: Mixture-of-Experts MLPs (hp/moe.h; src/io/config_moe.c); experts 0: off */
 } hp_model_config;
 

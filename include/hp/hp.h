@@ -58,6 +58,7 @@
 #include "hp/schedule.h"
 #include "hp/pipeline.h"
 #include "hp/nn.h"
+#include "hp/generate.h"
 #include "hp/train.h"
 #include "hp/data.h"
 #include "hp/tokenizer.h"

@@ -70,6 +70,11 @@ typedef int32_t hp_tid;
     X(ATTENTION, attention)         /* fused causal self-attention; outputs o, lse */              \
     X(ATTENTION_BACKWARD, attention_backward) /* outputs dq, dk, dv */                             \
     X(DROPOUT, dropout)             /* inverted dropout; mask from (i[0] key, in[1] step, element) */\
+    X(RMSNORM, rmsnorm)             /* over the last axis, eps f[0]; outputs y, rstd */             \
+    X(RMSNORM_BACKWARD, rmsnorm_backward) /* outputs dx, dweight */                                \
+    X(ROPE, rope)                   /* rotary embedding: i[0] heads, i[1] position offset, i[2] inverse, f[0] base */\
+    X(SWIGLU, swiglu)               /* y = silu(gate) * up */                                      \
+    X(SWIGLU_BACKWARD, swiglu_backward) /* outputs dgate, dup */                                   \
     X(SUMSQ, sumsq)                 /* scalar sum of squares of all inputs */                      \
     X(CLIP_SCALE, clip_scale)       /* scalar min(1, f[0] / (sqrt(a) + 1e-6)) */                   \
     X(ADAMW, adamw)                 /* in place: param, m, v updated from grad */                  \
@@ -83,6 +88,7 @@ typedef int32_t hp_tid;
     X(ADAMW_STREAM, adamw_stream)   /* ADAMW where param/grad/m/v may live on slower tiers: chunked */\
     X(SEND, send)                   /* point-to-point: in[0] to rank i[0] with tag i[1] (no output) */ \
     X(RECV, recv)                   /* point-to-point: y (attr.shape, dtype i[2]) from rank i[0], tag i[1] */ \
+    X(ATTENTION_CACHE, attention_cache) /* inference: append k, v to a KV cache in place, attend; i[0] heads, i[2] kv heads */ \
     X(MOE_ROUTE, moe_route)         /* MoE router: logits (N, E) [, bias (E)] -> gates, idx (N, k), probs (N, E) */ \
     X(MOE_ROUTE_BACKWARD, moe_route_backward) /* dgates, dprobs, logits, idx -> dlogits */              \
     X(MOE_BIAS_UPDATE, moe_bias_update) /* in place: bias (E) += f[0] sign(mean(counts) - counts) */     \
@@ -111,6 +117,8 @@ typedef enum hp_tensor_kind {
     HP_TENSOR_KIND_INPUT,          /* fed from outside every step (tokens, targets, lr) */
     HP_TENSOR_KIND_OPT_STATE,      /* optimizer state (AdamW m, v); persistent */
     HP_TENSOR_KIND_CONST,          /* constant fixed at build time; persistent */
+    HP_TENSOR_KIND_STATE,          /* non-trainable persistent state written by the program (a KV
+                                    * cache); bound to the state store by name like PARAM */
     HP_TENSOR_KIND_COUNT
 } hp_tensor_kind;
 
@@ -152,7 +160,13 @@ enum {
                                          first used, and its inputs stay live until then */
     HP_NODE_FLAG_INSTR = 1u << 4,     /* node->extra is a runtime instruction (hp_instr, hp/instr.h) or
                                          a pass's struct that begins with one */
+    /* Bits 5-6: a pipeline stage's phase of the node (HP_NODE_PHASE(flags)): 1 forward (F), 2 input
+     * gradient (B), 3 weight gradient (W); 0 for a node no phase was given (one a later pass
+     * inserted). Set by the pipeline (hp/pipeline.h) so its phase boundaries survive a rewrite. */
+    HP_NODE_FLAG_PHASE_SHIFT = 5,
+    HP_NODE_FLAG_PHASE_MASK = 3u << 5,
 };
+#define HP_NODE_PHASE(flags) ((int)(((flags) & HP_NODE_FLAG_PHASE_MASK) >> HP_NODE_FLAG_PHASE_SHIFT))
 
 typedef struct hp_node {
     hp_op op;

@@ -91,6 +91,34 @@ hp_tid hp_gelu(hp_graph *g, hp_tid x);
  * through y (autodiff reports HP_STATUS_UNSUPPORTED if the loss depends on mean or rstd).
  */
 hp_tid hp_layernorm(hp_graph *g, hp_tid x, hp_tid gamma, hp_tid beta, float eps);
+/*
+ * RMSNorm over the last axis (Zhang & Sennrich 2019; Llama): x (..., C), weight (C) -> (..., C),
+ * y = x / sqrt(mean(x^2) + eps) * weight (eps > 0). The node's output 1 is rstd (...), saved for the
+ * backward; gradients flow only through y. Sharding rule: rows split any way (DP, SP), C whole,
+ * weight replicated (its gradient a pending sum over the row-splitting axes).
+ */
+hp_tid hp_rmsnorm(hp_graph *g, hp_tid x, hp_tid weight, float eps);
+/*
+ * Rotary position embedding (Su et al. 2021), Hugging Face Llama's rotate_half form:
+ * x (B, T, n_head*D) with heads interleaved as (H, D), D even -> y of the same shape; the token at
+ * time t is at position pos_offset + t and pair (j, j + D/2) of every head is rotated by
+ * (pos_offset + t) / base^(2j/D). base > 1 (Llama: 10000), pos_offset >= 0 (generation with a cache;
+ * 0 for training). The gradient is the inverse rotation. Sharding rule: batch split any way, the
+ * sequence whole, channels split on head boundaries only.
+ */
+hp_tid hp_rope(hp_graph *g, hp_tid x, int n_head, float base, int64_t pos_offset);
+/*
+ * ROPE with a position per row (batched generation, each sequence at its own length): x (B, T,
+ * n_head*D), positions (B, T) i32 -> y like x, row (b, t) rotated for position positions[b, t]
+ * (a negative position, a padding row, is taken as 0). Sharding rule: hp_rope's, positions split
+ * like x's batch.
+ */
+hp_tid hp_rope_at(hp_graph *g, hp_tid x, hp_tid positions, int n_head, float base);
+/*
+ * SwiGLU's gate (Shazeer 2020): silu(gate) * up for gate and up of the same shape (...), with
+ * silu(g) = g / (1 + exp(-g)). Elementwise (any layout; both operands in gate's).
+ */
+hp_tid hp_swiglu(hp_graph *g, hp_tid gate, hp_tid up);
 /* Softmax over the last axis. */
 hp_tid hp_softmax(hp_graph *g, hp_tid x);
 /*
@@ -106,6 +134,27 @@ hp_tid hp_cross_entropy(hp_graph *g, hp_tid logits, hp_tid targets);
  */
 hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool causal);
 /*
+ * Grouped-query attention (Ainslie et al. 2023, "GQA"): the same fused operator with k, v
+ * (B, T, kv_heads*D) where kv_heads divides n_head and query head h attends with key/value head
+ * h / (n_head / kv_heads) (Hugging Face's repeat_kv); kv_heads = 1 is multi-query attention,
+ * kv_heads = n_head is hp_attention. Sharding rule: heads split over a tensor-parallel axis when the
+ * axis's size divides both n_head and kv_heads, else attention runs replicated.
+ */
+hp_tid hp_attention_gqa(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal);
+/*
+ * Attention with a key/value cache (incremental decoding; an inference operator, no gradient):
+ * q (S, T, n_head*D), k and v (S, T, kv_heads*D), k_cache and v_cache (S, kv_heads, T_max, D) (STATE
+ * tensors, written in place), positions (S, T) i32 -> o (S, T, n_head*D). S slots (one sequence
+ * each), T new tokens per slot. Row (s, t) at position p = positions[s, t] in [0, T_max) first stores
+ * its key and value heads at cache[s, :, p, :], then attends causally over cache positions [0, p]
+ * of its slot (softmax(q K^T / sqrt(D)) V, grouped-query as hp_attention_gqa); p = -1 marks a
+ * padding row (no write, zero output). A position outside [-1, T_max) is a kernel error naming it.
+ * Sharding rule: heads split for tensor parallelism (the caches' kv-head dim with them), slots split
+ * any way. src/ops/attention_cache.c has the cost and the source.
+ */
+hp_tid hp_attention_cache(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, hp_tid k_cache, hp_tid v_cache,
+                          hp_tid positions, int n_head, int kv_heads);
+/*
  * Inverted dropout (Srivastava et al. 2014; scaled at training time as in GPT-2/PyTorch):
  * x (...) f32, step () f32 -> y (...), y[e] = x[e] / (1 - p) where the element is kept, 0 where it
  * is dropped. Element e is dropped when hp_rng_uniform(hp_rng_u64(key, step), e) < p, with e the
@@ -120,6 +169,17 @@ hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool 
  * (zero in a logical graph; set per rank by the sharding rule).
  */
 hp_tid hp_dropout(hp_graph *g, hp_tid x, hp_tid step, float p, uint64_t key);
+
+/*
+ * Makes DROPOUT node `node` (of hp_dropout, before autodiff, which carries it to the backward) a
+ * block of `rows` global rows along dim 0 starting at the run-time row `row0` (an i32 scalar
+ * tensor of g, typically an input): its mask is then the one the (rows, ...) tensor of the
+ * single-device run has at those rows. A pipeline stage runs one micro-batch of the global batch
+ * per run (hp/pipeline.h). The kernel fails (HP_STATUS_INVALID_ARGUMENT naming the offset) when
+ * row0 puts the block outside [0, rows). Errors: HP_STATUS_INVALID_ARGUMENT for a node that is not
+ * a DROPOUT; HP_STATUS_SHAPE for a row0 that is not an i32 scalar or rows below the block's.
+ */
+hp_status hp_dropout_set_row_input(hp_graph *g, int node, hp_tid row0, int64_t rows);
 
 /* ---------------------------------------------------------------- optimizer (optim.c) */
 

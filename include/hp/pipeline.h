@@ -65,8 +65,24 @@
  * loss is counted by model-parallel rank 0. The store is over the group's mesh (entries declared
  * with their logical shapes and layouts), so hp_store_view gives a full copy of a split entry.
  *
- * Not built yet: sequence parallelism and FSDP/ZeRO inside a stage, offload inside a stage, dropout
- * (its masks are keyed by the element's index in the micro-batch, not the batch).
+ * Dropout (model.dropout > 0): each DROPOUT node of a stage takes its rows' first index in the
+ * global batch as the run-time input "stage.row0" (hp_dropout_set_row_input) and the step as
+ * "opt.step", both set by each F action, so every micro-batch drops the elements the single-device
+ * batch drops at those rows.
+ *
+ * ZeRO-1 inside a stage: with optimizer.shard in a group's strategy, the update graph (clip, AdamW,
+ * zeroing) is built over the parameters' logical shapes and partitioned over the group's mesh, so
+ * each replica updates its block of every parameter and the partitioner gathers the new values.
+ *
+ * FSDP inside a stage: axes that split the stage inputs' rows (inputs rules) and the parameters
+ * (params rules) make the partitioner gather each parameter before its use and reduce-scatter its
+ * gradient into the accumulator's block every micro-batch. Such a stage's output and input gradient
+ * are resolved to the replica's whole rows (an all-gather over the row axes) so the hand-off is
+ * the same as for tensor parallelism; each rank copies its block of what it receives into its
+ * program (pp_slot's receive buffers).
+ *
+ * Not built yet: sequence parallelism inside a stage (the activations' sequence dim split), offload
+ * inside a stage.
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
@@ -103,13 +119,15 @@ typedef struct hp_pipeline_opts {
     const int *group_ranks;
     /* Each group's strategy (NULL: none anywhere; else p entries, one per schedule rank, an entry
      * not present: none): its mesh (groups.NAME.mesh) over the group's processes, mesh index i the
-     * i-th of group_ranks' entries for the group, and its parameter rules (groups.NAME.strategy).
-     * The mesh axes a params rule names are model-parallel: the stage graph is partitioned over
-     * them by HyperShard (hp/shard.h: Megatron tensor parallelism from the tensor_maps, its
-     * collectives on those axes); the other axes are data-parallel: their product of replicas
-     * split each micro-batch's rows. Refused (HP_STATUS_UNSUPPORTED): optimizer.shard (ZeRO),
-     * strategy.inputs, a params rule on an axis that also splits rows (FSDP) cannot be written
-     * (such an axis is model-parallel by definition). Borrowed for the call. */
+     * i-th of group_ranks' entries for the group, and its rules (groups.NAME.strategy). The mesh
+     * axes a params rule names (tensor parallelism, FSDP) or an inputs rule splits the rows of
+     * (`inputs: {tokens: [fsdp, none], targets: [fsdp, none]}`) are the partitioner's: the stage
+     * graph is partitioned over them by HyperShard (hp/shard.h), which inserts their collectives;
+     * the other axes are the pipeline's own replicas, each taking a share of every micro-batch's
+     * rows, their gradients all-reduced once per step. optimizer.shard (ZeRO-1) splits AdamW's
+     * states over the named axes (the update graph is partitioned over the group's mesh,
+     * pipeline_optim.c). Refused (HP_STATUS_UNSUPPORTED): inputs rules other than tokens and
+     * targets or splitting another dim than the rows. Borrowed for the call. */
     const hp_strategy_config *group_strategy;
 } hp_pipeline_opts;
 
@@ -119,7 +137,7 @@ typedef struct hp_pipeline_opts {
  * Builds this rank's stage programs (one per chunk and slot), the optimizer programs and the
  * state store. Not collective (nothing is sent). Errors (HP_STATUS_INVALID_ARGUMENT naming the
  * value): a batch not divisible by the schedule's m, a communicator whose size is not the
- * schedule's p, a stage with no layer, embedding or head, dropout > 0, layer ranges out of order;
+ * schedule's p, a stage with no layer, embedding or head, layer ranges out of order;
  * the schedule's own problems (hp_schedule_validate); the model builder's and autodiff's errors;
  * HP_STATUS_OUT_OF_MEMORY. On failure *out is NULL.
  */

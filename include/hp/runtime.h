@@ -62,6 +62,10 @@ typedef struct hp_program_ext {
     /* optional: records the pass's copy streams into `tr` from now on (NULL: stops; waits for the
      * streams first), as tracks of their own (hp/trace.h) */
     hp_status (*set_trace)(void *user, hp_trace *tr);
+    /* true: before_run and after_run may bracket each node range of hp_program_run_nodes (the pass
+     * leaves nothing in flight across ranges that a later range's hook would miss); false: the
+     * program runs only whole */
+    bool per_range;
 } hp_program_ext;
 
 /*
@@ -219,7 +223,9 @@ hp_status hp_program_set_trace(hp_program *p, hp_trace *tr, const hp_trace_tags 
  * hp_program_run: the arena plan covers the whole node list, so what a later phase reads stays
  * put in between (another program's runs may come between them; they own their arenas). Errors:
  * HP_STATUS_INVALID_ARGUMENT for a range outside [0, n_nodes] or first > last, or a program with
- * an offload pass (its hooks run per whole step); then hp_program_run's errors.
+ * an offload pass whose hooks run per whole step (hp_program_ext.per_range false: a disk tier or
+ * deferred updates); then hp_program_run's errors. With per_range, each range runs the pass's
+ * before_run and after_run (its copies drain at the end of each range).
  */
 hp_status hp_program_run_nodes(hp_program *p, int first, int last);
 

@@ -140,7 +140,9 @@ hp_status hp_trainer_save(hp_trainer *t, char *path_out, size_t cap);
  * the checkpoint errors, naming the file and the tensor or field; HP_STATUS_SHAPE for a tensor whose
  * shape differs from the run's; HP_STATUS_INVALID_ARGUMENT for a model that differs only where the
  * shapes cannot tell (heads, a tied head) or a step beyond train.steps. On an error the step
- * counter is unchanged, though some parameters may already hold the checkpoint's values.
+ * counter is unchanged, though some parameters may already hold the checkpoint's values. A
+ * model-only checkpoint (no optimizer tensors: hp_checkpoint_has_optim, e.g. one `hp convert
+ * --from-hf` wrote) resumes with AdamW's moments at zero, as a fresh run's.
  */
 hp_status hp_trainer_resume(hp_trainer *t, const char *path);
 

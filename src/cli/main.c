@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "                       JSON (Perfetto, chrome://tracing); rank 0 writes one file. SPANS\n"
             "                       per stream are preallocated (default 262144); more are dropped\n"
             "                       and counted\n"
-            "  generate CKPT [--prompt TEXT] [--tokens N] [--temp T] [--top-k K] [--seed S]\n"
+            "  generate CKPT [--prompt TEXT]... [--batch N] [--tokens N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--no-cache] [--stats]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
             "  eval CKPT [--data FILE] [--batch B] [--tokenizer T] [--json]\n"
             "                       loss (nats/token), perplexity and bits per byte of a checkpoint over\n"
@@ -56,6 +56,9 @@ static void usage(FILE *f) {
             "                       latency and bandwidth per group size) and cache it in FILE (default\n"
             "                       $HP_CALIBRATION or ~/.cache/hyperparallel/calibration.json), keyed by\n"
             "                       CPU, cores, threads and ranks per node; --show prints the cached entry\n"
+            "  tokenizer train|encode|decode|info ...\n"
+            "                       byte-level BPE tokenizers: train one on text files (a Hugging Face\n"
+            "                       tokenizer.json), encode a file to ids, decode ids (hp tokenizer -h)\n"
             "  check RUN.yaml [--ranks N]\n"
             "                       validate the config (and its strategy or groups for N ranks) without\n"
             "                       building anything; prints nothing and exits 0 when it is good, else\n"
@@ -75,6 +78,11 @@ static void usage(FILE *f) {
             "                       tokenize text files and JSONL ({\"text\": ...} per line) into token\n"
             "                       shards for data.shards (the held-out tail of the input is the\n"
             "                       validation split); `data verify DIR` checks a shard set\n"
+            "  convert --from-hf HF_DIR -o RUN_DIR | --to-hf CKPT -o HF_DIR\n"
+            "                       import a Hugging Face GPT-2 or Llama checkpoint (config.json +\n"
+            "                       safetensors, sharded or not) as a run dir with run.yaml and a step-0\n"
+            "                       checkpoint without optimizer state; or export a checkpoint to\n"
+            "                       Hugging Face's layout (config.json + model.safetensors)\n"
             "  help                 this text\n");
 }
 
@@ -192,6 +200,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return hp_cli_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return hp_cli_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return hp_cli_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenizer")) return hp_cli_tokenizer(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert")) return hp_cli_convert(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

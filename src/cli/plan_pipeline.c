@@ -19,9 +19,8 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
     st = hp_pipeline_schedule_from_config(cfg, &s);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
     int n = s.n_stages, p = s.p, m = s.m, rows = (int)(cfg->train.batch / s.m), seq = (int)cfg->model.context;
-    hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = seq, .layers = (int)cfg->model.layers,
-                        .heads = (int)cfg->model.heads, .width = (int)cfg->model.width,
-                        .tied_head = cfg->model.tied_head, .moe = cfg->model.moe};
+    hp_gpt_config gc = hp_gpt_config_from_model(&cfg->model);
+    gc.context = seq;
     double *f = calloc((size_t)n, sizeof *f), *b = calloc((size_t)n, sizeof *b), *w = calloc((size_t)n, sizeof *w);
     size_t *act = calloc((size_t)n, sizeof *act);
     int *peak = calloc((size_t)p, sizeof *peak);
@@ -56,15 +55,15 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks) {
             int share = (rows + dp - 1) / dp;
             st = hp_pipeline_plan_stage(&gc, &part, share, seq, m, &mm, &sp);
             if (st != HP_STATUS_OK) break;
-            /* tensor parallelism: the compute split tp ways (its collectives not counted) */
+            /* partitioned ranks (tp, fsdp): the compute split tp ways (collectives not counted) */
             f[k] = sp.f_seconds / tp, b[k] = sp.b_seconds / tp, w[k] = sp.w_seconds / tp, act[k] = sp.activation_bytes;
             char shape[64] = "";
-            if (tp > 1) snprintf(shape, sizeof shape, ": dp %d x tp %d", dp, tp);
+            if (tp > 1) snprintf(shape, sizeof shape, ": %d replica%s x %d partitioned", dp, dp == 1 ? "" : "s", tp);
             printf("  stage %d: group %s (%d rank%s%s, %d rows each), blocks %d-%d%s%s: F %.2f ms, B %.2f ms, W %.2f ms "
                    "per micro-batch%s; %.2f MiB activations each, %.2f MiB persistent%s\n",
                    k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", shape, share, part.first_layer, part.last_layer - 1,
                    mc->embedding ? " + embedding" : "",
-                   mc->head ? " + head" : "", 1e3 * f[k], 1e3 * b[k], 1e3 * w[k], tp > 1 ? " (compute / tp)" : "",
+                   mc->head ? " + head" : "", 1e3 * f[k], 1e3 * b[k], 1e3 * w[k], tp > 1 ? " (compute / partitioned ranks)" : "",
                    (double)act[k] / (1 << 20), (double)sp.persistent_bytes / (1 << 20),
                    tp > 1 ? " (unsplit model: an upper bound)" : "");
         }

@@ -253,12 +253,10 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
     if (!c) return hp_error(HP_STATUS_OUT_OF_MEMORY, "compile: out of memory");
     c->own_graph = c->own_strategy = true;
     /* the training step's graph as the trainer builds it: with the run's dropout */
-    hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = (int)cfg->model.context,
-                        .layers = (int)cfg->model.layers, .heads = (int)cfg->model.heads,
-                        .width = (int)cfg->model.width, .tied_head = cfg->model.tied_head,
-                        .dropout = opts->train ? (float)cfg->model.dropout : 0.0f,
-                        .seed = (uint64_t)cfg->train.seed, .moe = cfg->model.moe};
-    gc.moe.training = opts->train;
+    hp_gpt_config gc = hp_gpt_config_from_model(&cfg->model);
+    gc.dropout = opts->train ? (float)cfg->model.dropout : 0.0f;
+    gc.seed = (uint64_t)cfg->train.seed;
+    gc.moe.training = opts->train; /* MoE balancing loss and router bias updates: training only */
     int world = opts->comm ? hp_comm_size(opts->comm) : opts->plan_world_size;
     hp_status st = hp_gpt_config_check(&gc);
     if (st == HP_STATUS_OK) st = hp_compile_config_objects(cfg, world, &c->strategy, &c->offload_cfg);

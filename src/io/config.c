@@ -32,7 +32,9 @@ typedef struct field {
 static const field model_fields[] = {
     INT(hp_model_config, vocab, 256, I32), INT(hp_model_config, context, 1, I32), INT(hp_model_config, layers, 1, I32),
     INT(hp_model_config, heads, 1, I32),   INT(hp_model_config, width, 1, I32),   FLD(hp_model_config, tied_head, F_BOOL),
-    FLD(hp_model_config, dropout, F_DOUBLE), FLD(hp_model_config, moe, F_MOE),
+    FLD(hp_model_config, dropout, F_DOUBLE), FLD(hp_model_config, family, F_STR),
+    INT(hp_model_config, kv_heads, 0, I32),  INT(hp_model_config, ffn_width, 0, I32),
+    FLD(hp_model_config, rope_base, F_DOUBLE), FLD(hp_model_config, norm_eps, F_DOUBLE), FLD(hp_model_config, moe, F_MOE),
 };
 static const field data_fields[] = {FLD(hp_data_config, corpus, F_STR), FLD(hp_data_config, val_fraction, F_DOUBLE),
                                     FLD(hp_data_config, shards, F_STR)};
@@ -89,7 +91,8 @@ hp_run_config hp_run_config_defaults(void) {
     hp_run_config c;
     memset(&c, 0, sizeof c);
     c.model = (hp_model_config){.vocab = 256, .context = 256, .layers = 4, .heads = 4, .width = 256,
-                                .tied_head = false, .dropout = 0.0};
+                                .tied_head = false, .dropout = 0.0, .rope_base = 10000.0, .norm_eps = 1e-5};
+    snprintf(c.model.family, sizeof c.model.family, "gpt2");
     c.model.moe = HP_MOE_CONFIG_INIT;
     snprintf(c.data.corpus, sizeof c.data.corpus, "data/kjv.txt");
     c.data.val_fraction = 0.05;
@@ -261,6 +264,26 @@ static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
                 "width %lld, train.batch %lld", sizes[i].what, (long long)m->vocab, (long long)m->context,
                 (long long)m->heads, (long long)m->width, (long long)t->batch);
     if (!(m->dropout >= 0.0 && m->dropout < 1.0)) BAD("model", "dropout", "model.dropout %g must be in [0, 1)", m->dropout);
+    bool llama = strcmp(m->family, "llama") == 0;
+    if (!llama && strcmp(m->family, "gpt2") != 0)
+        BAD("model", "family", "model.family '%s' is not a known family (gpt2, llama)", m->family);
+    if (llama) {
+        if (m->kv_heads && m->heads % m->kv_heads)
+            BAD("model", "kv_heads", "model.kv_heads %lld does not divide model.heads %lld", (long long)m->kv_heads,
+                (long long)m->heads);
+        if ((m->width / m->heads) % 2)
+            BAD("model", "heads", "model.width %lld / model.heads %lld is an odd head dim; llama's RoPE needs it even",
+                (long long)m->width, (long long)m->heads);
+        if (!(m->rope_base > 1.0)) BAD("model", "rope_base", "model.rope_base %g must be > 1", m->rope_base);
+        if (!(m->norm_eps > 0.0)) BAD("model", "norm_eps", "model.norm_eps %g must be > 0", m->norm_eps);
+        if (m->dropout != 0.0) BAD("model", "dropout", "model.dropout %g: the llama family has no dropout", m->dropout);
+        if (m->moe.experts > 0)
+            BAD("model", "moe", "model.moe: MoE layers are built for the gpt2 family only (llama's SwiGLU experts are not "
+                "built yet)");
+        if (mul(3, mul(m->width, m->ffn_width)) > TENSOR_MAX)
+            BAD("model", "ffn_width", "model.ffn_width %lld * model.width %lld is more than 2^48 elements",
+                (long long)m->ffn_width, (long long)m->width);
+    }
     HP_CHECK(hp__config_check_moe(&m->moe, m->layers, value_at(root, "model", "moe"), f));
     if (!cfg->data.corpus[0]) BAD("data", "corpus", "data.corpus must name a file");
     if (!(cfg->data.val_fraction > 0.0 && cfg->data.val_fraction < 1.0))

@@ -74,7 +74,7 @@ hp_node *hp_graph_node(const hp_graph *g, int i) {
 }
 
 const char *hp_tensor_kind_name(hp_tensor_kind k) {
-    static const char *n[HP_TENSOR_KIND_COUNT] = {"activation", "param", "input", "opt_state", "const"};
+    static const char *n[HP_TENSOR_KIND_COUNT] = {"activation", "param", "input", "opt_state", "const", "state"};
     return (k >= 0 && k < HP_TENSOR_KIND_COUNT) ? n[k] : "?";
 }
 

@@ -81,11 +81,18 @@ static hp_status order_phases(pp_chunk *c) {
 
 /* The stage graph for one micro-batch of `rows` rows (of m): forward, surrogate backward, gradient
  * accumulation, nodes in phase order. */
-static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, float loss_scale, pp_chunk *c) {
+static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int batch, float loss_scale, pp_chunk *c) {
     c->g = hp_graph_new();
     if (!c->g) return OOM("a graph");
     hp_graph *g = c->g;
     HP_CHECK(hp_gpt_build_stage(g, model, &c->part, rows, seq, c->part.head, &c->gpt));
+    c->row0 = HP_TID_NONE;
+    if (model->dropout > 0.0f) { /* each run's rows are a block of the batch: the single-device masks */
+        int nn = hp_graph_n_nodes(g);
+        c->row0 = hp_input(g, "stage.row0", HP_DTYPE_I32, HP_SHAPE_SCALAR);
+        for (int i = 0; i < nn; i++)
+            if (hp_graph_node(g, i)->op == HP_OP_DROPOUT) HP_CHECK(hp_dropout_set_row_input(g, i, c->row0, batch));
+    }
     const hp_gpt *m = &c->gpt;
     c->dy = HP_TID_NONE;
     c->act_bytes = (size_t)rows * (size_t)seq * (size_t)model->width * sizeof(float);
@@ -162,6 +169,15 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
         if (param == HP_TID_NONE) st = hp_error(HP_STATUS_INTERNAL, "pipeline: '%s' has no parameter", x->name);
         else lay[t] = lay[param];
     }
+    /* the stage's inputs: rows split over the partitioned-row axes, the rest replicated */
+    hp_tid rows_in[4] = {c->gpt.tokens, c->gpt.targets, c->gpt.x_in, c->dy};
+    for (int k = 0; st == HP_STATUS_OK && k < 4; k++) {
+        if (rows_in[k] == HP_TID_NONE) continue;
+        hp_layout *l = &lay[rows_in[k]];
+        hp_layout_init(l, hp_graph_tensor(lg, rows_in[k])->shape.ndim);
+        l->nmap[0] = pp->n_row_axes;
+        for (int a = 0; a < pp->n_row_axes; a++) l->map[0][a] = pp->row_axes[a];
+    }
     hp_tid resolve[3];
     int nr = 0, at_out = -1, at_dx = -1, at_loss = -1;
     if (c->gpt.x_out != HP_TID_NONE) at_out = nr, resolve[nr++] = c->gpt.x_out;
@@ -175,14 +191,26 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
     c->lg = lg;
     c->g = hp_partition_graph(c->partition);
     hp_gpt *m = &c->gpt;
+    hp_tid logical_in = m->tokens != HP_TID_NONE ? m->tokens : m->x_in; /* rows in: the block's layout */
     m->tokens = m->tokens != HP_TID_NONE ? hp_partition_local(c->partition, m->tokens) : HP_TID_NONE;
     m->targets = m->targets != HP_TID_NONE ? hp_partition_local(c->partition, m->targets) : HP_TID_NONE;
     m->x_in = m->x_in != HP_TID_NONE ? hp_partition_local(c->partition, m->x_in) : HP_TID_NONE;
     c->dy = c->dy != HP_TID_NONE ? hp_partition_local(c->partition, c->dy) : HP_TID_NONE;
+    c->row0 = c->row0 != HP_TID_NONE ? hp_partition_local(c->partition, c->row0) : HP_TID_NONE;
+    m->step = m->step != HP_TID_NONE ? hp_partition_local(c->partition, m->step) : HP_TID_NONE;
     m->x_out = at_out >= 0 ? hp_partition_resolved(c->partition, at_out) : HP_TID_NONE;
     c->dx = at_dx >= 0 ? hp_partition_resolved(c->partition, at_dx) : HP_TID_NONE;
     m->loss = at_loss >= 0 ? hp_partition_resolved(c->partition, at_loss) : HP_TID_NONE;
     HP_CHECK(order_phases(c));
+    /* this rank's block of the replica's rows */
+    c->blk0 = 0, c->blkn = pp->rows;
+    if (logical_in != HP_TID_NONE) {
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
+        hp_shape shape = hp_graph_tensor(lg, logical_in)->shape;
+        HP_CHECK(hp_layout_slice_of(hp_partition_layout(c->partition, logical_in), pp->mesh, &shape,
+                                    hp_mesh_my_index(pp->mesh), start, len));
+        c->blk0 = (int)start[0], c->blkn = (int)len[0];
+    }
     /* the store learns each parameter's and accumulator's logical shape and layout */
     for (int t = 0; t < nt; t++) {
         const hp_tensor *x = hp_graph_tensor(lg, t);
@@ -195,52 +223,32 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
 }
 
 static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
-    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp_loss_scale(pp), c));
+    HP_CHECK(stage_graph(&pp->model, pp->rows, pp->seq, pp->rows_mb * pp->m, pp_loss_scale(pp), c));
     hp_tid keep[3];
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
     po.keep = keep;
     po.n_keep = stage_keep(c, keep);
     po.store = pp->store;
-    if (pp->mesh) { /* the chunk owns its graphs whether or not this fails (hp_pipeline_free) */
+    c->blk0 = 0, c->blkn = pp->rows;
+    if (pp->mesh && pp->grp_pn[pp->rank] > 1) { /* the chunk owns its graphs whether or not this fails */
         HP_CHECK(shard_stage(pp, c));
         po.n_keep = stage_keep(c, keep);
     }
-    for (int s = 0; s < c->n_slots; s++) HP_CHECK(hp_program_new(c->g, &po, &c->slots[s].p));
-    return HP_STATUS_OK;
-}
-
-/* The optimizer states' logical shapes and layouts: their parameter's (with model-parallel axes). */
-static hp_status declare_states(hp_pipeline *pp) {
-    if (!pp->mesh) return HP_STATUS_OK;
-    static const char *const pre[2] = {"exp_avg.", "exp_avg_sq."};
-    for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
-        const char *name = hp_store_name(pp->store, i);
-        for (int k = 0; k < 2; k++) {
-            size_t n = strlen(pre[k]);
-            if (strncmp(name, pre[k], n)) continue;
-            hp_store_entry_info e;
-            HP_CHECK(hp_store_info(pp->store, name + n, &e));
-            HP_CHECK(hp_store_declare(pp->store, name, e.dtype, &e.shape, &e.layout));
-        }
+    for (int s = 0; s < c->n_slots; s++) {
+        pp_slot *sl = &c->slots[s];
+        HP_CHECK(hp_program_new(c->g, &po, &sl->p));
+        if (c->blkn == pp->rows) continue; /* a received block is this rank's whole input */
+        if (c->gpt.x_in != HP_TID_NONE && !(sl->xin = malloc(c->act_bytes))) return OOM("a receive buffer");
+        if (c->dy != HP_TID_NONE && !(sl->dyin = malloc(c->act_bytes))) return OOM("a receive buffer");
     }
     return HP_STATUS_OK;
-}
-
-/* Whether this rank's block of a stored entry is part of the tensor no other model-parallel rank
- * of the replica holds (a split dimension). */
-static bool split_entry(const hp_pipeline *pp, const char *name) {
-    hp_store_entry_info e;
-    if (!pp->mesh || hp_store_info(pp->store, name, &e) != HP_STATUS_OK) return false;
-    for (int d = 0; d < e.layout.ndim; d++)
-        if (e.layout.nmap[d] > 0) return true;
-    return false;
 }
 
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
     memset(out, 0, sizeof *out);
     pp_chunk c = {.part = *part};
-    hp_status st = stage_graph(model, rows, seq, 1.0f / (float)m, &c);
+    hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
     for (int i = 0; st == HP_STATUS_OK && i < c.n_nodes; i++) {
         double s = hp_node_seconds(c.g, i, mm);
         if (i < c.f_end) out->f_seconds += s;
@@ -261,105 +269,27 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
     return st;
 }
 
-/* A name this rank's optimizer owns: each parameter once; a tied embedding's copy on the last stage
- * is left to the norm of the rank holding stage 0 (it is summed into both copies first). */
-static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
-    if (pp->replica != 0) return false; /* the group's replicas hold the same reduced gradients */
-    if (pp->tpi != 0 && !split_entry(pp, name)) return false; /* replicated over the model-parallel ranks */
-    return !(pp->tied_exchange && pp->sched->stage_rank[0] != pp->rank && !strcmp(name, "wte.weight"));
-}
-
-/* The norm program (squared norm of the owned accumulators) and the update program (clip, AdamW,
- * zero the accumulators) over every parameter of this rank's chunks, deduplicated by name. */
-static hp_status build_optimizer(hp_pipeline *pp) {
-    pp->norm_g = hp_graph_new();
-    pp->opt_g = hp_graph_new();
-    if (!pp->norm_g || !pp->opt_g) return OOM("the optimizer graphs");
-    hp_graph *ng = pp->norm_g, *og = pp->opt_g;
-    int cap = 0;
-    for (int c = 0; c < pp->n_chunks; c++) cap += hp_graph_params(pp->chunks[c].g, NULL, 0);
-    hp_tid *sq = malloc(sizeof *sq * (size_t)(cap + 1)), *ids = malloc(sizeof *ids * (size_t)(cap + 1));
-    if (!sq || !ids) {
-        free(sq), free(ids);
-        return OOM("the optimizer");
-    }
-    int n_sq = 0;
-    pp->opt_lr = hp_input(og, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    pp->opt_step = hp_input(og, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    pp->opt_grad_sq = hp_input(og, "opt.grad_sq", HP_DTYPE_F32, HP_SHAPE_SCALAR);
-    hp_tid scale = pp->optim.grad_clip > 0 ? hp_clip_scale(og, pp->opt_grad_sq, (float)pp->optim.grad_clip) : HP_TID_NONE;
-    hp_tid *accs = malloc(sizeof *accs * (size_t)(cap + 1));
-    int n_acc = 0;
-    hp_status st = accs ? HP_STATUS_OK : OOM("the optimizer");
-    hp_graph_set_node_flags(og, HP_NODE_FLAG_OPTIMIZER);
-    for (int c = 0; c < pp->n_chunks && st == HP_STATUS_OK; c++) {
-        hp_graph *g = pp->chunks[c].g;
-        int np = hp_graph_params(g, ids, cap);
-        for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
-            const hp_tensor *pt = hp_graph_tensor(g, ids[i]);
-            if (hp_graph_find(og, pt->name) != HP_TID_NONE) continue; /* another chunk's copy */
-            hp_shape shape = pt->shape;
-            bool nwd = pt->no_weight_decay;
-            char name[600];
-            snprintf(name, sizeof name, "grad_acc.%s", pt->name);
-            if (counts_in_norm(pp, pt->name)) sq[n_sq++] = hp_leaf(ng, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            hp_tid acc = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            hp_tid param = hp_leaf(og, pt->name, HP_TENSOR_KIND_PARAM, HP_DTYPE_F32, shape);
-            hp_graph_tensor(og, param)->no_weight_decay = nwd;
-            snprintf(name, sizeof name, "exp_avg.%s", pt->name);
-            hp_tid mm = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            snprintf(name, sizeof name, "exp_avg_sq.%s", pt->name);
-            hp_tid vv = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, shape);
-            hp_adamw_params ap = {.beta1 = (float)pp->optim.beta1, .beta2 = (float)pp->optim.beta2,
-                                  .eps = (float)pp->optim.eps, .weight_decay = nwd ? 0.0f : (float)pp->optim.weight_decay};
-            st = hp_adamw(og, param, acc, mm, vv, pp->opt_lr, pp->opt_step, scale, &ap);
-            accs[n_acc++] = acc;
-        }
-    }
-    for (int i = 0; i < n_acc && st == HP_STATUS_OK; i++) { /* after every update has read its gradient */
-        hp_tid in[2] = {accs[i], hp_fill(og, hp_graph_tensor(og, accs[i])->shape, 0.0f)};
-        hp_graph_add_node(og, HP_OP_ASSIGN, in, 2, NULL);
-        st = hp_graph_status(og);
-    }
-    hp_graph_set_node_flags(og, 0);
-    if (st == HP_STATUS_OK) {
-        /* one sum of squares per gradient, then a chain of scalar adds (as hp_train_step_build) */
-        hp_tid total = n_sq ? HP_TID_NONE : hp_fill(ng, HP_SHAPE_SCALAR, 0.0f);
-        for (int i = 0; i < n_sq; i++) {
-            hp_tid one = hp_sumsq(ng, &sq[i], 1);
-            total = total == HP_TID_NONE ? one : hp_add(ng, total, one);
-        }
-        pp->norm_out = total;
-        st = hp_graph_status(ng);
-    }
-    free(sq), free(ids), free(accs);
-    HP_CHECK(st);
-    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    po.store = pp->store;
-    po.keep = &pp->norm_out;
-    po.n_keep = 1;
-    HP_CHECK(hp_program_new(ng, &po, &pp->norm_p));
-    po.keep = NULL;
-    po.n_keep = 0;
-    return hp_program_new(og, &po, &pp->opt_p);
-}
-
 /* Process q of a group of n processes under strategy `sc` (NULL or not present: none): its
- * data-parallel replica *j of *dp and model-parallel index *i of *tp. The mesh index q is split
- * into coordinates (row-major, the last axis fastest); the axes a params rule names are
- * model-parallel, the others data-parallel, each set read as one mixed-radix number. */
+ * replica *j of *dp (the pipeline's own row split) and index *i of the *tp ranks the partitioner
+ * spans within a replica. The mesh index q is split into coordinates (row-major, the last axis
+ * fastest); the axes a params rule names (model-parallel; FSDP) or an inputs rule splits dim 0 of
+ * (rows split by the partitioner) are the partitioner's, the others the pipeline's replicas, each
+ * set read as one mixed-radix number. */
 static void group_coords(const hp_strategy_config *sc, int n, int q, int *dp, int *tp, int *j, int *i) {
     *dp = n, *tp = 1, *j = q, *i = 0;
     if (!sc || !sc->present) return;
-    bool model[HP_CONFIG_MAX_AXES] = {false};
+    bool part[HP_CONFIG_MAX_AXES] = {false};
     for (int r = 0; r < sc->n_params; r++)
         for (int d = 0; d < sc->params[r].tensor_map.n; d++)
-            for (int k = 0; k < sc->params[r].tensor_map.nmap[d]; k++) model[sc->params[r].tensor_map.map[d][k]] = true;
+            for (int k = 0; k < sc->params[r].tensor_map.nmap[d]; k++) part[sc->params[r].tensor_map.map[d][k]] = true;
+    for (int r = 0; r < sc->n_inputs; r++) /* rows split by the partitioner */
+        for (int k = 0; sc->inputs[r].tensor_map.n > 0 && k < sc->inputs[r].tensor_map.nmap[0]; k++)
+            part[sc->inputs[r].tensor_map.map[0][k]] = true;
     int rem = q, jj = 0, ii = 0, dpm = 1, tpm = 1;
     for (int a = sc->n_axes - 1; a >= 0; a--) {
         int size = sc->device_matrix[a], c = rem % size;
         rem /= size;
-        if (model[a]) ii += c * tpm, tpm *= size;
+        if (part[a]) ii += c * tpm, tpm *= size;
         else jj += c * dpm, dpm *= size;
     }
     *dp = dpm, *tp = tpm, *j = jj, *i = ii;
@@ -370,7 +300,7 @@ void hp_pipeline_group_shape(const hp_strategy_config *sc, int n, int *dp, int *
     group_coords(sc, n, 0, dp, tp, &j, &i);
 }
 
-/* Checks group r's strategy: a mesh of the group's size, no ZeRO, no input rules. */
+/* Checks group r's strategy: a mesh of the group's size, input rules that split rows only. */
 static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n) {
     if (!sc || !sc->present) return HP_STATUS_OK;
     int64_t devices = 1;
@@ -378,10 +308,15 @@ static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n
     if (devices != n)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d's mesh has %lld devices for its %d ranks", r,
                         (long long)devices, n);
-    if (sc->n_opt_shard > 0 || sc->n_inputs > 0)
-        return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: group %d's strategy has %s: ZeRO and input layouts inside a "
-                        "pipeline stage are not built yet (a stage's rows are split over the mesh axes no params "
-                        "rule names)", r, sc->n_opt_shard > 0 ? "optimizer.shard" : "inputs");
+    for (int k = 0; k < sc->n_inputs; k++) {
+        const hp_strategy_rule *in = &sc->inputs[k];
+        bool rows_only = true;
+        for (int d = 1; d < in->tensor_map.n; d++) rows_only &= in->tensor_map.nmap[d] == 0;
+        if ((strcmp(in->match, "tokens") && strcmp(in->match, "targets")) || !rows_only)
+            return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: group %d's strategy input '%s': a stage's inputs can "
+                            "only split the rows of tokens and targets (dim 0; the stage's activations follow)", r,
+                            in->match);
+    }
     return HP_STATUS_OK;
 }
 
@@ -393,9 +328,9 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
     pp->grp_size = malloc(sizeof(int) * (size_t)p);
     pp->grp_off = malloc(sizeof(int) * (size_t)p);
     pp->grp_dp = malloc(sizeof(int) * (size_t)p);
-    pp->grp_tp = malloc(sizeof(int) * (size_t)p);
+    pp->grp_pn = malloc(sizeof(int) * (size_t)p);
     pp->grp_ranks = malloc(sizeof(int) * (size_t)total);
-    if (!pp->grp_size || !pp->grp_off || !pp->grp_dp || !pp->grp_tp || !pp->grp_ranks) return OOM("the groups");
+    if (!pp->grp_size || !pp->grp_off || !pp->grp_dp || !pp->grp_pn || !pp->grp_ranks) return OOM("the groups");
     int at = 0, maxd = 1, pos = -1;
     pp->rank = -1;
     for (int r = 0; r < p; r++) {
@@ -409,9 +344,9 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
             if (w < 0 || w >= total)
                 return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d's rank %d is outside the communicator's %d",
                                 r, w, total);
-            group_coords(sc, pp->grp_size[r], q, &pp->grp_dp[r], &pp->grp_tp[r], &j, &i);
-            pp->grp_ranks[at + j * pp->grp_tp[r] + i] = w;
-            if (w == pp->me) pp->rank = r, pp->replica = j, pp->tpi = i, pos = q;
+            group_coords(sc, pp->grp_size[r], q, &pp->grp_dp[r], &pp->grp_pn[r], &j, &i);
+            pp->grp_ranks[at + j * pp->grp_pn[r] + i] = w;
+            if (w == pp->me) pp->rank = r, pp->replica = j, pp->pi = i, pos = q;
         }
         at += pp->grp_size[r];
     }
@@ -426,16 +361,24 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
     pp->max_group = maxd;
     /* every process splits (collective); communicators of one process are not kept */
     hp_comm *sc = NULL, *gc = NULL;
-    HP_CHECK(hp_comm_split(o->comm, pp->rank * total + pp->tpi, pp->replica, &sc));
+    HP_CHECK(hp_comm_split(o->comm, pp->rank * total + pp->pi, pp->replica, &sc));
     if (pp->grp_dp[pp->rank] > 1) pp->stage_comm = sc;
     else hp_comm_free(sc);
     HP_CHECK(hp_comm_split(o->comm, pp->rank, pos, &gc));
-    if (pp->grp_tp[pp->rank] == 1) {
+    const hp_strategy_config *mine = o->group_strategy ? &o->group_strategy[pp->rank] : NULL;
+    if (pp->grp_pn[pp->rank] == 1 && !(mine && mine->present && mine->n_opt_shard > 0)) { /* no group mesh */
         hp_comm_free(gc);
         return HP_STATUS_OK;
     }
     pp->group_comm = gc;
-    HP_CHECK(hp_strategy_new(&o->group_strategy[pp->rank], pp->grp_size[pp->rank], &pp->strategy));
+    for (int k = 0; k < mine->n_inputs && mine->inputs[k].tensor_map.n > 0; k++)
+        for (int a = 0; a < mine->inputs[k].tensor_map.nmap[0]; a++) {
+            int ax = mine->inputs[k].tensor_map.map[0][a];
+            bool seen = false;
+            for (int b = 0; b < pp->n_row_axes; b++) seen |= pp->row_axes[b] == ax;
+            if (!seen) pp->row_axes[pp->n_row_axes++] = ax;
+        }
+    HP_CHECK(hp_strategy_new(mine, pp->grp_size[pp->rank], &pp->strategy));
     pp->mesh = hp_strategy_mesh(pp->strategy);
     return hp_mesh_attach(pp->mesh, gc); /* collective over the group */
 }
@@ -446,9 +389,6 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     if (!o->model || !s || !o->optim || !o->comm)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model, schedule, optim and comm are required");
     HP_CHECK(hp_gpt_config_check(o->model));
-    if (o->model->dropout > 0.0f)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: model.dropout %g is not supported with a pipeline yet "
-                        "(dropout masks are keyed by the element's index in the batch)", (double)o->model->dropout);
     int total = 0;
     for (int r = 0; r < s->p; r++) {
         int d = o->group_size ? o->group_size[r] : 1;
@@ -500,16 +440,15 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
         int first = s->stage_rank[0], last = s->stage_rank[s->n_stages - 1];
         bool in = pp->rank == first || pp->rank == last;
         pp->tied_exchange = pp->model.tied_head && first != last && in;
-        if (pp->model.tied_head && first != last && pp->grp_tp[first] != pp->grp_tp[last])
+        if (pp->model.tied_head && first != last && pp->grp_pn[first] != pp->grp_pn[last])
             st = hp_error(HP_STATUS_UNSUPPORTED, "pipeline: a tied head on a group of model-parallel size %d and the "
-                          "embedding on one of %d: the two copies must be split alike", pp->grp_tp[last], pp->grp_tp[first]);
+                          "embedding on one of %d: the two copies must be split alike", pp->grp_pn[last], pp->grp_pn[first]);
         else if (pp->model.tied_head && first != last) /* collective over comm; one per model-parallel index */
-            st = hp_comm_split(pp->comm, in ? 1 + pp->tpi : 0, pp->me, &pp->tied_comm);
+            st = hp_comm_split(pp->comm, in ? 1 + pp->pi : 0, pp->me, &pp->tied_comm);
     }
     if (st == HP_STATUS_OK) st = hp__pp_plan_actions(pp);
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
-    if (st == HP_STATUS_OK) st = build_optimizer(pp);
-    if (st == HP_STATUS_OK) st = declare_states(pp);
+    if (st == HP_STATUS_OK) st = hp__pp_build_optimizer(pp);
     if (st != HP_STATUS_OK) {
         hp_pipeline_free(pp);
         return st;
@@ -529,6 +468,7 @@ void hp_pipeline_free(hp_pipeline *pp) {
             (void)hp__pp_reqs_wait(&sl->send_f);
             (void)hp__pp_reqs_wait(&sl->send_b);
             free(sl->recv.r), free(sl->send_f.r), free(sl->send_b.r);
+            free(sl->xin), free(sl->dyin);
             hp_program_free(sl->p);
         }
         free(ch->slots);
@@ -542,7 +482,12 @@ void hp_pipeline_free(hp_pipeline *pp) {
     hp_program_free(pp->norm_p);
     hp_program_free(pp->opt_p);
     hp_graph_free(pp->norm_g);
-    hp_graph_free(pp->opt_g);
+    if (pp->opt_part) {
+        hp_partition_free(pp->opt_part); /* owns opt_g */
+        hp_graph_free(pp->opt_lg);
+    } else {
+        hp_graph_free(pp->opt_g);
+    }
     hp_store_free(pp->store);
     hp_strategy_free(pp->strategy); /* and its mesh, attached to group_comm */
     hp_comm_free(pp->group_comm);
@@ -551,7 +496,7 @@ void hp_pipeline_free(hp_pipeline *pp) {
     free(pp->grp_size);
     free(pp->grp_off);
     free(pp->grp_dp);
-    free(pp->grp_tp);
+    free(pp->grp_pn);
     free(pp->grp_ranks);
     free(pp->chunks);
     free(pp->chunk_of_stage);

@@ -16,6 +16,8 @@ typedef struct pp_reqs {
 /* One program instance of a chunk: the activations of one micro-batch in flight. */
 typedef struct pp_slot {
     hp_program *p;
+    float *xin, *dyin; /* with partitioned rows: the replica's rows received, before this rank's block
+                        * is copied into the program (NULL: received into the program's input) */
     pp_reqs recv;   /* pending receives into x_in (RECV_F) or dy (RECV_B) */
     pp_reqs send_f; /* pending sends of x_out */
     pp_reqs send_b; /* pending sends of dx */
@@ -30,6 +32,8 @@ typedef struct pp_chunk {
     hp_partition *partition; /* with model-parallel axes: the stage graph partitioned; else NULL */
     hp_gpt gpt;
     hp_tid dy;        /* input: the output gradient (not on the last stage) */
+    hp_tid row0;      /* with dropout: input "stage.row0", the micro-batch's first row in the batch; else NONE */
+    int blk0, blkn;   /* this rank's rows [blk0, blk0 + blkn) of the replica's rows (partitioned-row axes) */
     hp_tid dx;        /* the input gradient (not on the first stage) */
     int f_end, b_end; /* phases: F nodes [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     int n_nodes;
@@ -55,12 +59,15 @@ struct hp_pipeline {
     int me;                 /* this process's rank in comm */
     int *grp_size, *grp_off, *grp_ranks; /* [p], [p], [sum]: each pipeline rank's group, in comm ranks */
     int replica;            /* this process's data-parallel replica index in its group */
-    int tpi;                /* this process's model-parallel index in its group (0 without) */
-    int *grp_dp, *grp_tp;   /* [p]: each group's data-parallel replicas and model-parallel size;
-                             * grp_ranks[grp_off[r] + j * grp_tp[r] + i] is process (j, i) of group r */
+    int pi;                 /* this process's index among its replica's partitioned ranks (0 without) */
+    int *grp_dp, *grp_pn;   /* [p]: each group's replicas (the manual row split) and partitioned ranks per
+                             * replica (model-parallel and partitioned-row axes: the partitioner's);
+                             * grp_ranks[grp_off[r] + j * grp_pn[r] + i] is process (j, i) of group r */
+    int n_row_axes;         /* the group's partitioned-row axes (its inputs rules' dim 0) ... */
+    int row_axes[HP_CONFIG_MAX_AXES]; /* ... as mesh axis indices, slowest first */
     hp_comm *stage_comm;    /* the group's data-parallel replicas of this model-parallel index; NULL: one */
     hp_comm *group_comm;    /* with model-parallel axes: the whole group, the mesh's parent; else NULL */
-    hp_strategy *strategy;  /* with model-parallel axes: the group's strategy (owns the mesh); else NULL */
+    hp_strategy *strategy;  /* with model-parallel axes or ZeRO: the group's strategy (owns the mesh); else NULL */
     hp_mesh *mesh;          /* hp_strategy_mesh(strategy), attached to group_comm; else NULL */
     hp_comm *tied_comm;     /* the groups of the first and last stage (a tied head on other ranks) */
     int max_group;          /* the largest group: transfers per buffer at most */
@@ -71,7 +78,9 @@ struct hp_pipeline {
     pp_action_plan *plan;   /* [n_actions of this rank] */
     bool *posted;           /* [n_actions] per step: a receive posted */
     /* the optimizer: squared norm of the accumulators this rank owns, then clip + AdamW + zeroing */
-    hp_graph *norm_g, *opt_g;
+    hp_graph *norm_g, *opt_g; /* opt_g: with a group mesh, opt_part's per-rank graph */
+    hp_graph *opt_lg;         /* with a group mesh: the logical update graph; else NULL */
+    hp_partition *opt_part;   /* with a group mesh: the update graph partitioned; else NULL */
     hp_program *norm_p, *opt_p;
     hp_tid norm_out, opt_grad_sq, opt_lr, opt_step;
     bool tied_exchange;     /* this group holds one of the two copies of a tied embedding on two groups */
@@ -85,6 +94,9 @@ struct hp_pipeline {
 
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */
 hp_status hp__pp_plan_actions(hp_pipeline *pp);
+
+/* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
+hp_status hp__pp_build_optimizer(hp_pipeline *pp);
 
 /* Waits for every request of the set and empties it; the first error. */
 hp_status hp__pp_reqs_wait(pp_reqs *q);

@@ -107,7 +107,7 @@ static hp_status reqs_room(hp_pipeline *pp, pp_reqs *q) {
  * receive into it. Every pair of ranks moves at most one block per (kind, stage, micro-batch). */
 static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int tag, pp_reqs *q) {
     HP_CHECK(reqs_room(pp, q));
-    int d = pp->grp_dp[peer], tp = pp->grp_tp[peer], mine = pp->grp_tp[pp->rank];
+    int d = pp->grp_dp[peer], tp = pp->grp_pn[peer], mine = pp->grp_pn[pp->rank];
     size_t row = (size_t)pp->seq * (size_t)pp->model.width;
     for (int j = 0; j < d; j++) {
         int a0, a1;
@@ -117,7 +117,7 @@ static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int 
         float *at = buf + (size_t)(lo - pp->row0) * row;
         size_t count = (size_t)(hi - lo) * row;
         /* model-parallel rank i of the receiving group takes the rows from rank i mod t of the sending one */
-        for (int i = send ? pp->tpi : pp->tpi % tp; i < tp; i += send ? mine : tp) {
+        for (int i = send ? pp->pi : pp->pi % tp; i < tp; i += send ? mine : tp) {
             int other = pp->grp_ranks[pp->grp_off[peer] + j * tp + i];
             hp_comm_request **r = &q->r[q->n];
             HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, other, tag, r)
@@ -135,7 +135,8 @@ static hp_status post_recv(hp_pipeline *pp, int i) {
     pp_chunk *c = &pp->chunks[pp->plan[i].chunk];
     pp_slot *sl = &c->slots[pp->plan[i].slot];
     bool fwd = a->op == HP_SCHED_OP_RECV_F;
-    float *buf = hp_program_data(sl->p, fwd ? c->gpt.x_in : c->dy);
+    float *buf = fwd ? (sl->xin ? sl->xin : hp_program_data(sl->p, c->gpt.x_in))
+                     : (sl->dyin ? sl->dyin : hp_program_data(sl->p, c->dy));
     pp->posted[i] = true;
     return transfer(pp, false, buf, a->peer, tag_of(pp, fwd ? 0 : 1, fwd ? a->stage - 1 : a->stage + 1, a->mb),
                     &sl->recv);
@@ -211,10 +212,12 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
     const hp_sched_action *a = &s->actions[pp->rank][i];
     pp_chunk *c = &pp->chunks[pp->plan[i].chunk];
     pp_slot *sl = &c->slots[pp->plan[i].slot];
-    size_t rows_bytes = (size_t)pp->rows * (size_t)pp->seq * sizeof(int32_t);
+    size_t rows_bytes = (size_t)c->blkn * (size_t)pp->seq * sizeof(int32_t); /* this rank's block */
     double t0 = hp_trace_begin(pp->trace);
     hp_status st;
-    size_t first_row = ((size_t)a->mb * pp->rows_mb + pp->row0) * (size_t)pp->seq; /* this rank's rows of the batch */
+    /* this rank's rows of the batch: its replica's, then its block of them */
+    size_t first_row = ((size_t)a->mb * pp->rows_mb + pp->row0 + c->blk0) * (size_t)pp->seq;
+    size_t row = (size_t)pp->seq * (size_t)pp->model.width, blk_bytes = (size_t)c->blkn * row * sizeof(float);
     switch ((hp_sched_op)a->op) {
     case HP_SCHED_OP_RECV_F:
     case HP_SCHED_OP_RECV_B:
@@ -240,11 +243,19 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
             pp_chunk *pc;
             pp_slot *ps = local_slot(pp, a->stage - 1, a->mb, i, &pc);
             if (!ps) return hp_error(HP_STATUS_INTERNAL, "pipeline: F of stage %d mb %d before its input", a->stage, a->mb);
-            memcpy(hp_program_data(sl->p, c->gpt.x_in), hp_program_data(ps->p, pc->gpt.x_out), c->act_bytes);
+            memcpy(hp_program_data(sl->p, c->gpt.x_in), (float *)hp_program_data(ps->p, pc->gpt.x_out) + c->blk0 * row,
+                   blk_bytes);
         } else {
             HP_CHECK(wait_recv(pp, a, c, sl, 2));
+            if (sl->xin) memcpy(hp_program_data(sl->p, c->gpt.x_in), sl->xin + c->blk0 * row, blk_bytes);
         }
         if (c->part.head) HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + first_row, rows_bytes));
+        if (c->row0 != HP_TID_NONE) { /* dropout: the step's masks at this micro-batch's rows */
+            int32_t row0 = a->mb * pp->rows_mb + pp->row0;
+            float step = (float)(pp->step + 1);
+            HP_CHECK(hp_program_set_input(sl->p, c->row0, &row0, sizeof row0));
+            HP_CHECK(hp_program_set_input(sl->p, c->gpt.step, &step, sizeof step));
+        }
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_F));
         double t0 = hp_now_seconds();
         HP_CHECK(hp_program_run_nodes(sl->p, 0, c->f_end));
@@ -260,9 +271,10 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
                 pp_chunk *nc;
                 pp_slot *ns = local_slot(pp, a->stage + 1, a->mb, i, &nc);
                 if (!ns) return hp_error(HP_STATUS_INTERNAL, "pipeline: B of stage %d mb %d before its gradient", a->stage, a->mb);
-                memcpy(hp_program_data(sl->p, c->dy), hp_program_data(ns->p, nc->dx), c->act_bytes);
+                memcpy(hp_program_data(sl->p, c->dy), (float *)hp_program_data(ns->p, nc->dx) + c->blk0 * row, blk_bytes);
             } else {
                 HP_CHECK(wait_recv(pp, a, c, sl, 3));
+                if (sl->dyin) memcpy(hp_program_data(sl->p, c->dy), sl->dyin + c->blk0 * row, blk_bytes);
             }
         }
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_B));
@@ -294,7 +306,7 @@ static hp_status reduce_gradients(hp_pipeline *pp) {
         int pass = k / hp_store_n_entries(pp->store), i = k % hp_store_n_entries(pp->store);
         const char *name = hp_store_name(pp->store, i);
         if (strncmp(name, "grad_acc.", 9)) continue;
-        bool tied = pp->tied_exchange && !strcmp(name, "grad_acc.wte.weight");
+        bool tied = pp->tied_exchange && !strcmp(name + 9, hp_gpt_embedding_name(&pp->model));
         if (tied != (pass == 0)) continue;
         hp_comm *c = tied ? pp->tied_comm : pp->stage_comm;
         if (!c) continue;
@@ -343,7 +355,7 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     pp->stats.steps++;
     HP_CHECK(reduce_gradients(pp));
     /* only the last stage's ranks have a loss; model-parallel rank 0 counts it */
-    float mine = pp->tpi == 0 ? (float)(loss_sum / pp->m) : 0.0f, total = 0;
+    float mine = pp->pi == 0 ? (float)(loss_sum / pp->m) : 0.0f, total = 0;
     double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
     if (pp->trace) trace_all_reduce(pp, 4, t0, sizeof(float));

@@ -1,6 +1,7 @@
 /* GPT-2-style decoder built on the IR (see hp/nn.h for the architecture and parameter names). */
-#include "hp/nn.h"
+#include "nn/nn_internal.h"
 
+#include "hp/config.h"
 #include "hp/ops.h"
 #include "hp/rng.h"
 
@@ -8,7 +9,34 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *hp_model_family_name(hp_model_family f) {
+    return f == HP_MODEL_FAMILY_GPT2 ? "gpt2" : f == HP_MODEL_FAMILY_LLAMA ? "llama" : "?";
+}
+
+hp_gpt_config hp_gpt_config_from_model(const hp_model_config *m) {
+    bool llama = strcmp(m->family, "llama") == 0;
+    hp_gpt_config c = {.family = llama ? HP_MODEL_FAMILY_LLAMA : HP_MODEL_FAMILY_GPT2, .vocab = (int)m->vocab,
+                       .context = (int)m->context, .layers = (int)m->layers, .heads = (int)m->heads,
+                       .width = (int)m->width, .tied_head = m->tied_head, .moe = m->moe};
+    if (llama) {
+        c.kv_heads = (int)m->kv_heads;
+        c.ffn_width = (int)m->ffn_width;
+        c.rope_base = (float)m->rope_base;
+        c.norm_eps = (float)m->norm_eps;
+    }
+    return c;
+}
+
+const char *hp_gpt_embedding_name(const hp_gpt_config *c) {
+    return c->family == HP_MODEL_FAMILY_LLAMA ? "model.embed_tokens.weight" : "wte.weight";
+}
+
 hp_status hp_gpt_config_check(const hp_gpt_config *c) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA && c->moe.experts > 0) /* SwiGLU experts are not built yet */
+        return hp_error(HP_STATUS_UNSUPPORTED, "model.moe: MoE layers are built for the gpt2 family only, not llama");
+    if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_config_check(c);
+    if (c->family != HP_MODEL_FAMILY_GPT2)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model family %d is not gpt2 or llama", (int)c->family);
     if (c->vocab < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.vocab must be >= 1, got %d", c->vocab);
     if (c->context < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.context must be >= 1, got %d", c->context);
     if (c->layers < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.layers must be >= 1, got %d", c->layers);
@@ -57,6 +85,7 @@ hp_status hp_gpt_build(hp_graph *g, const hp_gpt_config *c, int batch, int seq, 
 
 hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_stage *s, int batch, int seq,
                              bool with_loss, hp_gpt *out) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_build_stage(g, c, s, batch, seq, with_loss, out);
     HP_CHECK(hp_gpt_config_check(c));
     if (batch < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "batch must be >= 1, got %d", batch);
     if (seq < 1 || seq > c->context)
@@ -141,6 +170,7 @@ static bool ends_with(const char *s, const char *suffix) {
 
 hp_status hp_gpt_init_param(const hp_gpt_config *c, const char *name, uint64_t seed, int64_t first, int64_t n,
                             float *data) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_init_param(c, name, seed, first, n, data);
     float value = 0.0f, std = 0.0f;
     bool normal;
     if (strstr(name, "ln") && (ends_with(name, ".weight") || ends_with(name, ".bias"))) {
@@ -186,6 +216,7 @@ hp_status hp_gpt_init_block(const hp_gpt_config *c, const char *name, uint64_t s
 }
 
 int64_t hp_gpt_n_params(const hp_gpt_config *c) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_n_params(c);
     int64_t C = c->width, V = c->vocab, L = c->layers;
     int64_t block = 2 * C + 4 * (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
     int64_t moe = 0; /* MoE layers: the experts' parameters instead of the dense MLP's */
@@ -195,6 +226,7 @@ int64_t hp_gpt_n_params(const hp_gpt_config *c) {
 }
 
 double hp_gpt_train_flops_per_token(const hp_gpt_config *c, int seq) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_train_flops_per_token(c, seq);
     /* parameters that take part in matrix products: not the position table, and not the token
      * table when it is only looked up (untied head) */
     double n = (double)(hp_gpt_n_params(c) - (int64_t)c->context * c->width -

@@ -4,9 +4,12 @@
  * log-sum-exp of the scaled scores; the backward recomputes the probabilities from q, k and lse
  * block by block, so no (T, T) matrix per head outlives a kernel call.
  *
- * ATTENTION attrs: i[0] = n_head H, i[1] = causal (1/0). q, k, v (B, T, H*D), heads interleaved as
- * (H, D) in the last axis; o (B, T, H*D); lse (B, H, T) f32. Scale 1/sqrt(D) on the scores.
- * ATTENTION_BACKWARD(do, q, k, v, o, lse), same attrs -> dq, dk, dv (B, T, H*D).
+ * ATTENTION attrs: i[0] = n_head H, i[1] = causal (1/0), i[2] = kv_heads KV (0: KV = H).
+ * q (B, T, H*D), k and v (B, T, KV*D), heads interleaved as (H, D) in the last axis; o (B, T, H*D);
+ * lse (B, H, T) f32. Scale 1/sqrt(D) on the scores. Grouped-query attention (Ainslie et al. 2023):
+ * KV divides H and query head h reads key/value head h / (H / KV), as Hugging Face's repeat_kv;
+ * KV = 1 is multi-query attention (Shazeer 2019).
+ * ATTENTION_BACKWARD(do, q, k, v, o, lse), same attrs -> dq (like q), dk, dv (like k).
  *
  * Workspace: the CPU kernel processes query blocks of HP_ATTN_BLOCK rows; each thread holds the
  * block's scores against all T keys (forward: one block x T floats plus the rows' sums; backward:
@@ -23,9 +26,14 @@
 #endif
 
 hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool causal) {
+    return hp_attention_gqa(g, q, k, v, n_head, 0, causal);
+}
+
+hp_tid hp_attention_gqa(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal) {
     hp_attrs at = {0};
     at.i[0] = n_head;
     at.i[1] = causal;
+    at.i[2] = kv_heads == n_head ? 0 : kv_heads;
     hp_tid in[3] = {q, k, v};
     return hp_graph_add_node(g, HP_OP_ATTENTION, in, 3, &at);
 }
@@ -33,19 +41,25 @@ hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool 
 static hp_status check_qkv(const hp_graph *g, const hp_node *n, int first, int64_t *B, int64_t *T, int64_t *C) {
     const char *names[3] = {"q", "k", "v"};
     const hp_shape *q = hp__shp(g, n->in[first]);
+    *B = *T = *C = 0;
+    int64_t H = n->attr.i[0], KV = n->attr.i[2] ? n->attr.i[2] : H;
+    if (q->ndim != 3) return hp_error(HP_STATUS_SHAPE, "attention q must be (B, T, H*D), is %s", hp__shape_s(q));
+    if (H <= 0 || q->dim[2] % H != 0)
+        return hp_error(HP_STATUS_SHAPE, "attention: n_head %lld does not divide the channels of q %s", (long long)H,
+                        hp__shape_s(q));
+    if (KV <= 0 || H % KV != 0)
+        return hp_error(HP_STATUS_SHAPE, "attention: kv_heads %lld does not divide n_head %lld", (long long)KV,
+                        (long long)H);
+    hp_shape kv = HP_SHAPE(q->dim[0], q->dim[1], q->dim[2] / H * KV);
     for (int i = 0; i < 3; i++) {
         const hp_tensor *t = hp_graph_tensor(g, n->in[first + i]);
         if (t->dtype != HP_DTYPE_F32) return hp_error(HP_STATUS_SHAPE, "attention %s must be f32", names[i]);
         if (t->shape.ndim != 3)
             return hp_error(HP_STATUS_SHAPE, "attention %s must be (B, T, H*D), is %s", names[i], hp__shape_s(&t->shape));
-        if (!hp_shape_equal(&t->shape, q))
-            return hp_error(HP_STATUS_SHAPE, "attention q %s and %s %s differ", hp__shape_s(q), names[i],
-                            hp__shape_s(&t->shape));
+        if (!hp_shape_equal(&t->shape, i ? &kv : q))
+            return hp_error(HP_STATUS_SHAPE, "attention %s must be %s for q %s and %lld kv heads, is %s", names[i],
+                            hp__shape_s(i ? &kv : q), hp__shape_s(q), (long long)KV, hp__shape_s(&t->shape));
     }
-    int64_t H = n->attr.i[0];
-    if (H <= 0 || q->dim[2] % H != 0)
-        return hp_error(HP_STATUS_SHAPE, "attention: n_head %lld does not divide the channels of q %s", (long long)H,
-                        hp__shape_s(q));
     *B = q->dim[0];
     *T = q->dim[1];
     *C = q->dim[2];
@@ -78,7 +92,7 @@ static hp_status attention_backward_infer(const hp_graph *g, const hp_node *n, h
                         hp__shape_s(&want));
     for (int j = 0; j < 3; j++) {
         dt[j] = HP_DTYPE_F32;
-        s[j] = *q;
+        s[j] = *hp__shp(g, n->in[1 + j]);
     }
     return HP_STATUS_OK;
 }
@@ -143,19 +157,22 @@ static size_t attention_backward_workspace(const hp_graph *g, const hp_node *n) 
 
 /*
  * The layout attention runs in: q's, with pending sums resolved, the sequence whole (no context
- * parallelism yet) and the head dim split only on head boundaries (Megatron: heads per rank).
- * Sets the local head count.
+ * parallelism yet) and the head dim split only on head boundaries (Megatron: heads per rank); with
+ * grouped-query attention also on kv-head boundaries (k and v take the same layout: each rank holds
+ * the kv heads of its query heads), else the heads are gathered (replicated attention). Sets the
+ * local head counts.
  */
 static hp_layout attn_layout(const hp_shard_ctx *c, const hp_node *n, int qi, const hp_layout *q, hp_attrs *local) {
     const hp_shape *s = hp__shp(c->g, n->in[qi]);
     hp_layout r = hp__lay_resolve(c, q, NULL, s);
     hp__lay_unshard_dim(&r, 1);
-    int64_t H = n->attr.i[0], shards = hp_layout_shards(&r, c->mesh, 2);
-    if (shards > 1 && H % shards != 0) {
+    int64_t H = n->attr.i[0], KV = n->attr.i[2] ? n->attr.i[2] : H, shards = hp_layout_shards(&r, c->mesh, 2);
+    if (shards > 1 && (H % shards != 0 || KV % shards != 0)) {
         hp__lay_unshard_dim(&r, 2);
         shards = 1;
     }
     local->i[0] = H / shards;
+    local->i[2] = n->attr.i[2] ? KV / shards : 0;
     return r;
 }
 

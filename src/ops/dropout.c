@@ -7,6 +7,10 @@
  *
  * Attributes: i[0] = key, f[0] = p, shape = the global shape, i[1 + d] = the global index of the
  * first element of this node's block along dim d (zero in a logical graph).
+ *
+ * An optional third input, an i32 scalar, is added to the dim-0 offset at run time: a pipeline
+ * stage's program runs one micro-batch of the global batch at a time, its rows starting at a row
+ * that changes per run (hp_dropout_set_row_input), so its masks are the single-device run's.
  */
 #include "ops/op.h"
 
@@ -25,6 +29,22 @@ hp_tid hp_dropout(hp_graph *g, hp_tid x, hp_tid step, float p, uint64_t key) {
     return hp_graph_add_node(g, HP_OP_DROPOUT, in, 2, &at);
 }
 
+hp_status hp_dropout_set_row_input(hp_graph *g, int node, hp_tid row0, int64_t rows) {
+    hp_node *n = hp_graph_node(g, node);
+    if (!n || n->op != HP_OP_DROPOUT)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "dropout: node %d is not a DROPOUT", node);
+    const hp_tensor *r = row0 >= 0 && row0 < hp_graph_n_tensors(g) ? hp_graph_tensor(g, row0) : NULL;
+    if (!r || r->dtype != HP_DTYPE_I32 || hp_shape_numel(&r->shape) != 1)
+        return hp_error(HP_STATUS_SHAPE, "dropout: the row input must be an i32 scalar");
+    if (n->attr.shape.ndim < 1 || rows < n->attr.shape.dim[0])
+        return hp_error(HP_STATUS_SHAPE, "dropout: %lld global rows for a block of %lld", (long long)rows,
+                        (long long)(n->attr.shape.ndim ? n->attr.shape.dim[0] : 0));
+    n->in[2] = row0;
+    n->n_in = 3;
+    n->attr.shape.dim[0] = rows;
+    return HP_STATUS_OK;
+}
+
 static hp_status dropout_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
     if (n->in[0] == HP_TID_NONE || n->in[1] == HP_TID_NONE)
         return hp_error(HP_STATUS_SHAPE, "x and step are required");
@@ -34,6 +54,12 @@ static hp_status dropout_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt
     if (st->dtype != HP_DTYPE_F32 || hp_shape_numel(&st->shape) != 1)
         return hp_error(HP_STATUS_SHAPE, "step must be an f32 scalar, is %s %s", hp_dtype_name(st->dtype),
                         hp__shape_s(&st->shape));
+    if (n->n_in > 2 && n->in[2] != HP_TID_NONE) {
+        const hp_tensor *r = hp_graph_tensor(g, n->in[2]);
+        if (r->dtype != HP_DTYPE_I32 || hp_shape_numel(&r->shape) != 1)
+            return hp_error(HP_STATUS_SHAPE, "row offset must be an i32 scalar, is %s %s", hp_dtype_name(r->dtype),
+                            hp__shape_s(&r->shape));
+    }
     float p = n->attr.f[0];
     if (!(p >= 0.0f && p < 1.0f)) return hp_error(HP_STATUS_INVALID_ARGUMENT, "p %g must be in [0, 1)", (double)p);
     const hp_shape *gs = &n->attr.shape;
@@ -58,8 +84,8 @@ static hp_status dropout_grad(hp_graph *g, int node, const hp_tid *dout, const b
     const hp_node *n = hp_graph_node(g, node);
     if (need[0] && dout[0] != HP_TID_NONE) {
         hp_attrs at = n->attr;
-        hp_tid in[2] = {dout[0], n->in[1]};
-        din[0] = hp_graph_add_node(g, HP_OP_DROPOUT, in, 2, &at);
+        hp_tid in[3] = {dout[0], n->in[1], n->n_in > 2 ? n->in[2] : HP_TID_NONE};
+        din[0] = hp_graph_add_node(g, HP_OP_DROPOUT, in, n->n_in > 2 ? 3 : 2, &at);
     }
     return hp_graph_status(g);
 }
@@ -79,18 +105,21 @@ static hp_status dropout_shard(const hp_shard_ctx *c, const hp_node *n, const hp
     const hp_shape *gs = hp__shp(c->g, n->in[0]);
     req[0] = in[0];
     req[1] = hp__lay_replicated(hp__shp(c->g, n->in[1])->ndim);
+    if (n->n_in > 2 && n->in[2] != HP_TID_NONE) req[2] = hp__lay_replicated(hp__shp(c->g, n->in[2])->ndim);
     out[0] = in[0];
     int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
     HP_CHECK(hp_layout_slice_of(&out[0], c->mesh, gs, c->index, start, len));
-    for (int d = 0; d < gs->ndim && d < DROPOUT_MAX_DIMS; d++) local->i[1 + d] = start[d];
-    local->shape = *gs;
+    /* the block's offsets within the logical tensor, added to the logical node's own (a pipeline
+     * stage's tensor is itself a block of the global batch) */
+    for (int d = 0; d < gs->ndim && d < DROPOUT_MAX_DIMS; d++) local->i[1 + d] = n->attr.i[1 + d] + start[d];
+    local->shape = n->attr.shape;
     return HP_STATUS_OK;
 }
 
 const hp_op_def hp__op_def_dropout = {
     .name = "dropout",
     .min_in = 2,
-    .max_in = 2,
+    .max_in = 3,
     .n_out = 1,
     .infer = dropout_infer,
     .grad = dropout_grad,

@@ -183,12 +183,13 @@ static hp_status store_prepare(hp_program *p) {
     return HP_STATUS_OK;
 }
 
-/* Binds tensor t to opts.store when it is a named PARAM or OPT_STATE (hp/store.h). *done when the
+/* Binds tensor t to opts.store when it is a named PARAM, OPT_STATE or STATE (hp/store.h). *done when the
  * program needs no buffer of its own for it (it uses an entry's or a view's storage). */
 static hp_status store_bind(hp_program *p, hp_tid t, bool *done) {
     *done = false;
     const hp_tensor *x = hp_graph_tensor(p->g, t);
-    if (!p->opts.store || !x->name || (x->kind != HP_TENSOR_KIND_PARAM && x->kind != HP_TENSOR_KIND_OPT_STATE))
+    if (!p->opts.store || !x->name || (x->kind != HP_TENSOR_KIND_PARAM && x->kind != HP_TENSOR_KIND_OPT_STATE &&
+                                      x->kind != HP_TENSOR_KIND_STATE))
         return HP_STATUS_OK;
     hp_tier tier = p->ext[t] ? (hp_tier)p->opts.ext->tier[t] : HP_TIER_DEVICE;
     hp__store_binding b;
@@ -694,7 +695,7 @@ hp_status hp_program_run_nodes(hp_program *p, int first, int last) {
     int nn = hp_graph_n_nodes(p->g);
     if (first < 0 || last > nn || first > last)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "program: node range [%d, %d) is outside [0, %d]", first, last, nn);
-    if (p->opts.ext && (first > 0 || last < nn))
+    if (p->opts.ext && !p->opts.ext->per_range && (first > 0 || last < nn))
         return hp_error(HP_STATUS_INVALID_ARGUMENT,
                         "program: a node range [%d, %d) of a program with an offload pass (its hooks run per step)",
                         first, last);

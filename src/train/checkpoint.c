@@ -136,12 +136,17 @@ char *hp__ckpt_state_json(const hp_checkpoint_save_args *a, int format_version, 
 static hp_status write_tensor_file(const hp_checkpoint_save_args *a, const char *tmp, const char *file, const char *role,
                                    const hp_named_tensor *t, size_t n) {
     char path[PATH_BYTES], stepstr[32], model[512];
+    char *model_json = a->config ? hp__ckpt_model_json(a->config) : NULL;
+    if (a->config && !model_json) return hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
     snprintf(stepstr, sizeof stepstr, "%lld", (long long)a->step);
     const char *meta[] = {"format", "pt", HP__CKPT_META_STEP, stepstr, HP__CKPT_META_ROLE, role,
-                          HP__CKPT_META_RANK, "0", HP__CKPT_META_WORLD, "1", HP__CKPT_META_MODEL, model};
+                          HP__CKPT_META_RANK, "0", HP__CKPT_META_WORLD, "1", HP__CKPT_META_MODEL, model,
+                          HP__CKPT_META_MODEL_JSON, model_json};
     if (a->config) hp__ckpt_model_summary(&a->config->model, model, sizeof model);
-    HP_CHECK(join(path, tmp, file));
-    return hp_safetensors_write_checked(path, t, n, meta, a->config ? 6 : 5);
+    hp_status st = join(path, tmp, file);
+    if (st == HP_STATUS_OK) st = hp_safetensors_write_checked(path, t, n, meta, a->config ? 7 : 5);
+    free(model_json);
+    return st;
 }
 
 static hp_status write_contents(const hp_checkpoint_save_args *a, const char *tmp) {

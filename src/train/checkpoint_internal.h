@@ -22,6 +22,9 @@
 #define HP__CKPT_META_MESH "mesh"
 #define HP__CKPT_META_MODEL "model"
 #define HP__CKPT_META_BLOCK "block."
+/* The model section of the config as compact JSON ({"vocab":256,"context":64,...}: every key the
+ * build's config has, so families with more keys are described in full); written beside "model". */
+#define HP__CKPT_META_MODEL_JSON "hp.model"
 
 /* HP_STATUS_IO "checkpoint: cannot <what> '<path>': <strerror(e)>". */
 hp_status hp__ckpt_io_error(const char *what, const char *path, int e);
@@ -56,6 +59,9 @@ hp_status hp__ckpt_load_full(const char *step_dir, bool optim, hp_named_tensor *
 
 /* "vocab=V context=T layers=L heads=H width=C tied_head=true|false": the model metadata. */
 void hp__ckpt_model_summary(const hp_model_config *m, char *buf, size_t n);
+/* The config's model section as compact JSON (HP__CKPT_META_MODEL_JSON); malloc'd, NULL when out of
+ * memory. */
+char *hp__ckpt_model_json(const hp_run_config *cfg);
 /* The first field of two model summaries ("k=v k=v ...", keys in the same order) that differs:
  * its key and both values (n bytes each); false when they are equal. */
 bool hp__ckpt_model_diff(const char *a, const char *b, char *key, char *va, char *vb, size_t n);

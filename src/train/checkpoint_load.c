@@ -28,6 +28,22 @@ void hp__ckpt_model_summary(const hp_model_config *m, char *buf, size_t n) {
     snprintf(buf, n, "vocab=%lld context=%lld layers=%lld heads=%lld width=%lld tied_head=%s", (long long)m->vocab,
              (long long)m->context, (long long)m->layers, (long long)m->heads, (long long)m->width,
              m->tied_head ? "true" : "false");
+    if (strcmp(m->family, "llama") == 0) { /* gpt2 summaries stay as they were (older checkpoints) */
+        size_t k = strlen(buf);
+        if (k < n)
+            snprintf(buf + k, n - k, " family=llama kv_heads=%lld ffn_width=%lld rope_base=%g norm_eps=%g",
+                     (long long)m->kv_heads, (long long)m->ffn_width, m->rope_base, m->norm_eps);
+    }
+}
+
+char *hp__ckpt_model_json(const hp_run_config *cfg) {
+    char *all = hp_run_config_to_json(cfg);
+    cJSON *root = all ? cJSON_Parse(all) : NULL;
+    free(all);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    char *s = cJSON_IsObject(model) ? cJSON_PrintUnformatted(model) : NULL;
+    cJSON_Delete(root);
+    return s;
 }
 
 void hp__ckpt_mesh_str(int naxes, const int64_t *dims, const char *const *names, char *buf, size_t n) {
@@ -70,7 +86,7 @@ static const char *role(const hp__ckpt_saved *s) { return s->optim ? "optim" : "
 /* Whether f carries any metadata a hyperparallel checkpoint writes (then it must be checksummed). */
 static bool has_our_meta(const hp_safetensors *f) {
     static const char *keys[] = {HP__CKPT_META_STEP, HP__CKPT_META_ROLE, HP__CKPT_META_RANK, HP__CKPT_META_WORLD,
-                                 HP__CKPT_META_MODEL};
+                                 HP__CKPT_META_MODEL, HP__CKPT_META_MODEL_JSON};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (hp_safetensors_metadata(f, keys[i])) return true;
     return false;
@@ -537,5 +553,14 @@ hp_status hp__ckpt_load_full(const char *step_dir, bool optim, hp_named_tensor *
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(step_dir, optim, m, 0, t, n);
     free(t);
     hp_mesh_free(m);
+    return st;
+}
+
+hp_status hp_checkpoint_has_optim(const char *step_dir, bool *has) {
+    *has = false;
+    hp__ckpt_saved s;
+    hp_status st = hp__ckpt_saved_open(&s, step_dir, true);
+    if (st == HP_STATUS_OK) *has = s.nent > 0;
+    hp__ckpt_saved_free(&s);
     return st;
 }

@@ -87,7 +87,8 @@ static void mesh_meta(const hp_mesh *m, char *buf, size_t n) {
  * layout and box). */
 static hp_status write_rank_file(const char *tmp, const char *prefix, int rank, const hp_sharded_tensor *t, size_t n,
                                  const hp_mesh *m, const hp_checkpoint_save_args *a) {
-    enum { FIXED = 7 };
+    enum { FIXED = 8 };
+    char *model_json = NULL;
     hp_named_tensor *nt = calloc(n ? n : 1, sizeof *nt);
     const char **meta = calloc(2 * (FIXED + n), sizeof *meta);
     char *strs = calloc(n ? n : 1, 2048); /* per block: key (first 1024 bytes) and value */
@@ -108,6 +109,11 @@ static hp_status write_rank_file(const char *tmp, const char *prefix, int rank, 
     if (a->config) {
         hp__ckpt_model_summary(&a->config->model, model, sizeof model);
         meta[2 * nm] = HP__CKPT_META_MODEL, meta[2 * nm + 1] = model, nm++;
+        if (!(model_json = hp__ckpt_model_json(a->config))) {
+            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+            goto out;
+        }
+        meta[2 * nm] = HP__CKPT_META_MODEL_JSON, meta[2 * nm + 1] = model_json, nm++;
     }
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -133,6 +139,7 @@ out:
     free(nt);
     free(meta);
     free(strs);
+    free(model_json);
     return st;
 }
 

@@ -39,8 +39,9 @@ bool hp__ckpt_model_diff(const char *a, const char *b, char *key, char *va, char
     }
 }
 
-/* The model metadata of rank 0's model file against the config's model section. */
-static hp_status check_model_meta(hp__ckpt_saved *s, const char *summary) {
+/* The model metadata of rank 0's model file against the config's model section: the summary and,
+ * when the file carries it, every key of the model section as JSON ("hp.model"). */
+static hp_status check_model_meta(hp__ckpt_saved *s, const char *summary, const hp_run_config *cfg) {
     hp__ckpt_file *fl;
     HP_CHECK(hp__ckpt_saved_file(s, s->files[0].name, &fl));
     const char *saved = hp_safetensors_metadata(fl->f, HP__CKPT_META_MODEL);
@@ -49,7 +50,34 @@ static hp_status check_model_meta(hp__ckpt_saved *s, const char *summary) {
         return hp_error(HP_STATUS_CORRUPT,
                         "checkpoint '%s': state.json's config has model.%s %s, but the tensors were saved with model.%s "
                         "%s (file '%s': %s)", s->dir, key, vs, key, vm, fl->name, saved);
-    return HP_STATUS_OK;
+    const char *js = hp_safetensors_metadata(fl->f, HP__CKPT_META_MODEL_JSON);
+    if (!js) return HP_STATUS_OK;
+    cJSON *meta = cJSON_Parse(js);
+    char *mine_s = hp__ckpt_model_json(cfg);
+    cJSON *mine = mine_s ? cJSON_Parse(mine_s) : NULL;
+    free(mine_s);
+    hp_status st = HP_STATUS_OK;
+    if (!cJSON_IsObject(meta))
+        st = hp_error(HP_STATUS_CORRUPT, "checkpoint '%s': file '%s': metadata '%s' is not a JSON object", s->dir,
+                      fl->name, HP__CKPT_META_MODEL_JSON);
+    else if (!mine)
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    /* every key the file records must hold state.json's value (a key this build does not write,
+     * from a newer build, is not compared) */
+    for (const cJSON *it = meta && st == HP_STATUS_OK ? meta->child : NULL; it && st == HP_STATUS_OK; it = it->next) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(mine, it->string);
+        if (v && !cJSON_Compare(v, it, true)) {
+            char *a = cJSON_PrintUnformatted(v), *b = cJSON_PrintUnformatted(it);
+            st = hp_error(HP_STATUS_CORRUPT, "checkpoint '%s': state.json's config has model.%s %s, but the tensors "
+                          "were saved with model.%s %s (file '%s', metadata '%s')", s->dir, it->string, a ? a : "?",
+                          it->string, b ? b : "?", fl->name, HP__CKPT_META_MODEL_JSON);
+            free(a);
+            free(b);
+        }
+    }
+    cJSON_Delete(meta);
+    cJSON_Delete(mine);
+    return st;
 }
 
 /* Every expected tensor (name, shape) is in the saved part with that shape, and nothing else is. */
@@ -112,8 +140,10 @@ hp_status hp_checkpoint_check_config(const char *step_dir, const hp_checkpoint_s
     for (int optim = 0; optim < 2 && rc == HP_STATUS_OK; optim++) {
         hp__ckpt_saved s;
         rc = hp__ckpt_saved_open(&s, step_dir, optim);
-        if (rc == HP_STATUS_OK && !optim) rc = check_model_meta(&s, summary);
-        if (rc == HP_STATUS_OK) rc = check_names(&s, g, ids, n, summary);
+        if (rc == HP_STATUS_OK && !optim) rc = check_model_meta(&s, summary, &st->config);
+        /* an optimizer part without tensors is a model-only checkpoint (hp convert's import): resume
+         * starts the moments at zero */
+        if (rc == HP_STATUS_OK && !(optim && s.nent == 0)) rc = check_names(&s, g, ids, n, summary);
         hp__ckpt_saved_free(&s);
     }
 out:

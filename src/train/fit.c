@@ -170,9 +170,7 @@ static hp_status estimate_pipeline(const hp_run_config *cfg, int world_size, int
     hp_sched_check_opts co = HP_SCHED_CHECK_OPTS_INIT;
     if (st == HP_STATUS_OK) st = hp_schedule_validate(&s, &co, peak, NULL);
     const hp_group_config *gr = &cfg->groups.groups[pl.group];
-    hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = (int)cfg->model.context,
-                        .layers = (int)cfg->model.layers, .heads = (int)cfg->model.heads,
-                        .width = (int)cfg->model.width, .tied_head = cfg->model.tied_head, .moe = cfg->model.moe};
+    hp_gpt_config gc = hp_gpt_config_from_model(&cfg->model);
     int rows = (int)(cfg->train.batch / s.m), share = (rows + gr->n_ranks - 1) / gr->n_ranks;
     uint64_t act = 0;
     hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;

@@ -17,9 +17,7 @@
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m) {
     /* no dropout: the training program's builder adds it (evaluation and generation run without) */
-    hp_gpt_config c = {.vocab = (int)m->vocab, .context = (int)m->context, .layers = (int)m->layers,
-                       .heads = (int)m->heads, .width = (int)m->width, .tied_head = m->tied_head, .moe = m->moe};
-    return c;
+    return hp_gpt_config_from_model(m);
 }
 
 void *hp__prog_data(const hp_trainer_prog *pr, hp_tid t) { return hp_program_data(pr->p, hp_partition_local(pr->part, t)); }

@@ -176,6 +176,17 @@ static hp_status check_paths(const char *path, const char *step_dir) {
     return st;
 }
 
+/* Sets this rank's blocks of the 2n optimizer states to zero (staged copies of slow-tier tensors
+ * too: staged_sync writes them back). */
+static hp_status zero_moments(hp_trainer *t, hp_sharded_tensor *optim) {
+    for (int i = 0; i < 2 * t->train.step.n_params; i++) {
+        hp_store_entry_info e;
+        HP_CHECK(hp_store_info(t->store, optim[i].name, &e));
+        if (optim[i].local) memset(optim[i].local, 0, e.bytes);
+    }
+    return HP_STATUS_OK;
+}
+
 hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     char dir[4096];
     HP_CHECK(check_paths(path, NULL));
@@ -200,9 +211,15 @@ hp_status hp_trainer_resume(hp_trainer *t, const char *path) {
     hp_sharded_tensor *model = NULL, *optim = NULL;
     bool *staged = calloc(3 * n + 1, sizeof *staged);
     if (!staged) return hp_error(HP_STATUS_OUT_OF_MEMORY, "resume: out of memory");
-    hp_status st = views(t, &model, &optim, staged);
+    bool has_optim = false;
+    hp_status st = hp_checkpoint_has_optim(dir, &has_optim);
+    if (st == HP_STATUS_OK) st = views(t, &model, &optim, staged);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, false, t->mesh, t->index, model, n);
-    if (st == HP_STATUS_OK) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
+    if (st == HP_STATUS_OK && has_optim) st = hp_checkpoint_load_sharded(dir, true, t->mesh, t->index, optim, 2 * n);
+    if (st == HP_STATUS_OK && !has_optim) { /* a model-only checkpoint (hp convert): fresh moments */
+        hp_log(HP_LOG_LEVEL_INFO, "checkpoint %s holds no optimizer state: AdamW's moments start at zero", dir);
+        st = zero_moments(t, optim);
+    }
     if (st == HP_STATUS_OK) st = staged_sync(t, model, optim, staged, false, false);
     /* the tensors fit the run's shapes; the run's model must also be the saved one where shapes
      * cannot tell (heads, a tied head whose lm_head the run would not load) */

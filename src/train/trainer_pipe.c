@@ -31,13 +31,7 @@ hp_status hp__pipe_new(hp_trainer *t) {
         if (gr->kind != HP_GROUP_KIND_STAGE)
             return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: kind %s is not built yet", g->file, gr->line,
                             gr->column, gr->name, hp_group_kind_name(gr->kind));
-        /* the mesh axes a params rule names are model-parallel, the others split the rows */
-        const hp_strategy_config *sc = &gr->strategy;
-        if (sc->present && (sc->n_opt_shard > 0 || sc->n_inputs > 0))
-            return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups.%s: %s inside a pipeline stage is not built yet: "
-                            "a stage group's rows are split over the mesh axes no params rule names, its parameters "
-                            "by the params rules (tensor parallelism)", g->file, gr->line, gr->column, gr->name,
-                            sc->n_opt_shard > 0 ? "ZeRO (optimizer.shard)" : "an inputs layout");
+        /* the group's strategy is checked by hp_pipeline_new (its mesh, its inputs rules) */
     }
     if (cfg->offload.present)
         return hp_error(HP_STATUS_UNSUPPORTED, "offload: with groups: (offload inside a pipeline stage) is not built yet");
@@ -75,7 +69,9 @@ hp_status hp__pipe_new(hp_trainer *t) {
     hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
     o.group_size = gsize;
     o.group_strategy = gstrat;
-    o.model = &t->gcfg;
+    hp_gpt_config train_model = t->gcfg; /* dropout in the training stages only */
+    train_model.dropout = (float)cfg->model.dropout, train_model.seed = (uint64_t)cfg->train.seed;
+    o.model = &train_model;
     o.batch = (int)cfg->train.batch;
     o.seq = (int)cfg->model.context;
     o.schedule = s;

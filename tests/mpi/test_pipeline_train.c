@@ -23,25 +23,48 @@
 /* The run config: no groups (schedule NULL), or p one-rank stages under `schedule` with m
  * micro-batches; `layers` blocks split as evenly as the config's auto split does. */
 static const int *g_gsize; /* stage group sizes of the configs load() makes (NULL: one rank each) */
+static double g_dropout;   /* model.dropout of the configs load() makes */
 static const int *g_tp;    /* each stage group's tensor-parallel size (NULL: 1; the rest of a group is dp) */
 
+static bool g_zero;         /* ZeRO-1 inside the stage groups: optimizer.shard over their dp axis */
+static int g_fsdp;          /* FSDP inside the stage groups over an "fsdp" axis of this size (0: none) */
+
 /* Megatron-LM's column- then row-parallel linears over the group's "tp" axis. */
-static const char *const TP_RULES =
-    "strategy: {params: [{match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}, "
+static const char *const TP_PARAMS =
+    "params: [{match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}, "
     "{match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}, {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}, "
     "{match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}, {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}, "
-    "{match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}]}";
+    "{match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}]";
+
+/* A stage group of d ranks, tp of them tensor parallel: its mesh and strategy. */
+static int group_text(char *out, size_t cap, int s, int d, int tp) {
+    char mesh[96], strat[1024] = "";
+    if (g_fsdp) { /* rows and every parameter's dim 0 split over fsdp; the rest of the group replicas */
+        if (d == g_fsdp) snprintf(mesh, sizeof mesh, "{device_matrix: [%d], alias_name: [fsdp]}", d);
+        else snprintf(mesh, sizeof mesh, "{device_matrix: [%d, %d], alias_name: [dp, fsdp]}", d / g_fsdp, g_fsdp);
+        return snprintf(out, cap, "  stage%d: {ranks: %d, mesh: %s, strategy: {inputs: {tokens: [fsdp, none], targets: "
+                        "[fsdp, none]}, params: [{match: \"*\", tensor_map: [fsdp]}]}}\n", s, d, mesh);
+    }
+    if (tp > 1 && d == tp) snprintf(mesh, sizeof mesh, "{device_matrix: [%d], alias_name: [tp]}", d);
+    else if (tp > 1) snprintf(mesh, sizeof mesh, "{device_matrix: [%d, %d], alias_name: [dp, tp]}", d / tp, tp);
+    else snprintf(mesh, sizeof mesh, "{device_matrix: [%d], alias_name: [dp]}", d);
+    bool zero = g_zero && d > tp;
+    if (tp > 1 || zero)
+        snprintf(strat, sizeof strat, ", strategy: {%s%s%s}", tp > 1 ? TP_PARAMS : "", tp > 1 && zero ? ", " : "",
+                 zero ? "optimizer: {shard: [dp]}" : "");
+    return snprintf(out, cap, "  stage%d: {ranks: %d, mesh: %s%s}\n", s, d, mesh, strat);
+}
 
 static hp_status load(const char *schedule, int p, int m, int layers, bool tied, const char *ckdir, hp_run_config *cfg) {
     char corpus[1024], text[8192];
     const char *root = getenv("HP_SOURCE_DIR");
     snprintf(corpus, sizeof corpus, "%s/data/kjv.txt", root ? root : ".");
     int off = snprintf(text, sizeof text,
-                       "model: {vocab: 256, context: 32, layers: %d, heads: 4, width: 32, tied_head: %s}\n"
+                       "model: {vocab: 256, context: 32, layers: %d, heads: 4, width: 32, tied_head: %s, dropout: %g}\n"
                        "data: {corpus: \"%s\", val_fraction: 0.05}\n"
                        "train: {steps: %d, batch: 8, seed: 3, eval_batches: 2, checkpoint_dir: \"%s\"}\n"
                        "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5, weight_decay: 0.1, grad_clip: 1.0}\n",
-                       layers, tied ? "true" : "false", corpus, STEPS, ckdir);
+                       layers, tied ? "true" : "false", g_dropout, corpus, STEPS, ckdir);
     if (schedule) {
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "pipeline: {schedule: %s, micro_batches: %d, split: auto}\ngroups:\n", schedule, m);
@@ -49,17 +72,8 @@ static hp_status load(const char *schedule, int p, int m, int layers, bool tied,
             int d = g_gsize ? g_gsize[s] : 1, tp = g_tp ? g_tp[s] : 1;
             if (d == 1)
                 off += snprintf(text + off, sizeof text - (size_t)off, "  stage%d: {ranks: 1}\n", s);
-            else if (tp > 1 && d == tp)
-                off += snprintf(text + off, sizeof text - (size_t)off,
-                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d], alias_name: [tp]}, %s}\n", s, d, d,
-                                TP_RULES);
-            else if (tp > 1)
-                off += snprintf(text + off, sizeof text - (size_t)off,
-                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d, %d], alias_name: [dp, tp]}, %s}\n", s,
-                                d, d / tp, tp, TP_RULES);
             else
-                off += snprintf(text + off, sizeof text - (size_t)off,
-                                "  stage%d: {ranks: %d, mesh: {device_matrix: [%d], alias_name: [dp]}}\n", s, d, d);
+                off += group_text(text + off, sizeof text - (size_t)off, s, d, tp);
         }
     }
     return hp_run_config_load_string(text, strlen(text), schedule ? schedule : "single", cfg);
@@ -191,17 +205,35 @@ int main(int argc, char **argv) {
     check_schedule(world, "1f1b", 8, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_schedule(world, "gpipe", p == 4 ? 2 : 1, 2 * p + 1, true, ref_loss, ref_gn, ref_val);
     check_resume(world);
+    /* dropout: each micro-batch's masks are the single-device batch's at its rows */
+    g_dropout = 0.1;
+    reference(2 * p, false, ref_loss, ref_gn, &ref_val);
+    check_schedule(world, "1f1b", 2 * p, 2 * p, false, ref_loss, ref_gn, ref_val);
+    check_schedule(world, "zb-v", 2 * p, 2 * p, false, ref_loss, ref_gn, ref_val);
+    g_dropout = 0;
     if (p == 4) { /* stages over several ranks: pp2 x dp2, pp2 x tp2, and 3 stages on 1, 2 and 1 ranks */
         static const int two[] = {2, 2, 0}, uneq[] = {1, 2, 1, 0}, tp_two[] = {2, 2}, tp_one[] = {1, 2};
         reference(4, false, ref_loss, ref_gn, &ref_val);
         g_gsize = two;
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         check_schedule(world, "zb-v", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_zero = true; /* ZeRO-1 in each dp2 stage */
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_zero = false;
+        g_fsdp = 2; /* FSDP in each stage group */
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_fsdp = 0;
         g_tp = tp_two; /* pp2 x tp2 */
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
         g_tp = tp_one; /* a dp2 stage handing over to a tp2 stage */
         check_schedule(world, "gpipe", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_two, g_dropout = 0.1; /* pp2 x tp2 with dropout */
+        reference(4, false, ref_loss, ref_gn, &ref_val);
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_dropout = 0;
+        reference(4, false, ref_loss, ref_gn, &ref_val);
         g_tp = NULL;
         g_gsize = uneq;
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
@@ -216,6 +248,12 @@ eight:
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         reference(4, true, ref_loss, ref_gn, &ref_val);
         check_schedule(world, "zb-v", 4, 4, true, ref_loss, ref_gn, ref_val);
+        g_zero = true; /* and ZeRO-1 over each group's dp axis */
+        check_schedule(world, "1f1b", 4, 4, true, ref_loss, ref_gn, ref_val);
+        g_zero = false;
+        g_tp = NULL, g_fsdp = 2; /* each group 2 replicas x FSDP over 2 (HSDP inside a stage) */
+        check_schedule(world, "1f1b", 4, 4, true, ref_loss, ref_gn, ref_val);
+        g_fsdp = 0;
         g_gsize = NULL, g_tp = NULL;
     }
     int failed = g_failed, any = 0;

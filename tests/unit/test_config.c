@@ -187,6 +187,45 @@ static void test_full_file_and_round_trip(void **state) {
     hp_run_config_free(&c2);
 }
 
+/* model.family and the llama keys: defaults, a round trip through YAML and JSON, and the bad values
+ * (each naming the value and its line). */
+static void test_llama_family(void **state) {
+    (void)state;
+    hp_run_config c = hp_run_config_defaults();
+    assert_string_equal(c.model.family, "gpt2");
+    assert_int_equal(c.model.kv_heads, 0);
+    assert_close(c.model.rope_base, 10000.0, 0, 0);
+    assert_close(c.model.norm_eps, 1e-5, 0, 0);
+    const char *text = "model:\n  family: llama\n  heads: 4\n  kv_heads: 2\n  width: 64\n  ffn_width: 96\n"
+                       "  rope_base: 500\n  norm_eps: 1.0e-6\n";
+    assert_ok(hp_run_config_load_string(text, strlen(text), "llama.yaml", &c));
+    char *yaml = hp_run_config_to_yaml(&c), *json = hp_run_config_to_json(&c);
+    hp_run_config c2, c3;
+    assert_ok(hp_run_config_load_string(yaml, strlen(yaml), "saved.yaml", &c2));
+    assert_ok(hp_run_config_load_string(json, strlen(json), "saved.json", &c3));
+    const hp_run_config *all[3] = {&c, &c2, &c3};
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(all[i]->model.family, "llama");
+        assert_int_equal(all[i]->model.kv_heads, 2);
+        assert_int_equal(all[i]->model.ffn_width, 96);
+        assert_close(all[i]->model.rope_base, 500.0, 0, 0);
+        assert_close(all[i]->model.norm_eps, 1e-6, 0, 0);
+    }
+    free(yaml);
+    free(json);
+    hp_run_config_free(&c);
+    hp_run_config_free(&c2);
+    hp_run_config_free(&c3);
+    expect_error("model:\n  family: mistral\n", HP_STATUS_CONFIG, "model.family 'mistral' is not a known family", ":2:");
+    expect_error("model:\n  family: llama\n  kv_heads: 3\n", HP_STATUS_CONFIG,
+                 "model.kv_heads 3 does not divide model.heads 4", ":3:");
+    expect_error("model:\n  family: llama\n  heads: 4\n  width: 36\n", HP_STATUS_CONFIG, "odd head dim", ":3:");
+    expect_error("model: {family: llama, rope_base: 1}\n", HP_STATUS_CONFIG, "model.rope_base 1 must be > 1", ":1:");
+    expect_error("model: {family: llama, norm_eps: 0}\n", HP_STATUS_CONFIG, "model.norm_eps 0 must be > 0", ":1:");
+    expect_error("model: {family: llama, dropout: 0.1}\n", HP_STATUS_CONFIG, "llama family has no dropout", ":1:");
+    expect_error("model: {kv_heads: -1}\n", HP_STATUS_CONFIG, "model.kv_heads -1 must be >= 0", ":1:");
+}
+
 static void test_malformed_yaml(void **state) {
     (void)state;
     expect_error("model:\n  width: 64\n   heads: [1, 2\n", HP_STATUS_CONFIG, "malformed YAML", ":3:");
@@ -366,6 +405,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),          cmocka_unit_test(test_full_file_and_round_trip),
         cmocka_unit_test(test_malformed_yaml),    cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_wrong_types),       cmocka_unit_test(test_impossible_values),
+        cmocka_unit_test(test_llama_family),
         cmocka_unit_test(test_errors_name_file_and_line), cmocka_unit_test(test_huge_integers),
         cmocka_unit_test(test_unknown_and_unbuilt_sections), cmocka_unit_test(test_strategy_errors),
         cmocka_unit_test(test_offload_errors),    cmocka_unit_test(test_typed_round_trip),

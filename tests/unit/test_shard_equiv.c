@@ -132,7 +132,7 @@ static void build_reference(reference *r, const hp_gpt_config *cfg) {
     for (int i = 0; i < n; i++) {
         hp_tid p = r->ts.params[i];
         r->init[p] = malloc(numel_of(r->g, p) * sizeof(float));
-        assert_ok(hp_gpt_init_param(&CFG, hp_graph_tensor(r->g, p)->name, 5, 0, (int64_t)numel_of(r->g, p), r->init[p]));
+        assert_ok(hp_gpt_init_param(cfg, hp_graph_tensor(r->g, p)->name, 5, 0, (int64_t)numel_of(r->g, p), r->init[p]));
     }
     hp_program *prog;
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
@@ -384,6 +384,41 @@ static void test_dropout_matches_single_device(void **state) {
     free_reference(&plain);
 }
 
+/* The Llama family (RMSNorm, RoPE, grouped-query attention with 4 heads over 2 kv heads, SwiGLU,
+ * Hugging Face names): Megatron TP over heads (tp2: kv heads split too; tp4: 2 kv heads do not
+ * split 4 ways, so attention runs replicated), sequence parallelism, DP, ZeRO, FSDP (uneven too)
+ * and 2-D meshes equal the single device. */
+static const hp_gpt_config LLAMA = {.family = HP_MODEL_FAMILY_LLAMA, .vocab = 32, .context = 8, .layers = 2,
+                                    .heads = 4, .kv_heads = 2, .width = 16, .ffn_width = 24, .tied_head = false};
+#define LLAMA_TP_RULES                                                                             \
+    {"model.layers.*.self_attn.[qkv]_proj.weight", "[tp, none]"},                                 \
+        {"model.layers.*.mlp.gate_proj.weight", "[tp, none]"}, {"model.layers.*.mlp.up_proj.weight", "[tp, none]"}, \
+        {"model.layers.*.self_attn.o_proj.weight", "[none, tp]"},                                 \
+        {"model.layers.*.mlp.down_proj.weight", "[none, tp]"}
+
+static const strategy LLAMA_STRATEGIES[] = {
+    {"llama-dp2", 1, {2}, {"dp"}, {DP_INPUTS}},
+    {"llama-tp2", 1, {2}, {"tp"}, {LLAMA_TP_RULES}},
+    {"llama-tp4", 1, {4}, {"tp"}, {LLAMA_TP_RULES}},
+    {"llama-dp2xtp2", 2, {2, 2}, {"dp", "tp"}, {DP_INPUTS, LLAMA_TP_RULES}},
+    {"llama-tp2sp", 1, {2}, {"tp"}, {{"tokens", "[none, tp]"}, {"targets", "[none, tp]"}, LLAMA_TP_RULES}},
+    {"llama-zero2dp2", 1, {2}, {"dp"}, {DP_INPUTS, {"exp_avg*", "[dp]"}}},
+    {"llama-fsdp4", 1, {4}, {"dp"}, {DP_INPUTS, {"*", "[dp]"}}},
+    {"llama-fsdp3-uneven", 1, {3}, {"dp"}, {DP_INPUTS, {"*", "[dp]"}}},
+    {"llama-hsdp2x2", 2, {2, 2}, {"dp", "fsdp"},
+     {{"tokens", "[[dp, fsdp], none]"}, {"targets", "[[dp, fsdp], none]"}, {"*", "[fsdp]"}}},
+};
+
+static void test_llama_every_strategy_matches_single_device(void **state) {
+    (void)state;
+    reference r;
+    build_reference(&r, &LLAMA);
+    assert_int_equal(count_op(r.g, HP_OP_ROPE), 2 * 2 * LLAMA.layers); /* q and k, forward and backward */
+    for (size_t i = 0; i < sizeof LLAMA_STRATEGIES / sizeof LLAMA_STRATEGIES[0]; i++)
+        run_strategy(&r, &LLAMA_STRATEGIES[i], 0);
+    free_reference(&r);
+}
+
 /* Mixture-of-Experts MLPs (hp/moe.h) under every strategy: each rank routes and dispatches its own
  * tokens (an uneven token split falls back to replicated routing), the per-expert loads the
  * balancing loss and the bias update read are all-reduced, the expert weights are gathered (FSDP)
@@ -422,6 +457,7 @@ int main(void) {
         cmocka_unit_test(test_every_strategy_matches_single_device),
         cmocka_unit_test(test_gradient_buckets_match_single_device),
         cmocka_unit_test(test_dropout_matches_single_device),
+        cmocka_unit_test(test_llama_every_strategy_matches_single_device),
         cmocka_unit_test(test_moe_matches_single_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,8 +8,9 @@
  *
  * Forward: OpenMP over (b, h, block), largest (causal) blocks first; each GEMM is single-threaded
  * inside the parallel region (OpenBLAS's OpenMP build checks omp_in_parallel()).
- * Backward: OpenMP over (b, h) pairs, each owned by one thread, which walks its query blocks and
- * accumulates dK and dV in place: recompute P = exp(S - lse), dV += P^T dO, dP = dO V^T,
+ * Backward: OpenMP over (b, kv head) pairs, each owned by one thread, which walks the query blocks
+ * of the kv head's query heads (grouped-query attention: H / KV of them; k and v rows are KV*D
+ * long) and accumulates dK and dV in place: recompute P = exp(S - lse), dV += P^T dO, dP = dO V^T,
  * dS = P (dP - rowsum(dO o O)), dQ = scale dS K, dK += scale dS^T Q. With fewer (b, h) pairs than
  * threads the extra threads stay idle (single-threaded GEMMs throughout). Both are team kernels.
  */
@@ -124,6 +125,7 @@ static float row_max(const float *s, int64_t n) {
 
 typedef struct attn_dims {
     int64_t B, T, C, H, D;
+    int64_t KV, Ck, G; /* kv heads, k/v row length KV*D, query heads per kv head */
     bool causal;
     float scale;
 } attn_dims;
@@ -136,6 +138,9 @@ static attn_dims dims_of(const hp_kernel_args *a, int qi) {
     d.C = q->dim[2];
     d.H = a->node->attr.i[0];
     d.D = d.C / d.H;
+    d.KV = a->node->attr.i[2] ? a->node->attr.i[2] : d.H;
+    d.Ck = d.KV * d.D;
+    d.G = d.H / d.KV;
     d.causal = a->node->attr.i[1] != 0;
     d.scale = 1.0f / sqrtf((float)d.D);
     return d;
@@ -184,7 +189,7 @@ typedef struct attn_fwd {
 
 static void attention_body(const attn_fwd *f) {
     const attn_dims d = f->d;
-    int C = (int)d.C, D = (int)d.D;
+    int C = (int)d.C, D = (int)d.D, Ck = (int)d.Ck;
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t it = 0; it < f->items; it++) {
         /* Block index varies slowest and descending: the costly causal blocks are handed out first. */
@@ -193,14 +198,14 @@ static void attention_body(const attn_fwd *f) {
         int64_t i0 = blk * BQ, i1 = i0 + BQ < d.T ? i0 + BQ : d.T, rows = i1 - i0;
         int64_t L = d.causal ? i1 : d.T;
         const float *Q = f->q + (b * d.T + i0) * d.C + h * d.D;
-        const float *K = f->k + b * d.T * d.C + h * d.D, *V = f->v + b * d.T * d.C + h * d.D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, D, d.scale, Q, C, K, C, 0.0f, S,
+        const float *K = f->k + b * d.T * d.Ck + h / d.G * d.D, *V = f->v + b * d.T * d.Ck + h / d.G * d.D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, D, d.scale, Q, C, K, Ck, 0.0f, S,
                     (int)L);
         float *lrow = f->lse + (b * d.H + h) * d.T + i0, *O = f->o + (b * d.T + i0) * d.C + h * d.D;
         float *rsum = S + rows * L; /* BQ floats after the score block (see per_thread_floats) */
         for (int64_t r = 0; r < rows; r++)
             rsum[r] = softmax_row(S + r * L, d.causal ? i0 + r + 1 : L, L, &lrow[r]);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)L, 1.0f, S, (int)L, V, C, 0.0f, O, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)L, 1.0f, S, (int)L, V, Ck, 0.0f, O, C);
         for (int64_t r = 0; r < rows; r++) {
             float inv = 1.0f / rsum[r], *orow = O + r * d.C;
             for (int64_t e = 0; e < d.D; e++) orow[e] *= inv;
@@ -226,28 +231,27 @@ hp_status hp__cpu_attention(const hp_kernel_args *a) {
     return HP_STATUS_OK;
 }
 
-/* Backward of one (b, h) pair with scratch `ws` (two BQ x T buffers and T floats). */
+/* Backward of query head h of batch b with scratch `ws` (two BQ x T buffers and T floats),
+ * accumulating into its kv head's dK and dV (zeroed by the caller). */
 static void backward_head(const attn_dims *d, int64_t b, int64_t h, const float *dout, const float *q,
                           const float *k, const float *v, const float *o, const float *lse, float *dq, float *dk,
                           float *dv, float *ws) {
-    int64_t T = d->T, C = d->C, D = d->D, rows0 = T < BQ ? T : BQ;
+    int64_t T = d->T, C = d->C, D = d->D, Ck = d->Ck, rows0 = T < BQ ? T : BQ;
     float *P = ws, *dP = ws + rows0 * T, *Dv = ws + 2 * rows0 * T;
-    size_t base = (size_t)(b * T * C + h * D);
-    const float *Q = q + base, *K = k + base, *V = v + base, *dO = dout + base, *O = o + base;
-    float *dQ = dq + base, *dK = dk + base, *dV = dv + base;
+    size_t base = (size_t)(b * T * C + h * D), kbase = (size_t)(b * T * Ck + h / d->G * D);
+    const float *Q = q + base, *K = k + kbase, *V = v + kbase, *dO = dout + base, *O = o + base;
+    float *dQ = dq + base, *dK = dk + kbase, *dV = dv + kbase;
     const float *l = lse + (b * d->H + h) * T;
     for (int64_t i = 0; i < T; i++) {
         float s = 0.0f;
         for (int64_t j = 0; j < D; j++) s += dO[i * C + j] * O[i * C + j];
         Dv[i] = s;
-        memset(dK + i * C, 0, sizeof(float) * (size_t)D);
-        memset(dV + i * C, 0, sizeof(float) * (size_t)D);
     }
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
         int64_t i1 = i0 + BQ < T ? i0 + BQ : T, rows = i1 - i0, L = d->causal ? i1 : T;
         const float *Qb = Q + i0 * C, *dOb = dO + i0 * C;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, (int)D, d->scale, Qb, (int)C, K,
-                    (int)C, 0.0f, P, (int)L);
+                    (int)Ck, 0.0f, P, (int)L);
         for (int64_t r = 0; r < rows; r++) {
             float *pr = P + r * L, li = l[i0 + r];
             int64_t valid = d->causal ? i0 + r + 1 : L;
@@ -255,8 +259,8 @@ static void backward_head(const attn_dims *d, int64_t b, int64_t h, const float 
             if (valid < L) memset(pr + valid, 0, sizeof(float) * (size_t)(L - valid));
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L, (int)D, (int)rows, 1.0f, P, (int)L, dOb, (int)C,
-                    1.0f, dV, (int)C);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, (int)D, 1.0f, dOb, (int)C, V, (int)C,
+                    1.0f, dV, (int)Ck);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, (int)D, 1.0f, dOb, (int)C, V, (int)Ck,
                     0.0f, dP, (int)L);
         for (int64_t r = 0; r < rows; r++) {
             float *pr = P + r * L, *gr = dP + r * L, di = Dv[i0 + r];
@@ -264,9 +268,9 @@ static void backward_head(const attn_dims *d, int64_t b, int64_t h, const float 
             for (int64_t j = 0; j < L; j++) gr[j] = pr[j] * (gr[j] - di);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)L, d->scale, dP, (int)L, K,
-                    (int)C, 0.0f, dQ + i0 * C, (int)C);
+                    (int)Ck, 0.0f, dQ + i0 * C, (int)C);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L, (int)D, (int)rows, d->scale, dP, (int)L, Qb,
-                    (int)C, 1.0f, dK, (int)C);
+                    (int)C, 1.0f, dK, (int)Ck);
     }
 }
 
@@ -277,12 +281,23 @@ typedef struct attn_bwd {
     size_t pt;
 } attn_bwd;
 
+/* Work items are (b, kv head) pairs: one thread owns a kv head's dK and dV and runs the backward of
+ * its G query heads in order (the same sums for any thread count). */
 static void attention_backward_body(const attn_bwd *p) {
-    int64_t pairs = p->d.B * p->d.H;
+    const attn_dims *d = &p->d;
+    int64_t pairs = d->B * d->KV;
 #pragma omp for schedule(dynamic, 1) nowait
-    for (int64_t bh = 0; bh < pairs; bh++)
-        backward_head(&p->d, bh / p->d.H, bh % p->d.H, p->dout, p->q, p->k, p->v, p->o, p->lse, p->dq, p->dk, p->dv,
-                      p->ws + (size_t)omp_get_thread_num() * p->pt);
+    for (int64_t bk = 0; bk < pairs; bk++) {
+        int64_t b = bk / d->KV, kh = bk % d->KV;
+        float *dK = p->dk + b * d->T * d->Ck + kh * d->D, *dV = p->dv + b * d->T * d->Ck + kh * d->D;
+        for (int64_t i = 0; i < d->T; i++) {
+            memset(dK + i * d->Ck, 0, sizeof(float) * (size_t)d->D);
+            memset(dV + i * d->Ck, 0, sizeof(float) * (size_t)d->D);
+        }
+        for (int64_t h = kh * d->G; h < (kh + 1) * d->G; h++)
+            backward_head(d, b, h, p->dout, p->q, p->k, p->v, p->o, p->lse, p->dq, p->dk, p->dv,
+                          p->ws + (size_t)omp_get_thread_num() * p->pt);
+    }
 }
 
 /* A team kernel (team.h): each (b, h) pair owned by one thread, its GEMMs single-threaded. */
@@ -300,7 +315,7 @@ hp_status hp__cpu_attention_backward(const hp_kernel_args *a) {
     }
     /* Fewer pairs than threads: leave threads idle rather than thread the small GEMMs (OpenBLAS
      * runs a 64 x T x 64 product 5-10x slower on 2 threads than on one, from wake-up costs). */
-    if (d.B * d.H < nt) nt = (int)(d.B * d.H);
+    if (d.B * d.KV < nt) nt = (int)(d.B * d.KV);
 #pragma omp parallel num_threads(nt)
     attention_backward_body(&p);
     return HP_STATUS_OK;

@@ -60,6 +60,14 @@ hp_status hp__cpu_dropout(const hp_kernel_args *a) {
         j.len[d] = ls->dim[d];
         j.start[d] = at->i[1 + d];
     }
+    if (a->node->n_in > 2 && a->in[2]) { /* a run-time row offset (a pipeline's micro-batch) */
+        int32_t row0 = *(const int32_t *)a->in[2];
+        if (ls->ndim < 1 || row0 < 0 || j.start[0] + row0 + j.len[0] > at->shape.dim[0])
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "dropout: row offset %d puts the block of %lld rows outside "
+                            "the %lld global rows", (int)row0, (long long)(ls->ndim ? j.len[0] : 0),
+                            (long long)(at->shape.ndim ? at->shape.dim[0] : 0));
+        j.start[0] += row0;
+    }
     HP_TEAM_RUN(hp_shape_numel(ls) > 16384, dropout_body(&j));
     return HP_STATUS_OK;
 }

@@ -98,6 +98,8 @@ static const bool g_team[HP_OP_COUNT] = {
     [HP_OP_MUL] = true,       [HP_OP_SUM_TO] = true,     [HP_OP_LAYERNORM] = true, [HP_OP_LAYERNORM_BACKWARD] = true,
     [HP_OP_ADAMW] = true,     [HP_OP_SUMSQ] = true,      [HP_OP_CROSS_ENTROPY] = true, [HP_OP_CROSS_ENTROPY_BACKWARD] = true,
     [HP_OP_ADAMW_STREAM] = true, [HP_OP_DROPOUT] = true,
+    [HP_OP_RMSNORM] = true,   [HP_OP_RMSNORM_BACKWARD] = true, [HP_OP_ROPE] = true, [HP_OP_SWIGLU] = true,
+    [HP_OP_SWIGLU_BACKWARD] = true, [HP_OP_ATTENTION_CACHE] = true,
 };
 
 hp_status hp__cpu_run_nodes(hp_backend_t b, const hp_node_args *a, int n, double *seconds, int *failed) {
