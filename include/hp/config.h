@@ -146,6 +146,7 @@
 #define HP_CONFIG_H
 
 #include "hp/core.h"
+#include "hp/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -167,6 +168,7 @@ typedef struct hp_model_config {
     int64_t ffn_width; /* SwiGLU hidden width; 0 (default): 8/3 width rounded up to a multiple of 256 */
     double rope_base;  /* RoPE base theta, > 1; default 10000 */
     double norm_eps;   /* RMSNorm epsilon, > 0; default 1e-5 */
+    hp_moe_config moe; /* model.moe: Mixture-of-Experts MLPs (hp/moe.h; src/io/config_moe.c); experts 0: off */
 } hp_model_config;
 
 typedef struct hp_data_config {

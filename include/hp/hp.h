@@ -31,6 +31,7 @@
 #include "hp/config.h"
 #include "hp/ir.h"
 #include "hp/ops.h"
+#include "hp/moe.h"
 #include "hp/liveness.h"
 #include "hp/costmodel.h"
 #include "hp/calibrate.h"

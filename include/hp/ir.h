@@ -88,7 +88,17 @@ typedef int32_t hp_tid;
     X(ADAMW_STREAM, adamw_stream)   /* ADAMW where param/grad/m/v may live on slower tiers: chunked */\
     X(SEND, send)                   /* point-to-point: in[0] to rank i[0] with tag i[1] (no output) */ \
     X(RECV, recv)                   /* point-to-point: y (attr.shape, dtype i[2]) from rank i[0], tag i[1] */ \
-    X(ATTENTION_CACHE, attention_cache) /* inference: append k, v to a KV cache in place, attend; i[0] heads, i[2] kv heads */
+    X(ATTENTION_CACHE, attention_cache) /* inference: append k, v to a KV cache in place, attend; i[0] heads, i[2] kv heads */ \
+    X(MOE_ROUTE, moe_route)         /* MoE router: logits (N, E) [, bias (E)] -> gates, idx (N, k), probs (N, E) */ \
+    X(MOE_ROUTE_BACKWARD, moe_route_backward) /* dgates, dprobs, logits, idx -> dlogits */              \
+    X(MOE_BIAS_UPDATE, moe_bias_update) /* in place: bias (E) += f[0] sign(mean(counts) - counts) */     \
+    X(MOE_DISPATCH, moe_dispatch)   /* x (N, C), idx (N, k) -> xs (N*k, C) by expert, counts (E), pos (N, k) */ \
+    X(MOE_COMBINE, moe_combine)     /* ys (N*k, C), pos (N, k) [, gates (N, k)] -> y (N, C) */         \
+    X(MOE_COMBINE_BACKWARD, moe_combine_backward) /* dy, pos, gates, ys -> dys (N*k, C), dgates (N, k) */ \
+    X(MOE_GEMM, moe_gemm)           /* grouped GEMM: rows of expert e times w[e] (E, N, K) */        \
+    X(MOE_GEMM_DW, moe_gemm_dw)     /* grouped weight gradient dw[e] = dy_e^T x_e (E, N, K) */       \
+    X(MOE_BALANCE_LOSS, moe_balance_loss) /* Switch/GShard E sum_e f_e P_e from probs, counts */   \
+    X(MOE_BALANCE_LOSS_BACKWARD, moe_balance_loss_backward) /* dl, probs, counts -> dprobs */
 
 typedef enum hp_op {
 #define HP_OP_ENUM_(name, lower) HP_OP_##name,

@@ -36,6 +36,7 @@
 #define HP_NN_H
 
 #include "hp/ir.h"
+#include "hp/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,6 +71,11 @@ typedef struct hp_gpt_config {
     int ffn_width;   /* F, the SwiGLU hidden width; 0: hp_llama_default_ffn_width(width) */
     float rope_base; /* RoPE base theta (> 1); 0: 10000 */
     float norm_eps;  /* RMSNorm epsilon (> 0); 0: 1e-5 */
+    /* Mixture-of-Experts MLPs in the layers moe names (experts 0: none; hp/moe.h): in such a layer
+     * blocks.L.mlp is hp_moe_build's layer (blocks.L.mlp.router.weight, .experts.fc.weight, ...)
+     * instead of fc/proj. With moe.training (set it for a training graph only, like dropout) the
+     * balancing losses, times moe.balance_loss, join the loss. */
+    hp_moe_config moe;
 } hp_gpt_config;
 
 /* The model part of a run config as a decoder config (no dropout: hp_gpt_build's callers set it

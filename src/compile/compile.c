@@ -256,6 +256,7 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
     hp_gpt_config gc = hp_gpt_config_from_model(&cfg->model);
     gc.dropout = opts->train ? (float)cfg->model.dropout : 0.0f;
     gc.seed = (uint64_t)cfg->train.seed;
+    gc.moe.training = opts->train; /* MoE balancing loss and router bias updates: training only */
     int world = opts->comm ? hp_comm_size(opts->comm) : opts->plan_world_size;
     hp_status st = hp_gpt_config_check(&gc);
     if (st == HP_STATUS_OK) st = hp_compile_config_objects(cfg, world, &c->strategy, &c->offload_cfg);

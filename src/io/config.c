@@ -12,7 +12,7 @@
 #include <limits.h>
 #include <stdarg.h>
 
-typedef enum field_type { F_INT, F_DOUBLE, F_BOOL, F_STR } field_type;
+typedef enum field_type { F_INT, F_DOUBLE, F_BOOL, F_STR, F_MOE } field_type; /* F_MOE: model.moe (config_moe.c) */
 
 typedef struct field {
     const char *key;
@@ -34,7 +34,7 @@ static const field model_fields[] = {
     INT(hp_model_config, heads, 1, I32),   INT(hp_model_config, width, 1, I32),   FLD(hp_model_config, tied_head, F_BOOL),
     FLD(hp_model_config, dropout, F_DOUBLE), FLD(hp_model_config, family, F_STR),
     INT(hp_model_config, kv_heads, 0, I32),  INT(hp_model_config, ffn_width, 0, I32),
-    FLD(hp_model_config, rope_base, F_DOUBLE), FLD(hp_model_config, norm_eps, F_DOUBLE),
+    FLD(hp_model_config, rope_base, F_DOUBLE), FLD(hp_model_config, norm_eps, F_DOUBLE), FLD(hp_model_config, moe, F_MOE),
 };
 static const field data_fields[] = {FLD(hp_data_config, corpus, F_STR), FLD(hp_data_config, val_fraction, F_DOUBLE),
                                     FLD(hp_data_config, shards, F_STR)};
@@ -93,6 +93,7 @@ hp_run_config hp_run_config_defaults(void) {
     c.model = (hp_model_config){.vocab = 256, .context = 256, .layers = 4, .heads = 4, .width = 256,
                                 .tied_head = false, .dropout = 0.0, .rope_base = 10000.0, .norm_eps = 1e-5};
     snprintf(c.model.family, sizeof c.model.family, "gpt2");
+    c.model.moe = HP_MOE_CONFIG_INIT;
     snprintf(c.data.corpus, sizeof c.data.corpus, "data/kjv.txt");
     c.data.val_fraction = 0.05;
     hp_train_config *t = &c.train;
@@ -140,6 +141,7 @@ static hp_status read_field(const section *sec, const field *f, const hp_yaml_no
     case F_INT: return hp_yaml_as_int(v, what, (int64_t *)p);
     case F_DOUBLE: return hp_yaml_as_double(v, what, (double *)p);
     case F_BOOL: return hp_yaml_as_bool(v, what, (bool *)p);
+    case F_MOE: return hp__config_read_moe(v, (hp_moe_config *)p);
     case F_STR: {
         const char *s;
         HP_CHECK(hp_yaml_as_string(v, what, &s));
@@ -275,10 +277,14 @@ static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
         if (!(m->rope_base > 1.0)) BAD("model", "rope_base", "model.rope_base %g must be > 1", m->rope_base);
         if (!(m->norm_eps > 0.0)) BAD("model", "norm_eps", "model.norm_eps %g must be > 0", m->norm_eps);
         if (m->dropout != 0.0) BAD("model", "dropout", "model.dropout %g: the llama family has no dropout", m->dropout);
+        if (m->moe.experts > 0)
+            BAD("model", "moe", "model.moe: MoE layers are built for the gpt2 family only (llama's SwiGLU experts are not "
+                "built yet)");
         if (mul(3, mul(m->width, m->ffn_width)) > TENSOR_MAX)
             BAD("model", "ffn_width", "model.ffn_width %lld * model.width %lld is more than 2^48 elements",
                 (long long)m->ffn_width, (long long)m->width);
     }
+    HP_CHECK(hp__config_check_moe(&m->moe, m->layers, value_at(root, "model", "moe"), f));
     if (!cfg->data.corpus[0]) BAD("data", "corpus", "data.corpus must name a file");
     if (!(cfg->data.val_fraction > 0.0 && cfg->data.val_fraction < 1.0))
         BAD("data", "val_fraction", "data.val_fraction %g must be in (0, 1)", cfg->data.val_fraction);
@@ -376,7 +382,9 @@ static cJSON *to_cjson(const hp_run_config *cfg) {
         for (size_t i = 0; ok && i < sections[s].n; i++) {
             const field *f = &sections[s].fields[i];
             const void *p = base + f->offset;
-            cJSON *v = f->type == F_INT      ? json_int(*(const int64_t *)p)
+            if (f->type == F_MOE && ((const hp_moe_config *)p)->experts < 1) continue; /* MoE off: not written */
+            cJSON *v = f->type == F_MOE      ? hp__config_moe_json((const hp_moe_config *)p)
+                       : f->type == F_INT      ? json_int(*(const int64_t *)p)
                        : f->type == F_DOUBLE ? hp__config_json_number(*(const double *)p)
                        : f->type == F_BOOL   ? cJSON_CreateBool(*(const bool *)p)
                                              : cJSON_CreateString((const char *)p);
@@ -450,6 +458,16 @@ char *hp_run_config_to_yaml(const hp_run_config *cfg) {
                 break;
             }
             case F_BOOL: sb_printf(&b, "  %s: %s\n", f->key, *(const bool *)p ? "true" : "false"); break;
+            case F_MOE: { /* a JSON object is a valid YAML flow mapping */
+                if (((const hp_moe_config *)p)->experts < 1) break;
+                cJSON *js = hp__config_moe_json((const hp_moe_config *)p);
+                char *q = js ? cJSON_PrintUnformatted(js) : NULL;
+                if (q) sb_printf(&b, "  %s: %s\n", f->key, q);
+                else b.oom = true;
+                free(q);
+                cJSON_Delete(js);
+                break;
+            }
             case F_STR: {
                 /* A JSON string is a valid YAML double-quoted scalar. */
                 cJSON *js = cJSON_CreateString((const char *)p);

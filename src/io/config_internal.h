@@ -41,6 +41,15 @@ cJSON *hp__config_offload_json(const hp_offload_run_config *o);
  * absent); false when out of memory. */
 bool hp__config_group_strategy_json(const hp_strategy_config *s, cJSON *group);
 
+/* Reads the `model.moe:` value (NULL or null: MoE off, HP_MOE_CONFIG_INIT) into *out; checks each value
+ * and top_k <= experts with file:line (config_moe.c). */
+hp_status hp__config_read_moe(const hp_yaml_node *n, hp_moe_config *out);
+/* The checks of model.moe against the rest of the model (its layer list against model.layers); `moe` is
+ * the document's node (NULL: messages name only `file`). */
+hp_status hp__config_check_moe(const hp_moe_config *m, int64_t layers, const hp_yaml_node *moe, const char *file);
+/* model.moe as a JSON object in the input syntax (NULL when out of memory). */
+cJSON *hp__config_moe_json(const hp_moe_config *m);
+
 /* Reads the `pipeline:` value (NULL or null: absent) into *out (config_groups.c). */
 hp_status hp__config_read_pipeline(const hp_yaml_node *node, hp_pipeline_config *out);
 /* Reads the `groups:` value (NULL or null: absent) into cfg->groups, after cfg->pipeline and

@@ -65,8 +65,15 @@ static hp_tid gpt2_layer(hp_graph *g, const hp_gpt_decode *m, int l, hp_tid x) {
     hp_graph_pop_scope(g);
     h = norm(g, &m->cfg, "ln2", x);
     hp_graph_push_scope(g, "mlp");
-    h = hp_gelu(g, linear(g, "fc", h, C, 4 * C, true));
-    x = hp_add(g, x, linear(g, "proj", h, 4 * C, C, true));
+    if (hp_moe_config_layer(&m->cfg.moe, l)) { /* a Mixture-of-Experts MLP (hp/moe.h), as hp_gpt_build */
+        hp_moe_config mc = m->cfg.moe;
+        mc.training = false; /* no balancing loss, no router bias update when generating */
+        hp_moe_layer ml;
+        h = hp_moe_build(g, h, &mc, NULL, &ml) == HP_STATUS_OK ? ml.y : HP_TID_NONE;
+    } else {
+        h = linear(g, "proj", hp_gelu(g, linear(g, "fc", h, C, 4 * C, true)), 4 * C, C, true);
+    }
+    x = hp_add(g, x, h);
     hp_graph_pop_scope(g);
     hp_graph_pop_scope(g);
     return x;

@@ -17,7 +17,7 @@ hp_gpt_config hp_gpt_config_from_model(const hp_model_config *m) {
     bool llama = strcmp(m->family, "llama") == 0;
     hp_gpt_config c = {.family = llama ? HP_MODEL_FAMILY_LLAMA : HP_MODEL_FAMILY_GPT2, .vocab = (int)m->vocab,
                        .context = (int)m->context, .layers = (int)m->layers, .heads = (int)m->heads,
-                       .width = (int)m->width, .tied_head = m->tied_head};
+                       .width = (int)m->width, .tied_head = m->tied_head, .moe = m->moe};
     if (llama) {
         c.kv_heads = (int)m->kv_heads;
         c.ffn_width = (int)m->ffn_width;
@@ -32,6 +32,8 @@ const char *hp_gpt_embedding_name(const hp_gpt_config *c) {
 }
 
 hp_status hp_gpt_config_check(const hp_gpt_config *c) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA && c->moe.experts > 0) /* SwiGLU experts are not built yet */
+        return hp_error(HP_STATUS_UNSUPPORTED, "model.moe: MoE layers are built for the gpt2 family only, not llama");
     if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_config_check(c);
     if (c->family != HP_MODEL_FAMILY_GPT2)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model family %d is not gpt2 or llama", (int)c->family);
@@ -45,7 +47,7 @@ hp_status hp_gpt_config_check(const hp_gpt_config *c) {
     if (c->width % c->heads)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.width %d is not divisible by model.heads %d", c->width,
                         c->heads);
-    return HP_STATUS_OK;
+    return hp_moe_config_check(&c->moe, c->layers);
 }
 
 static hp_tid linear_layer(hp_graph *g, const char *name, hp_tid x, int64_t in, int64_t out) {
@@ -112,6 +114,7 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
     } else {
         x = out->x_in = hp_input(g, "stage.x", HP_DTYPE_F32, HP_SHAPE(batch, seq, C));
     }
+    hp_tid aux = HP_TID_NONE; /* the sum of the MoE layers' balancing losses (training graphs) */
     for (int l = s->first_layer; l < s->last_layer; l++) {
         char blk[32];
         snprintf(blk, sizeof blk, "blocks.%d", l);
@@ -126,11 +129,21 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
         hp_graph_pop_scope(g);
         h = layernorm_layer(g, "ln2", x, C);
         hp_graph_push_scope(g, "mlp");
-        h = hp_gelu(g, linear_layer(g, "fc", h, C, 4 * C));
-        x = hp_add(g, x, dropout_layer(g, out, blk, "mlp.dropout", linear_layer(g, "proj", h, 4 * C, C)));
+        if (hp_moe_config_layer(&c->moe, l)) { /* a Mixture-of-Experts MLP (hp/moe.h) */
+            hp_moe_layer ml;
+            if (hp_moe_build(g, h, &c->moe, NULL, &ml) == HP_STATUS_OK && ml.aux_loss != HP_TID_NONE)
+                aux = aux == HP_TID_NONE ? ml.aux_loss : hp_add(g, aux, ml.aux_loss);
+            h = ml.y;
+        } else {
+            h = linear_layer(g, "proj", hp_gelu(g, linear_layer(g, "fc", h, C, 4 * C)), 4 * C, C);
+        }
+        x = hp_add(g, x, dropout_layer(g, out, blk, "mlp.dropout", h));
         hp_graph_pop_scope(g);
         hp_graph_pop_scope(g);
     }
+    if (aux != HP_TID_NONE && !(s->head && with_loss))
+        return hp_error(HP_STATUS_UNSUPPORTED, "model.moe.balance_loss needs the loss in the same program as the MoE "
+                        "layers (a pipeline stage without the head is not supported yet)");
     if (!s->head) {
         out->x_out = x;
         out->logits = out->loss = HP_TID_NONE;
@@ -144,6 +157,8 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
         head = hp_param(g, "lm_head.weight", HP_SHAPE(V, C));
     out->logits = hp_linear(g, x, head, HP_TID_NONE);
     out->loss = with_loss ? hp_cross_entropy(g, out->logits, out->targets) : HP_TID_NONE;
+    if (out->loss != HP_TID_NONE && aux != HP_TID_NONE) /* Switch/GShard: loss + alpha * sum of the layers' aux */
+        out->loss = hp_add(g, out->loss, hp_scale(g, aux, c->moe.balance_loss));
     if (out->loss != HP_TID_NONE) hp_graph_set_name(g, out->loss, "loss");
     return hp_graph_status(g);
 }
@@ -204,7 +219,10 @@ int64_t hp_gpt_n_params(const hp_gpt_config *c) {
     if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_n_params(c);
     int64_t C = c->width, V = c->vocab, L = c->layers;
     int64_t block = 2 * C + 4 * (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-    return V * C + (int64_t)c->context * C + L * block + 2 * C + (c->tied_head ? 0 : V * C);
+    int64_t moe = 0; /* MoE layers: the experts' parameters instead of the dense MLP's */
+    for (int l = 0; l < c->layers; l++)
+        if (hp_moe_config_layer(&c->moe, l)) moe += hp_moe_n_params(&c->moe, C) - (4 * C * C + 4 * C) - (4 * C * C + C);
+    return V * C + (int64_t)c->context * C + L * block + moe + 2 * C + (c->tied_head ? 0 : V * C);
 }
 
 double hp_gpt_train_flops_per_token(const hp_gpt_config *c, int seq) {
@@ -213,5 +231,8 @@ double hp_gpt_train_flops_per_token(const hp_gpt_config *c, int seq) {
      * table when it is only looked up (untied head) */
     double n = (double)(hp_gpt_n_params(c) - (int64_t)c->context * c->width -
                         (c->tied_head ? 0 : (int64_t)c->vocab * c->width));
+    for (int l = 0; l < c->layers; l++) /* a MoE layer: only the parameters one token uses */
+        if (hp_moe_config_layer(&c->moe, l))
+            n -= (double)(hp_moe_n_params(&c->moe, c->width) - hp_moe_active_params(&c->moe, c->width));
     return 6.0 * n + 12.0 * c->layers * (double)c->width * seq;
 }

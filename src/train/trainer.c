@@ -35,6 +35,7 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     if (!pr->lg) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory building a graph");
     hp_gpt_config gc = t->gcfg; /* dropout only in the training graph */
     if (training) gc.dropout = (float)t->cfg.model.dropout, gc.seed = (uint64_t)t->cfg.train.seed;
+    gc.moe.training = training; /* MoE balancing loss and router bias updates: training only */
     HP_CHECK(hp_gpt_build(pr->lg, &gc, (int)t->cfg.train.batch, (int)t->cfg.model.context, true, &pr->gpt));
     /* HyperOffload plans the per-rank training step (parameters, gradients, optimizer state and
      * activations under the `offload:` budgets); evaluation runs without it. */

@@ -1,0 +1,127 @@
+/* The Mixture-of-Experts layer on the IR (see hp/moe.h for the architecture and parameter names). */
+#include "hp/moe.h"
+
+#include "hp/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+hp_status hp_moe_config_check(const hp_moe_config *c, int layers) {
+    if (c->experts == 0) return HP_STATUS_OK;
+    if (c->experts < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.experts must be >= 1, got %d", c->experts);
+    if (c->top_k < 1 || c->top_k > c->experts)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.top_k %d must be in [1, model.moe.experts %d]", c->top_k,
+                        c->experts);
+    if (c->expert_width < 1)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.expert_width must be >= 1, got %d", c->expert_width);
+    if (c->shared_experts < 0)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.shared_experts must be >= 0, got %d", c->shared_experts);
+    if (c->router != HP_MOE_ROUTER_SOFTMAX && c->router != HP_MOE_ROUTER_SIGMOID_BIAS)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.router %d is not softmax or sigmoid_bias", (int)c->router);
+    if (!(c->balance_loss >= 0.0f && c->balance_loss < INFINITY))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.balance_loss must be finite and >= 0, got %g",
+                        (double)c->balance_loss);
+    if (!(c->bias_update_rate > 0.0f && c->bias_update_rate < INFINITY))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.bias_update_rate must be finite and > 0, got %g",
+                        (double)c->bias_update_rate);
+    if (c->every < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.every must be >= 0, got %d", c->every);
+    if (c->every == 0) {
+        if (c->n_layers < 1 || c->n_layers > HP_MOE_MAX_LAYERS)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.layers must list 1 to %d layers (or set every), got %d",
+                            HP_MOE_MAX_LAYERS, c->n_layers);
+        for (int i = 0; i < c->n_layers; i++) {
+            if (c->layers[i] < 0 || c->layers[i] >= layers)
+                return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.layers[%d] = %d is outside [0, model.layers %d)", i,
+                                c->layers[i], layers);
+            for (int j = 0; j < i; j++)
+                if (c->layers[j] == c->layers[i])
+                    return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.layers lists layer %d twice", c->layers[i]);
+        }
+    }
+    return HP_STATUS_OK;
+}
+
+bool hp_moe_config_layer(const hp_moe_config *c, int l) {
+    if (c->experts < 1) return false;
+    if (c->every > 0) return l % c->every == c->every - 1;
+    for (int i = 0; i < c->n_layers && i < HP_MOE_MAX_LAYERS; i++)
+        if (c->layers[i] == l) return true;
+    return false;
+}
+
+int64_t hp_moe_n_params(const hp_moe_config *c, int64_t C) {
+    int64_t E = c->experts, F = c->expert_width, S = c->shared_experts;
+    return E * C + (c->router == HP_MOE_ROUTER_SIGMOID_BIAS ? E : 0) + 2 * E * F * C + 2 * S * F * C;
+}
+
+int64_t hp_moe_active_params(const hp_moe_config *c, int64_t C) {
+    int64_t E = c->experts, F = c->expert_width, S = c->shared_experts, k = c->top_k;
+    return E * C + 2 * k * F * C + 2 * S * F * C;
+}
+
+/* A weight-only dense layer x (..., in) -> (..., out) named `name` in the current scope. */
+static hp_tid dense(hp_graph *g, const char *name, hp_tid x, int64_t in, int64_t out) {
+    hp_graph_push_scope(g, name);
+    hp_tid w = hp_param(g, "weight", HP_SHAPE(out, in));
+    hp_graph_pop_scope(g);
+    return hp_linear(g, x, w, HP_TID_NONE);
+}
+
+hp_status hp_moe_build(hp_graph *g, hp_tid x, const hp_moe_config *c, const char *prefix, hp_moe_layer *out) {
+    HP_CHECK(hp_graph_status(g));
+    memset(out, 0, sizeof *out);
+    out->y = out->aux_loss = out->counts = out->gates = out->idx = HP_TID_NONE;
+    if (c->experts < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "moe layer: experts must be >= 1, got %d", c->experts);
+    HP_CHECK(hp_moe_config_check(c, 1 << 30)); /* the layer list is the model's to check */
+    const hp_tensor *xt = hp_graph_tensor(g, x);
+    if (xt->dtype != HP_DTYPE_F32 || xt->shape.ndim < 2)
+        return hp_error(HP_STATUS_SHAPE, "moe layer: x must be f32 (..., C) with at least 2 dims, is %s %s",
+                        hp_dtype_name(xt->dtype), hp_shape_str(&xt->shape, (char[96]){0}, 96));
+    const hp_shape xs = xt->shape;
+    const int64_t C = xs.dim[xs.ndim - 1], N = hp_shape_numel(&xs) / (C ? C : 1);
+    const int64_t E = c->experts, F = c->expert_width, S = c->shared_experts;
+    bool scoped = prefix && *prefix;
+    if (scoped) hp_graph_push_scope(g, prefix);
+    hp_tid x2 = xs.ndim == 2 ? x : hp_reshape(g, x, HP_SHAPE(N, C));
+
+    hp_graph_push_scope(g, "router");
+    hp_tid wr = hp_param(g, "weight", HP_SHAPE(E, C));
+    hp_tid bias = HP_TID_NONE;
+    if (c->router == HP_MOE_ROUTER_SIGMOID_BIAS) {
+        bias = hp_param(g, "bias", HP_SHAPE(E));
+        if (bias != HP_TID_NONE) hp_graph_tensor(g, bias)->no_weight_decay = true;
+    }
+    hp_tid logits = hp_linear(g, x2, wr, HP_TID_NONE); /* (N, E) */
+    out->gates = hp_moe_route(g, logits, bias, c->top_k, c->router);
+    hp_graph_pop_scope(g);
+    if (hp_graph_status(g) != HP_STATUS_OK) goto done;
+    const hp_node *rn = hp_graph_node(g, hp_graph_n_nodes(g) - 1);
+    out->idx = rn->out[1];
+    hp_tid probs = rn->out[2];
+
+    hp_graph_push_scope(g, "experts");
+    hp_tid xd = hp_moe_dispatch(g, x2, out->idx, (int)E); /* (N*k, C), grouped by expert */
+    if (hp_graph_status(g) == HP_STATUS_OK) {
+        const hp_node *dn = hp_graph_node(g, hp_graph_n_nodes(g) - 1);
+        out->counts = dn->out[1];
+        hp_tid pos = dn->out[2];
+        hp_tid wfc = hp_param(g, "fc.weight", HP_SHAPE(E, F, C));
+        hp_tid wproj = hp_param(g, "proj.weight", HP_SHAPE(E, C, F));
+        hp_tid h = hp_gelu(g, hp_moe_gemm(g, xd, wfc, out->counts, true)); /* (N*k, F) */
+        hp_tid ys = hp_moe_gemm(g, h, wproj, out->counts, true);            /* (N*k, C) */
+        out->y = hp_moe_combine(g, ys, pos, out->gates);                      /* (N, C) */
+    }
+    hp_graph_pop_scope(g);
+    if (S > 0) {
+        hp_graph_push_scope(g, "shared");
+        hp_tid h = hp_gelu(g, dense(g, "fc", x2, C, S * F));
+        out->y = hp_add(g, out->y, dense(g, "proj", h, S * F, C));
+        hp_graph_pop_scope(g);
+    }
+    if (c->training && c->balance_loss > 0.0f) out->aux_loss = hp_moe_balance_loss(g, probs, out->counts, c->top_k);
+    if (c->training && bias != HP_TID_NONE) hp_moe_bias_update(g, bias, out->counts, c->bias_update_rate);
+    if (xs.ndim != 2) out->y = hp_reshape(g, out->y, xs);
+done:
+    if (scoped) hp_graph_pop_scope(g);
+    return hp_graph_status(g);
+}

@@ -1,0 +1,136 @@
+/*
+ * The grouped GEMM of the MoE experts (see hp/moe.h; MegaBlocks' grouped/block-sparse form,
+ * Gale et al. 2023, without padding to blocks):
+ *
+ *   MOE_GEMM(x (R, K), w, counts (E) i32; trans_w = i[0]) -> y (R, N)
+ *       trans_w = 1: w (E, N, K), y_e = x_e w[e]^T     (the forward, as LINEAR per expert)
+ *       trans_w = 0: w (E, K, N), y_e = x_e w[e]       (the input gradient)
+ *   MOE_GEMM_DW(dy (R, N), x (R, K), counts) -> dw (E, N, K), dw[e] = dy_e^T x_e
+ *
+ * where x_e are the counts[e] consecutive rows of expert e (expert 0's first). The counts change
+ * every step; the shapes do not. Gradients of the forward form: dx = MOE_GEMM(dy, w, 0),
+ * dw = MOE_GEMM_DW(dy, x, counts).
+ */
+#include "ops/moe_rule.h"
+
+hp_tid hp_moe_gemm(hp_graph *g, hp_tid x, hp_tid w, hp_tid counts, bool trans_w) {
+    hp_attrs at = {0};
+    at.i[0] = trans_w;
+    hp_tid in[3] = {x, w, counts};
+    return hp_graph_add_node(g, HP_OP_MOE_GEMM, in, 3, &at);
+}
+
+/* counts (E) i32 for E experts. */
+static hp_status check_counts(const hp_graph *g, hp_tid counts, int64_t E) {
+    if (counts == HP_TID_NONE) return hp_error(HP_STATUS_SHAPE, "grouped gemm: counts is required");
+    const hp_tensor *c = hp_graph_tensor(g, counts);
+    if (c->dtype != HP_DTYPE_I32 || c->shape.ndim != 1 || c->shape.dim[0] != E)
+        return hp_error(HP_STATUS_SHAPE, "grouped gemm: counts must be i32 (E) = [%lld], is %s %s", (long long)E,
+                        hp_dtype_name(c->dtype), hp__shape_s(&c->shape));
+    return HP_STATUS_OK;
+}
+
+static hp_status gemm_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(hp__moe_mat(g, n->in[0], HP_DTYPE_F32, "grouped gemm x"));
+    const hp_tensor *w = hp_graph_tensor(g, n->in[1]);
+    if (w->dtype != HP_DTYPE_F32 || w->shape.ndim != 3)
+        return hp_error(HP_STATUS_SHAPE, "grouped gemm: w must be f32 (E, N, K), is %s %s", hp_dtype_name(w->dtype),
+                        hp__shape_s(&w->shape));
+    HP_CHECK(check_counts(g, n->in[2], w->shape.dim[0]));
+    const hp_shape *xs = hp__shp(g, n->in[0]);
+    bool tw = n->attr.i[0] != 0;
+    int64_t K = w->shape.dim[tw ? 2 : 1], N = w->shape.dim[tw ? 1 : 2];
+    if (xs->dim[1] != K)
+        return hp_error(HP_STATUS_SHAPE, "grouped gemm: x %s has K = %lld but w %s%s has K = %lld", hp__shape_s(xs),
+                        (long long)xs->dim[1], hp__shape_s(&w->shape), tw ? " (E, N, K)" : " (E, K, N)", (long long)K);
+    dt[0] = HP_DTYPE_F32;
+    s[0] = HP_SHAPE(xs->dim[0], N);
+    return HP_STATUS_OK;
+}
+
+static hp_status gemm_dw_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    HP_CHECK(hp__moe_mat(g, n->in[0], HP_DTYPE_F32, "grouped gemm dy"));
+    HP_CHECK(hp__moe_mat(g, n->in[1], HP_DTYPE_F32, "grouped gemm x"));
+    const hp_shape *dy = hp__shp(g, n->in[0]), *xs = hp__shp(g, n->in[1]);
+    if (dy->dim[0] != xs->dim[0])
+        return hp_error(HP_STATUS_SHAPE, "grouped gemm dw: dy %s and x %s differ in rows", hp__shape_s(dy),
+                        hp__shape_s(xs));
+    const hp_tensor *c = hp_graph_tensor(g, n->in[2]);
+    if (c->shape.ndim != 1) return hp_error(HP_STATUS_SHAPE, "grouped gemm dw: counts must be (E)");
+    HP_CHECK(check_counts(g, n->in[2], c->shape.dim[0]));
+    dt[0] = HP_DTYPE_F32;
+    s[0] = HP_SHAPE(c->shape.dim[0], dy->dim[1], xs->dim[1]);
+    return HP_STATUS_OK;
+}
+
+static hp_status gemm_grad(hp_graph *g, int node, const hp_tid *dout, const bool *need, hp_tid *din) {
+    hp_node n = *hp_graph_node(g, node);
+    if (n.attr.i[0] == 0)
+        return hp_error(HP_STATUS_UNSUPPORTED, "grouped gemm: only the trans_w form (the forward) has a gradient rule");
+    if (need[0]) din[0] = hp_moe_gemm(g, dout[0], n.in[1], n.in[2], false);
+    if (need[1]) {
+        hp_tid in[3] = {dout[0], n.in[0], n.in[2]};
+        din[1] = hp_graph_add_node(g, HP_OP_MOE_GEMM_DW, in, 3, NULL);
+    }
+    return hp_graph_status(g);
+}
+
+/* All experts together do one (R x K) (K x N) product's work, in E smaller products. */
+static void gemm_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
+    hp__cost_default(g, n, 0.0, c);
+    const hp_shape *x = hp__shp(g, n->in[0]), *y = hp__shp(g, n->out[0]);
+    c->flops = 2.0 * (double)x->dim[0] * (double)x->dim[1] * (double)y->dim[1];
+    c->kind = HP_COST_GEMM;
+    c->m = x->dim[0];
+    c->n = y->dim[1];
+    c->k = x->dim[1];
+    c->batch = 1;
+}
+static void gemm_dw_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
+    hp__cost_default(g, n, 0.0, c);
+    const hp_shape *dy = hp__shp(g, n->in[0]), *x = hp__shp(g, n->in[1]);
+    c->flops = 2.0 * (double)dy->dim[0] * (double)dy->dim[1] * (double)x->dim[1];
+    c->kind = HP_COST_GEMM;
+    c->m = dy->dim[1];
+    c->n = x->dim[1];
+    c->k = dy->dim[0];
+    c->batch = 1;
+    c->trans_a = true;
+}
+
+/* Sharding rules: each rank multiplies its own rows (split like x's rows over axes A) by the whole,
+ * replicated expert weights, grouped by its own counts (the pending sum over A as it is). The weight
+ * gradient is a pending sum over A (data parallelism's gradient sum). */
+static hp_status gemm_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                            hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    hp_layout rows = hp__moe_rows(c, n, in, 0, 2);
+    uint32_t axes = hp__lay_dim_axes(&rows, 0);
+    req[0] = rows;
+    req[1] = hp__lay_replicated(3);
+    req[2] = hp__moe_counts_layout(axes);
+    out[0] = rows;
+    return HP_STATUS_OK;
+}
+
+static hp_status gemm_dw_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
+                               hp_layout *out, hp_attrs *local, bool *drop) {
+    (void)local, (void)drop;
+    hp_layout rows = hp__moe_rows(c, n, in, 0, 2);
+    uint32_t axes = hp__lay_dim_axes(&rows, 0);
+    req[0] = req[1] = rows;
+    req[2] = hp__moe_counts_layout(axes);
+    hp_layout o = hp__lay_replicated(3);
+    if (axes) hp__lay_set_partial(&o, axes, HP_REDUCE_SUM);
+    out[0] = o;
+    return HP_STATUS_OK;
+}
+
+const hp_op_def hp__op_def_moe_gemm = {
+    .name = "moe_gemm", .min_in = 3, .max_in = 3, .n_out = 1, .infer = gemm_infer, .grad = gemm_grad,
+    .cost = gemm_cost, .shard = gemm_shard,
+};
+const hp_op_def hp__op_def_moe_gemm_dw = {
+    .name = "moe_gemm_dw", .min_in = 3, .max_in = 3, .n_out = 1, .infer = gemm_dw_infer, .cost = gemm_dw_cost,
+    .shard = gemm_dw_shard,
+};
