@@ -241,6 +241,25 @@ hp_status hp_hf_export(const char *ckpt, const char *hf_dir, hp_hf_export_info *
  */
 hp_status hp_checkpoint_logits(const char *ckpt, const int32_t *tokens, int n, float *logits, int64_t vocab);
 
+/* ---------------------------------------------------------------- file helpers (hp convert's) */
+
+/* Bytes of a path buffer for hp_hf_join. */
+#define HP_HF_PATH_MAX 4096
+
+/* out (HP_HF_PATH_MAX bytes) = dir "/" name; HP_STATUS_INVALID_ARGUMENT when too long. */
+hp_status hp_hf_join(char *out, const char *dir, const char *name);
+/* The whole file as a malloc'd NUL-terminated string; HP_STATUS_IO naming the path. */
+hp_status hp_hf_read_text(const char *path, char **out);
+/* Writes text to path (replacing it); HP_STATUS_IO naming the path. */
+hp_status hp_hf_write_text(const char *path, const char *text);
+/* mkdir -p; HP_STATUS_IO naming the path. */
+hp_status hp_hf_mkdir_p(const char *dir);
+/* Copies src to dst (replacing it); HP_STATUS_IO naming the path that failed. */
+hp_status hp_hf_copy_file(const char *src, const char *dst);
+/* Whether path is an existing regular file. */
+bool hp_hf_is_file(const char *path);
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -212,10 +212,10 @@ hp_status hp_hf_config_parse(const char *text, const char *name, hp_hf_arch *out
 }
 
 hp_status hp_hf_config_read(const char *dir, hp_hf_arch *out) {
-    char path[HP__HF_PATH];
-    HP_CHECK(hp__hf_join(path, dir, "config.json"));
+    char path[HP_HF_PATH_MAX];
+    HP_CHECK(hp_hf_join(path, dir, "config.json"));
     char *text = NULL;
-    HP_CHECK(hp__hf_read_text(path, &text));
+    HP_CHECK(hp_hf_read_text(path, &text));
     hp_status st = hp_hf_config_parse(text, path, out);
     free(text);
     return st;

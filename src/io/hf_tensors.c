@@ -209,7 +209,7 @@ typedef struct src_tensor {
 } src_tensor;
 
 typedef struct hf_source {
-    char where[HP__HF_PATH]; /* model.safetensors or the index, for messages */
+    char where[HP_HF_PATH_MAX]; /* model.safetensors or the index, for messages */
     int nfiles;
     hp_safetensors **files;
     src_tensor *t;
@@ -258,8 +258,8 @@ static hp_status add_tensor(hf_source *s, const char *name, const hp_safetensors
 
 /* model.safetensors.index.json: {"weight_map": {"tensor": "shard file", ...}, ...}. */
 static hp_status open_sharded(hf_source *s, const char *dir, const char *index) {
-    char *text = NULL, path[HP__HF_PATH];
-    HP_CHECK(hp__hf_read_text(index, &text));
+    char *text = NULL, path[HP_HF_PATH_MAX];
+    HP_CHECK(hp_hf_read_text(index, &text));
     cJSON *root = cJSON_Parse(text);
     free(text);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
@@ -285,7 +285,7 @@ static hp_status open_sharded(hf_source *s, const char *dir, const char *index) 
             }
             names = nv;
             names[nnames] = it->valuestring;
-            if ((st = hp__hf_join(path, dir, it->valuestring)) != HP_STATUS_OK) break;
+            if ((st = hp_hf_join(path, dir, it->valuestring)) != HP_STATUS_OK) break;
             if ((st = open_file(s, path, &f)) != HP_STATUS_OK) break;
             nnames++;
         }
@@ -304,13 +304,13 @@ static hp_status open_sharded(hf_source *s, const char *dir, const char *index) 
 
 static hp_status source_open(hf_source *s, const char *dir) {
     memset(s, 0, sizeof *s);
-    char single[HP__HF_PATH], index[HP__HF_PATH];
-    HP_CHECK(hp__hf_join(single, dir, "model.safetensors"));
-    HP_CHECK(hp__hf_join(index, dir, "model.safetensors.index.json"));
-    if (hp__hf_is_file(index)) {
+    char single[HP_HF_PATH_MAX], index[HP_HF_PATH_MAX];
+    HP_CHECK(hp_hf_join(single, dir, "model.safetensors"));
+    HP_CHECK(hp_hf_join(index, dir, "model.safetensors.index.json"));
+    if (hp_hf_is_file(index)) {
         snprintf(s->where, sizeof s->where, "%s", index);
         HP_CHECK(open_sharded(s, dir, index));
-    } else if (hp__hf_is_file(single)) {
+    } else if (hp_hf_is_file(single)) {
         snprintf(s->where, sizeof s->where, "%s", single);
         int f;
         HP_CHECK(open_file(s, single, &f));
@@ -319,10 +319,10 @@ static hp_status source_open(hf_source *s, const char *dir) {
             HP_CHECK(add_tensor(s, e->name, e, f));
         }
     } else {
-        char bin[HP__HF_PATH];
-        HP_CHECK(hp__hf_join(bin, dir, "pytorch_model.bin"));
+        char bin[HP_HF_PATH_MAX];
+        HP_CHECK(hp_hf_join(bin, dir, "pytorch_model.bin"));
         return hp_error(HP_STATUS_IO, "'%s' holds neither model.safetensors nor model.safetensors.index.json%s", dir,
-                        hp__hf_is_file(bin) ? " (only pytorch_model.bin, a pickle hp convert does not read: save the "
+                        hp_hf_is_file(bin) ? " (only pytorch_model.bin, a pickle hp convert does not read: save the "
                                               "model with safe_serialization=True first)" : "");
     }
     if (s->n) qsort(s->t, s->n, sizeof *s->t, src_cmp);
@@ -483,7 +483,7 @@ hp_status hp_hf_write(const char *dir, const hp_hf_model *m, const char *base_co
     size_t n = 0;
     hp_status st = out && names && borrowed ? HP_STATUS_OK
                                             : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory writing '%s'", dir);
-    char a[128], b[128], path[HP__HF_PATH];
+    char a[128], b[128], path[HP_HF_PATH_MAX];
     const char *prefix = m->arch.family == HP_HF_FAMILY_GPT2 ? "transformer." : "";
     for (size_t i = 0; st == HP_STATUS_OK && i < l.n; i++) {
         const hf_map *mp = &l.v[i];
@@ -517,15 +517,15 @@ hp_status hp_hf_write(const char *dir, const hp_hf_model *m, const char *base_co
         int64_t numel = hp_shape_numel(&mp->shape);
         for (int64_t e = 0; e < numel; e++) d[hf_index(mp, e)] = s[e];
     }
-    if (st == HP_STATUS_OK) st = hp__hf_mkdir_p(dir);
-    if (st == HP_STATUS_OK) st = hp__hf_join(path, dir, "model.safetensors");
+    if (st == HP_STATUS_OK) st = hp_hf_mkdir_p(dir);
+    if (st == HP_STATUS_OK) st = hp_hf_join(path, dir, "model.safetensors");
     static const char *const meta[] = {"format", "pt"};
     if (st == HP_STATUS_OK) st = hp_safetensors_write(path, out, n, meta, 1);
     char *cfg = NULL;
     if (st == HP_STATUS_OK && !(cfg = hp_hf_config_json(&m->arch, base_config)))
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory writing config.json");
-    if (st == HP_STATUS_OK) st = hp__hf_join(path, dir, "config.json");
-    if (st == HP_STATUS_OK) st = hp__hf_write_text(path, cfg);
+    if (st == HP_STATUS_OK) st = hp_hf_join(path, dir, "config.json");
+    if (st == HP_STATUS_OK) st = hp_hf_write_text(path, cfg);
     free(cfg);
     for (size_t i = 0; i < n; i++) {
         if (!borrowed[i]) free(out[i].data);

@@ -7,19 +7,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
-hp_status hp__hf_join(char *out, const char *dir, const char *name) {
-    int k = snprintf(out, HP__HF_PATH, "%s/%s", dir, name);
-    if (k < 0 || k >= HP__HF_PATH)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "path '%s/%s' is longer than %d bytes", dir, name, HP__HF_PATH - 1);
+hp_status hp_hf_join(char *out, const char *dir, const char *name) {
+    int k = snprintf(out, HP_HF_PATH_MAX, "%s/%s", dir, name);
+    if (k < 0 || k >= HP_HF_PATH_MAX)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "path '%s/%s' is longer than %d bytes", dir, name, HP_HF_PATH_MAX - 1);
     return HP_STATUS_OK;
 }
 
-bool hp__hf_is_file(const char *path) {
+bool hp_hf_is_file(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-hp_status hp__hf_read_text(const char *path, char **out) {
+hp_status hp_hf_read_text(const char *path, char **out) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
@@ -55,7 +55,7 @@ hp_status hp__hf_read_text(const char *path, char **out) {
     return HP_STATUS_OK;
 }
 
-hp_status hp__hf_write_text(const char *path, const char *text) {
+hp_status hp_hf_write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (!f) return hp_error(HP_STATUS_IO, "cannot create '%s': %s", path, strerror(errno));
     size_t n = strlen(text);
@@ -69,8 +69,8 @@ hp_status hp__hf_write_text(const char *path, const char *text) {
     return HP_STATUS_OK;
 }
 
-hp_status hp__hf_mkdir_p(const char *dir) {
-    char p[HP__HF_PATH];
+hp_status hp_hf_mkdir_p(const char *dir) {
+    char p[HP_HF_PATH_MAX];
     int k = snprintf(p, sizeof p, "%s", dir);
     if (k < 0 || k >= (int)sizeof p) return hp_error(HP_STATUS_INVALID_ARGUMENT, "path '%s' is too long", dir);
     for (char *s = p + 1;; s++) {
@@ -90,7 +90,7 @@ hp_status hp__hf_mkdir_p(const char *dir) {
     return HP_STATUS_OK;
 }
 
-hp_status hp__hf_copy_file(const char *src, const char *dst) {
+hp_status hp_hf_copy_file(const char *src, const char *dst) {
     FILE *in = fopen(src, "rb");
     if (!in) return hp_error(HP_STATUS_IO, "cannot open '%s': %s", src, strerror(errno));
     FILE *out = fopen(dst, "wb");

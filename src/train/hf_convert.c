@@ -6,7 +6,6 @@
 #include "hp/hf.h"
 #include "hp/nn.h"
 #include "hp/tokenizer.h"
-#include "io/hf_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -52,7 +51,7 @@ static char *run_yaml(const hp_hf_arch *a, const char *hf_dir, const char *run_d
                  (long long)a->vocab, (long long)a->context, (long long)a->layers, (long long)a->heads,
                  (long long)a->kv_heads, (long long)a->width, (long long)a->ffn_width, rope, eps,
                  a->tied_head ? "true" : "false");
-    size_t cap = strlen(model) + 4096 + 3 * HP__HF_PATH;
+    size_t cap = strlen(model) + 4096 + 3 * HP_HF_PATH_MAX;
     char *text = qdir && qhf ? malloc(cap) : NULL;
     if (text)
         snprintf(text, cap,
@@ -83,12 +82,12 @@ static char *run_yaml(const hp_hf_arch *a, const char *hf_dir, const char *run_d
 
 static hp_status copy_tokenizer(const char *from, const char *to, int *n, char (*names)[32], int max) {
     static const char *const files[] = {HP_HF_TOKENIZER_FILES};
-    char src[HP__HF_PATH], dst[HP__HF_PATH];
+    char src[HP_HF_PATH_MAX], dst[HP_HF_PATH_MAX];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        HP_CHECK(hp__hf_join(src, from, files[i]));
-        if (!hp__hf_is_file(src)) continue;
-        HP_CHECK(hp__hf_join(dst, to, files[i]));
-        HP_CHECK(hp__hf_copy_file(src, dst));
+        HP_CHECK(hp_hf_join(src, from, files[i]));
+        if (!hp_hf_is_file(src)) continue;
+        HP_CHECK(hp_hf_join(dst, to, files[i]));
+        HP_CHECK(hp_hf_copy_file(src, dst));
         bool seen = false;
         for (int k = 0; k < *n && !seen; k++) seen = !strcmp(names[k], files[i]);
         if (!seen && *n < max) snprintf(names[(*n)++], 32, "%s", files[i]);
@@ -103,11 +102,11 @@ static hp_status copy_tokenizer(const char *from, const char *to, int *n, char (
  * travel with an export all the same) and the run keeps the byte tokenizer, saying why in `note`.
  */
 static hp_status place_tokenizer(const char *run_dir, int64_t vocab, char *note, size_t cap) {
-    char json[HP__HF_PATH], enc[HP__HF_PATH], aside[HP__HF_PATH], src[HP__HF_PATH], dst[HP__HF_PATH];
-    HP_CHECK(hp__hf_join(json, run_dir, "tokenizer.json"));
-    HP_CHECK(hp__hf_join(enc, run_dir, "encoder.json"));
-    bool has_json = hp__hf_is_file(json);
-    if (!has_json && !hp__hf_is_file(enc)) return HP_STATUS_OK;
+    char json[HP_HF_PATH_MAX], enc[HP_HF_PATH_MAX], aside[HP_HF_PATH_MAX], src[HP_HF_PATH_MAX], dst[HP_HF_PATH_MAX];
+    HP_CHECK(hp_hf_join(json, run_dir, "tokenizer.json"));
+    HP_CHECK(hp_hf_join(enc, run_dir, "encoder.json"));
+    bool has_json = hp_hf_is_file(json);
+    if (!has_json && !hp_hf_is_file(enc)) return HP_STATUS_OK;
     hp_tokenizer *tok = NULL;
     hp_status st = hp_tokenizer_load(has_json ? json : run_dir, &tok);
     if (st == HP_STATUS_OK && hp_tokenizer_vocab_size(tok) <= vocab) {
@@ -120,13 +119,13 @@ static hp_status place_tokenizer(const char *run_dir, int64_t vocab, char *note,
     else
         snprintf(note, cap, "%s", hp_error_message());
     hp_tokenizer_free(tok);
-    HP_CHECK(hp__hf_join(aside, run_dir, HP_HF_TOKENIZER_DIR));
-    HP_CHECK(hp__hf_mkdir_p(aside));
+    HP_CHECK(hp_hf_join(aside, run_dir, HP_HF_TOKENIZER_DIR));
+    HP_CHECK(hp_hf_mkdir_p(aside));
     static const char *const files[] = {"tokenizer.json", "encoder.json", "vocab.bpe"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        HP_CHECK(hp__hf_join(src, run_dir, files[i]));
-        HP_CHECK(hp__hf_join(dst, aside, files[i]));
-        if (hp__hf_is_file(src) && rename(src, dst) != 0)
+        HP_CHECK(hp_hf_join(src, run_dir, files[i]));
+        HP_CHECK(hp_hf_join(dst, aside, files[i]));
+        if (hp_hf_is_file(src) && rename(src, dst) != 0)
             return hp_error(HP_STATUS_IO, "cannot move '%s' to '%s': %s", src, dst, strerror(errno));
     }
     return HP_STATUS_OK;
@@ -142,14 +141,14 @@ hp_status hp_hf_import(const char *hf_dir, const char *run_dir, hp_hf_import_inf
     hp_hf_model m;
     hp_status st = hp_hf_read(hf_dir, &m);
     hp_run_config cfg = hp_run_config_defaults();
-    char *yaml = NULL, tok[HP__HF_PATH], path[HP__HF_PATH];
+    char *yaml = NULL, tok[HP_HF_PATH_MAX], path[HP_HF_PATH_MAX];
     bool loaded = false;
     if (st != HP_STATUS_OK) goto out;
     info->arch = m.arch;
     info->params = hp_hf_model_numel(&m);
-    HP_CHECK_GOTO(hp__hf_join(tok, hf_dir, "tokenizer.json"), st, out);
-    HP_CHECK_GOTO(hp__hf_join(info->run_yaml, run_dir, HP_HF_RUN_YAML), st, out);
-    if (!(yaml = run_yaml(&m.arch, hf_dir, run_dir, hp__hf_is_file(tok) ? tok : NULL))) {
+    HP_CHECK_GOTO(hp_hf_join(tok, hf_dir, "tokenizer.json"), st, out);
+    HP_CHECK_GOTO(hp_hf_join(info->run_yaml, run_dir, HP_HF_RUN_YAML), st, out);
+    if (!(yaml = run_yaml(&m.arch, hf_dir, run_dir, hp_hf_is_file(tok) ? tok : NULL))) {
         st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory writing the run config");
         goto out;
     }
@@ -187,11 +186,11 @@ hp_status hp_hf_import(const char *hf_dir, const char *run_dir, hp_hf_import_inf
     st = hp_checkpoint_check_config(info->step_dir, &s);
     hp_checkpoint_state_free(&s);
     if (st != HP_STATUS_OK) goto out;
-    HP_CHECK_GOTO(hp__hf_write_text(info->run_yaml, yaml), st, out);
-    char cfg_src[HP__HF_PATH];
-    HP_CHECK_GOTO(hp__hf_join(cfg_src, hf_dir, "config.json"), st, out);
-    HP_CHECK_GOTO(hp__hf_join(path, run_dir, HP_HF_CONFIG_COPY), st, out);
-    HP_CHECK_GOTO(hp__hf_copy_file(cfg_src, path), st, out);
+    HP_CHECK_GOTO(hp_hf_write_text(info->run_yaml, yaml), st, out);
+    char cfg_src[HP_HF_PATH_MAX];
+    HP_CHECK_GOTO(hp_hf_join(cfg_src, hf_dir, "config.json"), st, out);
+    HP_CHECK_GOTO(hp_hf_join(path, run_dir, HP_HF_CONFIG_COPY), st, out);
+    HP_CHECK_GOTO(hp_hf_copy_file(cfg_src, path), st, out);
     HP_CHECK_GOTO(copy_tokenizer(hf_dir, run_dir, &info->n_copied, info->copied, 16), st, out);
     st = place_tokenizer(run_dir, m.arch.vocab, info->tokenizer_note, sizeof info->tokenizer_note);
 out:
@@ -254,17 +253,17 @@ hp_status hp_hf_export(const char *ckpt, const char *hf_dir, hp_hf_export_info *
     if (st == HP_STATUS_OK) st = hp_hf_model_alloc(&info->arch, &m);
     if (st == HP_STATUS_OK) st = hp_checkpoint_load_model(info->step_dir, m.tensors, m.n);
     /* the run directory holding the step directory: its imported config.json and tokenizer */
-    char run_dir[HP__HF_PATH], path[HP__HF_PATH];
+    char run_dir[HP_HF_PATH_MAX], path[HP_HF_PATH_MAX];
     snprintf(run_dir, sizeof run_dir, "%s", info->step_dir);
     char *slash = strrchr(run_dir, '/');
     if (slash) *slash = '\0';
     else snprintf(run_dir, sizeof run_dir, ".");
-    if (st == HP_STATUS_OK) st = hp__hf_join(path, run_dir, HP_HF_CONFIG_COPY);
-    if (st == HP_STATUS_OK && hp__hf_is_file(path)) st = hp__hf_read_text(path, &base);
+    if (st == HP_STATUS_OK) st = hp_hf_join(path, run_dir, HP_HF_CONFIG_COPY);
+    if (st == HP_STATUS_OK && hp_hf_is_file(path)) st = hp_hf_read_text(path, &base);
     if (st == HP_STATUS_OK) st = hp_hf_write(hf_dir, &m, base);
     if (st == HP_STATUS_OK) info->params = hp_hf_model_numel(&m);
-    char aside[HP__HF_PATH];
-    if (st == HP_STATUS_OK) st = hp__hf_join(aside, run_dir, HP_HF_TOKENIZER_DIR);
+    char aside[HP_HF_PATH_MAX];
+    if (st == HP_STATUS_OK) st = hp_hf_join(aside, run_dir, HP_HF_TOKENIZER_DIR);
     if (st == HP_STATUS_OK) st = copy_tokenizer(aside, hf_dir, &info->n_copied, info->copied, 16);
     if (st == HP_STATUS_OK) st = copy_tokenizer(run_dir, hf_dir, &info->n_copied, info->copied, 16);
     free(base);
