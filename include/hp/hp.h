@@ -57,6 +57,7 @@
 #include "hp/offload_plan.h"
 #include "hp/schedule.h"
 #include "hp/pipeline.h"
+#include "hp/pipeline_plan.h"
 #include "hp/nn.h"
 #include "hp/generate.h"
 #include "hp/train.h"
@@ -68,5 +69,6 @@
 #include "hp/run_dir.h"
 #include "hp/fit.h"
 #include "hp/eval.h"
+#include "hp/hf.h"
 
 #endif /* HP_HP_H */
