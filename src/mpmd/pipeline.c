@@ -157,6 +157,22 @@ static int stage_keep(const pp_chunk *c, hp_tid *keep) {
  * rank's rows carry rows / rows_mb of its micro-batch's mean. */
 static float pp_loss_scale(const hp_pipeline *pp) { return (float)((double)pp->rows / pp->rows_mb / pp->m); }
 
+hp_status hp__pp_leaf_layouts(const hp_pipeline *pp, const hp_graph *g, hp_layout **out) {
+    int nt = hp_graph_n_tensors(g);
+    hp_layout *lay = *out = malloc(sizeof *lay * (size_t)(nt + 1));
+    if (!lay) return OOM("the layouts");
+    for (int t = 0; t < nt; t++) lay[t].ndim = -1;
+    HP_CHECK(hp_strategy_annotate(pp->strategy, g, lay, NULL));
+    for (int t = 0; t < nt; t++) {
+        const hp_tensor *x = hp_graph_tensor(g, t);
+        if (x->kind != HP_TENSOR_KIND_OPT_STATE || strncmp(x->name, "grad_acc.", 9)) continue;
+        hp_tid param = hp_graph_find(g, x->name + 9);
+        if (param == HP_TID_NONE) return hp_error(HP_STATUS_INTERNAL, "pipeline: '%s' has no parameter", x->name);
+        lay[t] = lay[param];
+    }
+    return HP_STATUS_OK;
+}
+
 /* With model-parallel axes: partitions the chunk's logical graph over the group's mesh (the
  * strategy's parameter layouts, each accumulator laid out as its parameter, everything else
  * replicated), the stage's output, input gradient and loss resolved to replicated copies; the
@@ -164,17 +180,8 @@ static float pp_loss_scale(const hp_pipeline *pp) { return (float)((double)pp->r
 static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
     hp_graph *lg = c->g;
     int nt = hp_graph_n_tensors(lg);
-    hp_layout *lay = malloc(sizeof *lay * (size_t)(nt + 1));
-    if (!lay) return OOM("the stage's layouts");
-    for (int t = 0; t < nt; t++) lay[t].ndim = -1;
-    hp_status st = hp_strategy_annotate(pp->strategy, lg, lay, NULL);
-    for (int t = 0; st == HP_STATUS_OK && t < nt; t++) {
-        const hp_tensor *x = hp_graph_tensor(lg, t);
-        if (x->kind != HP_TENSOR_KIND_OPT_STATE || strncmp(x->name, "grad_acc.", 9)) continue;
-        hp_tid param = hp_graph_find(lg, x->name + 9);
-        if (param == HP_TID_NONE) st = hp_error(HP_STATUS_INTERNAL, "pipeline: '%s' has no parameter", x->name);
-        else lay[t] = lay[param];
-    }
+    hp_layout *lay = NULL;
+    hp_status st = hp__pp_leaf_layouts(pp, lg, &lay);
     /* the stage's inputs: rows split over the partitioned-row axes, the rest replicated */
     hp_tid rows_in[4] = {c->gpt.tokens, c->gpt.targets, c->gpt.x_in, c->dy};
     for (int k = 0; st == HP_STATUS_OK && k < 4; k++) {

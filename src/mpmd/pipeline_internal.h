@@ -103,6 +103,11 @@ struct hp_pipeline {
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */
 hp_status hp__pp_plan_actions(hp_pipeline *pp);
 
+/* The leaf layouts of a graph under this rank's group strategy (*out: hp_graph_n_tensors entries,
+ * malloc'd, freed by the caller even on error): the strategy's annotation, each "grad_acc.<param>"
+ * laid out as its parameter, everything else replicated (ndim -1). */
+hp_status hp__pp_leaf_layouts(const hp_pipeline *pp, const hp_graph *g, hp_layout **out);
+
 /* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
 hp_status hp__pp_build_optimizer(hp_pipeline *pp);
 

@@ -48,15 +48,8 @@ static bool counts_in_norm(const hp_pipeline *pp, const char *name) {
 static hp_status shard_update(hp_pipeline *pp) {
     hp_graph *og = pp->opt_g;
     int nt = hp_graph_n_tensors(og);
-    hp_layout *lay = malloc(sizeof *lay * (size_t)(nt + 1));
-    if (!lay) return OOM("the optimizer's layouts");
-    for (int t = 0; t < nt; t++) lay[t].ndim = -1;
-    hp_status st = hp_strategy_annotate(pp->strategy, og, lay, NULL);
-    for (int t = 0; st == HP_STATUS_OK && t < nt; t++) {
-        const hp_tensor *x = hp_graph_tensor(og, t);
-        if (x->kind == HP_TENSOR_KIND_OPT_STATE && !strncmp(x->name, "grad_acc.", 9))
-            lay[t] = lay[hp_graph_find(og, x->name + 9)];
-    }
+    hp_layout *lay = NULL;
+    hp_status st = hp__pp_leaf_layouts(pp, og, &lay);
     hp_partition_opts po = HP_PARTITION_OPTS_DEFAULT;
     if (st == HP_STATUS_OK) st = hp_partition_new_opts(og, pp->mesh, lay, NULL, 0, &po, &pp->opt_part);
     free(lay);
