@@ -182,8 +182,8 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
  * mesh's own count; see hp_strategy_new), and *offload (defaults and no budget when the section
  * is absent; its strings point into cfg's). The sections were checked when the config loaded, so
  * the only errors are hp_strategy_new's (the device count against world_size, naming file:line),
- * and HP_STATUS_UNSUPPORTED ("pipeline runtime not built yet", naming file:line) for a config with
- * HyperMPMD groups: the pipeline runtime that runs them is not built yet.
+ * and HP_STATUS_UNSUPPORTED (naming file:line) for a config with HyperMPMD groups: those are
+ * several programs, which hp_trainer_new builds and runs (src/mpmd), not one SPMD program.
  */
 hp_status hp_compile_config_objects(const hp_run_config *cfg, int world_size, hp_strategy **strategy,
                                     hp_offload_plan_config *offload);

@@ -85,8 +85,9 @@
  *     dualpipev needs micro_batches >= 2 * stages. A schedule that is not one of the names is a path
  *     to a schedule table (it must contain '/' or '.'; read by the schedule builder, not here).
  *   - groups: goes without a top-level strategy: (each group has its own); pipeline: needs groups:.
- * Each error names the group (groups.NAME), the key and file:line. The pipeline runtime is not built
- * yet: hp_trainer_new and hp_compile_run refuse a config with groups (HP_STATUS_UNSUPPORTED).
+ * Each error names the group (groups.NAME), the key and file:line. hp_trainer_new runs a config with
+ * groups as a pipeline (src/mpmd); hp_compile_run, which builds one SPMD program, refuses it
+ * (HP_STATUS_UNSUPPORTED).
  *
  * model.family is gpt2 or llama (anything else is an error naming the value and its line). kv_heads,
  * ffn_width, rope_base and norm_eps are read for llama (hp/nn.h: the Llama family): kv_heads must

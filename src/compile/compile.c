@@ -236,11 +236,10 @@ hp_status hp_compile_config_objects(const hp_run_config *cfg, int world_size, hp
     if (strategy) *strategy = NULL;
     if (cfg->groups.present) {
         const hp_groups_config *g = &cfg->groups;
-        return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups: pipeline runtime not built yet: the %d stage group%s "
-                        "on %d ranks are a valid HyperMPMD config (hp check accepts it), but running them needs the "
-                        "pipeline runtime of issue 12; without groups: and pipeline: the run is one program on every "
-                        "rank", g->file ? g->file : cfg->source, g->line, g->column, g->n_stages,
-                        g->n_stages == 1 ? "" : "s", g->n_ranks);
+        return hp_error(HP_STATUS_UNSUPPORTED, "%s:%d:%d: groups: %d stage group%s on %d ranks are several programs "
+                        "(HyperMPMD), not the one SPMD program hp_compile_run builds: run them with hp_trainer_new "
+                        "(hp train), which builds each stage's programs (src/mpmd)", g->file ? g->file : cfg->source,
+                        g->line, g->column, g->n_stages, g->n_stages == 1 ? "" : "s", g->n_ranks);
     }
     if (strategy) HP_CHECK(hp_strategy_new(&cfg->strategy, world_size, strategy));
     hp_offload_plan_config_from(&cfg->offload, offload);

@@ -133,7 +133,7 @@ static void test_pp2(void **state) {
     o.plan_world_size = 2;
     hp_compiled *comp = NULL;
     assert_int_equal(hp_compile_run(&c, &o, &comp), HP_STATUS_UNSUPPORTED);
-    hp_test_assert_error_contains("pipeline runtime not built yet");
+    hp_test_assert_error_contains("run them with hp_trainer_new");
     hp_run_config_free(&c);
     assert_false(c.groups.present);
     hp_run_config_free(&c);
