@@ -14,8 +14,11 @@
  *   moe_balance      the same with the Switch/GShard balancing loss, alpha 0.01
  *   moe_sigmoid_bias DeepSeek-V3's sigmoid router with bias balancing (u = 1e-3), no loss
  * Each MoE token uses 2 experts x 2 x 128 x 256 weights = the dense MLP's 2 x 128 x 512.
+ * With --family llama the same variants are Llama-family models (RMSNorm, RoPE, GQA with 2 kv
+ * heads, untied head): the dense SwiGLU MLP 128 -> 512 -> 128 (3 x 128 x 512 weights), the experts
+ * SwiGLU of width 256 (2 x 3 x 128 x 256 per token: equal).
  *
- *   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_moe --steps 300
+ *   OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build/bench/bench_moe --steps 300 [--family llama]
  */
 #include "hp/config.h"
 #include "hp/moe.h"
@@ -63,9 +66,7 @@ static unsigned char *val_bytes(const char *path, double frac, size_t *n) {
 static int load_balance(hp_trainer *t, const hp_run_config *cfg, const unsigned char *val, size_t nval, int batches,
                         double *ratio) {
     const int B = (int)cfg->train.batch, T = (int)cfg->model.context;
-    hp_gpt_config gc = {.vocab = (int)cfg->model.vocab, .context = T, .layers = (int)cfg->model.layers,
-                        .heads = (int)cfg->model.heads, .width = (int)cfg->model.width,
-                        .tied_head = cfg->model.tied_head, .moe = cfg->model.moe};
+    hp_gpt_config gc = hp_gpt_config_from_model(&cfg->model);
     hp_graph *g = hp_graph_new();
     hp_gpt gpt;
     if (hp_gpt_build(g, &gc, B, T, false, &gpt) != HP_STATUS_OK) return -1;
@@ -109,15 +110,17 @@ static int load_balance(hp_trainer *t, const hp_run_config *cfg, const unsigned 
 
 int main(int argc, char **argv) {
     int steps = 300, batches = 8;
-    const char *only = NULL;
+    const char *only = NULL, *family = "gpt2";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--family") && i + 1 < argc) family = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_moe [--steps N] [--variant NAME]\n");
+            fprintf(stderr, "usage: bench_moe [--steps N] [--variant NAME] [--family gpt2|llama]\n");
             return 2;
         }
     }
+    const bool llama = !strcmp(family, "llama");
     double dense_tps = 0, tps_of[8] = {0};
     size_t nval = 0;
     unsigned char *val = val_bytes("data/kjv.txt", 0.05, &nval);
@@ -130,11 +133,11 @@ int main(int argc, char **argv) {
         char text[2048], moe[300] = "";
         if (VARIANTS[v].moe) snprintf(moe, sizeof moe, ", moe: %s", VARIANTS[v].moe);
         snprintf(text, sizeof text,
-                 "model: {vocab: 256, context: 128, layers: 4, heads: 4, width: 128%s}\n"
+                 "model: {vocab: 256, context: 128, layers: 4, heads: 4, width: 128%s%s}\n"
                  "data: {corpus: data/kjv.txt, val_fraction: 0.05}\n"
                  "train: {steps: %d, batch: 16, seed: 1, eval_batches: 16, checkpoint_dir: /tmp/unused}\n"
                  "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 50, weight_decay: 0.1, grad_clip: 1.0}\n",
-                 moe, steps);
+                 llama ? ", family: llama, kv_heads: 2, ffn_width: 512" : "", moe, steps);
         hp_run_config cfg;
         hp_trainer *t = NULL;
         if (hp_run_config_load_string(text, strlen(text), VARIANTS[v].name, &cfg) != HP_STATUS_OK ||
@@ -160,12 +163,12 @@ int main(int argc, char **argv) {
         }
         const int64_t tokens = cfg.train.batch * cfg.model.context;
         double tps = timed ? (double)tokens * timed / secs : 0;
-        hp_gpt_config gc = {.vocab = 256, .context = 128, .layers = 4, .heads = 4, .width = 128, .moe = cfg.model.moe};
+        hp_gpt_config gc = hp_gpt_config_from_model(&cfg.model);
         int64_t params = hp_gpt_n_params(&gc);
         double fpt = hp_gpt_train_flops_per_token(&gc, 128);
-        printf("{\"bench\": \"moe_step\", \"variant\": \"%s\", \"tokens_per_s\": %.1f, \"train_loss\": %.4f, "
+        printf("{\"bench\": \"moe_step\", \"family\": \"%s\", \"variant\": \"%s\", \"tokens_per_s\": %.1f, \"train_loss\": %.4f, "
                "\"val_loss\": %.4f, \"steps\": %d, \"params\": %lld, \"train_flops_per_token\": %.0f",
-               VARIANTS[v].name, tps, loss, vloss, steps, (long long)params, fpt);
+               family, VARIANTS[v].name, tps, loss, vloss, steps, (long long)params, fpt);
         if (cfg.model.moe.experts > 0) {
             double ratio[64];
             int nl = load_balance(t, &cfg, val, nval, batches, ratio);
@@ -186,7 +189,7 @@ int main(int argc, char **argv) {
         hp_run_config_free(&cfg);
     }
     if (dense_tps > 0) {
-        printf("{\"bench\": \"moe_step_summary\", \"goal\": 0.8");
+        printf("{\"bench\": \"moe_step_summary\", \"family\": \"%s\", \"goal\": 0.8", family);
         for (size_t v = 1; v < sizeof VARIANTS / sizeof VARIANTS[0]; v++)
             if (tps_of[v] > 0) printf(", \"%s_vs_dense\": %.3f", VARIANTS[v].name, tps_of[v] / dense_tps);
         printf("}\n");

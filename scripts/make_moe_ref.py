@@ -5,7 +5,7 @@ tests/unit/test_moe_ref.c checks hp_moe_build (src/nn/moe.c) against.
     apt-get install -y python3-torch        # once; not a dependency of the build or the tests
     /usr/bin/python3 scripts/make_moe_ref.py [--out tests/data/moe_ref.safetensors]
 
-Two cases, each a layer of E experts on x (B, T, C), written independently of our code from the
+Three cases, each a layer of E experts on x (B, T, C), written independently of our code from the
 papers' definitions (include/hp/moe.h):
     softmax.   Mixtral/Qwen-MoE routing: probs = softmax(x W_r^T), the top-k probs renormalised are the
                gates; one shared expert; the Switch/GShard balancing loss aux = E sum_e f_e P_e with
@@ -13,8 +13,10 @@ papers' definitions (include/hp/moe.h):
     sigmoid.   DeepSeek-V3 routing: s = sigmoid(x W_r^T), experts chosen by the top-k of s + bias, the
                gates the chosen s renormalised; no shared expert; aux from p = s / sum_e s; and the
                bias after one update, bias + u sign(mean(counts) - counts).
-Each expert is GELU(tanh) MLP, y_e = W_proj[e] gelu(W_fc[e] x), no biases; y = sum_j g_j y_{e_j} (+ the
-shared MLP). The loss is sum(y * r) + ALPHA * aux with r a fixed random tensor, so every gradient is
+    swiglu.    the softmax case's routing with the Llama family's SwiGLU experts (Mixtral, Qwen-MoE):
+               y_e = W_down[e] (silu(W_gate[e] x) * (W_up[e] x)); one shared SwiGLU expert.
+The first two cases' experts are GELU(tanh) MLPs, y_e = W_proj[e] gelu(W_fc[e] x); no biases anywhere;
+y = sum_j g_j y_{e_j} (+ the shared MLP). The loss is sum(y * r) + ALPHA * aux with r a fixed random tensor, so every gradient is
 non-trivial. Computed in float64, stored as float32:
     <case>.x, <case>.r                       inputs (B, T, C)
     <case>.param.<name>                      the weights, our names (mlp.router.weight, ...)
@@ -59,16 +61,22 @@ def gelu(x):
     return torch.nn.functional.gelu(x, approximate="tanh")
 
 
+def swiglu_mlp(x, w_gate, w_up, w_down):
+    return (torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+
+
 def layer(case, shared):
     """Returns the tensors of one case as (name, tensor) pairs."""
-    p = {
-        "mlp.router.weight": torch.randn(E, C, dtype=torch.float64) * 0.5,
-        "mlp.experts.fc.weight": torch.randn(E, F, C, dtype=torch.float64) * 0.4,
-        "mlp.experts.proj.weight": torch.randn(E, C, F, dtype=torch.float64) * 0.4,
-    }
+    swi = case == "swiglu"
+    p = {"mlp.router.weight": torch.randn(E, C, dtype=torch.float64) * 0.5}
+    for name, shape in ((("gate_proj", (E, F, C)), ("up_proj", (E, F, C)), ("down_proj", (E, C, F))) if swi else
+                        (("fc", (E, F, C)), ("proj", (E, C, F)))):
+        p[f"mlp.experts.{name}.weight"] = torch.randn(*shape, dtype=torch.float64) * 0.4
     if shared:
-        p["mlp.shared.fc.weight"] = torch.randn(shared * F, C, dtype=torch.float64) * 0.4
-        p["mlp.shared.proj.weight"] = torch.randn(C, shared * F, dtype=torch.float64) * 0.4
+        for name, shape in ((("gate_proj", (shared * F, C)), ("up_proj", (shared * F, C)),
+                             ("down_proj", (C, shared * F))) if swi else
+                            (("fc", (shared * F, C)), ("proj", (C, shared * F)))):
+            p[f"mlp.shared.{name}.weight"] = torch.randn(*shape, dtype=torch.float64) * 0.4
     bias = torch.randn(E, dtype=torch.float64) * 0.1 if case == "sigmoid" else None
     x = torch.randn(B, T, C, dtype=torch.float64)
     r = torch.randn(B, T, C, dtype=torch.float64)
@@ -77,7 +85,7 @@ def layer(case, shared):
     N = B * T
     xf = x.reshape(N, C)
     logits = xf @ p["mlp.router.weight"].T
-    if case == "softmax":
+    if case != "sigmoid":
         probs = torch.softmax(logits, dim=-1)
         _, idx = torch.topk(probs.detach(), K, dim=-1)
         sel = probs.gather(1, idx)
@@ -91,9 +99,16 @@ def layer(case, shared):
     for n in range(N):
         for j in range(K):
             e = int(idx[n, j])
-            h = gelu(p["mlp.experts.fc.weight"][e] @ xf[n])
-            y[n] = y[n] + gates[n, j] * (p["mlp.experts.proj.weight"][e] @ h)
-    if shared:
+            if swi:
+                ye = swiglu_mlp(xf[n:n + 1], p["mlp.experts.gate_proj.weight"][e], p["mlp.experts.up_proj.weight"][e],
+                                p["mlp.experts.down_proj.weight"][e])[0]
+            else:
+                ye = p["mlp.experts.proj.weight"][e] @ gelu(p["mlp.experts.fc.weight"][e] @ xf[n])
+            y[n] = y[n] + gates[n, j] * ye
+    if shared and swi:
+        y = y + swiglu_mlp(xf, p["mlp.shared.gate_proj.weight"], p["mlp.shared.up_proj.weight"],
+                           p["mlp.shared.down_proj.weight"])
+    elif shared:
         y = y + gelu(xf @ p["mlp.shared.fc.weight"].T) @ p["mlp.shared.proj.weight"].T
     counts = torch.bincount(idx.reshape(-1), minlength=E)
     f = counts.double() / (N * K)
@@ -121,7 +136,7 @@ def main():
                                                   "data", "moe_ref.safetensors"))
     args = ap.parse_args()
     torch.manual_seed(SEED)
-    tensors = layer("softmax", 1) + layer("sigmoid", 0)
+    tensors = layer("softmax", 1) + layer("sigmoid", 0) + layer("swiglu", 1)
     meta = {"B": str(B), "T": str(T), "C": str(C), "E": str(E), "k": str(K), "F": str(F), "shared": "1",
             "alpha": repr(ALPHA), "u": repr(U), "torch": torch.__version__}
     write_safetensors(args.out, tensors, meta)

@@ -24,8 +24,15 @@
  *   router.weight (E, C)            router.bias (E)        (sigmoid_bias only; not trained, see below)
  *   experts.fc.weight (E, F, C)     experts.proj.weight (E, C, F)
  *   shared.fc.weight (S*F, C)       shared.proj.weight (C, S*F)      (S = shared_experts > 0 only)
- * The experts have no biases (as Mixtral, Qwen-MoE and DeepSeek-V3). The expert MLP is GELU (fc,
- * gelu, proj: the GPT family's); a SwiGLU expert for the Llama family follows its SiLU operator.
+ * with GELU experts (expert = HP_MOE_EXPERT_GELU: fc, gelu, proj, the GPT family's MLP), or with
+ * SwiGLU experts (HP_MOE_EXPERT_SWIGLU, the Llama family's MLP: down(silu(gate x) * up x); Mixtral,
+ * Qwen-MoE, DeepSeek-V3):
+ *   experts.gate_proj.weight (E, F, C)   experts.up_proj.weight (E, F, C)   experts.down_proj.weight (E, C, F)
+ *   shared.gate_proj.weight (S*F, C)     shared.up_proj.weight (S*F, C)     shared.down_proj.weight (C, S*F)
+ * The experts of expert e are stacked on dim 0 (one tensor per kind, so the experts dim can carry a
+ * layout), where Hugging Face's Mixtral/Qwen-MoE files keep one tensor per expert. The experts have
+ * no biases (as Mixtral, Qwen-MoE and DeepSeek-V3). The model family picks the expert kind: gpt2
+ * GELU, llama SwiGLU.
  *
  * Sharding rules (data parallelism): tokens may be split over any mesh axes (the rows of x); the
  * router, dispatch, grouped GEMMs and combine then run per rank on the rank's tokens. Dispatch's
@@ -58,6 +65,12 @@ typedef enum hp_moe_router {
     HP_MOE_ROUTER_SIGMOID_BIAS = 1,
 } hp_moe_router;
 
+/* The expert MLP (and the shared experts'). */
+typedef enum hp_moe_expert {
+    HP_MOE_EXPERT_GELU = 0,   /* proj(gelu_tanh(fc x)): GPT-2's MLP */
+    HP_MOE_EXPERT_SWIGLU = 1, /* down(silu(gate x) * up x): Llama's MLP (Shazeer 2020, "GLU Variants") */
+} hp_moe_expert;
+
 #define HP_MOE_MAX_LAYERS 64 /* entries of an explicit layer list */
 
 typedef struct hp_moe_config {
@@ -66,6 +79,7 @@ typedef struct hp_moe_config {
     int expert_width;   /* F >= 1: each expert's hidden width */
     int shared_experts; /* S >= 0: a dense MLP of width S*F every token passes through, added */
     hp_moe_router router;
+    hp_moe_expert expert; /* the experts' MLP; set from the model family (gpt2: GELU, llama: SwiGLU) */
     float balance_loss; /* >= 0: coefficient of the Switch/GShard balancing loss added to the
                          * model loss in training graphs (0: none) */
     float bias_update_rate; /* u > 0 of the sigmoid_bias router (DeepSeek-V3 uses 1e-3) */
@@ -79,8 +93,9 @@ typedef struct hp_moe_config {
 
 #define HP_MOE_CONFIG_INIT                                                                         \
     ((hp_moe_config){.experts = 0, .top_k = 2, .expert_width = 0, .shared_experts = 0,             \
-                     .router = HP_MOE_ROUTER_SOFTMAX, .balance_loss = 0.0f, .bias_update_rate = 1e-3f, \
-                     .every = 1, .n_layers = 0, .training = false})
+                     .router = HP_MOE_ROUTER_SOFTMAX, .expert = HP_MOE_EXPERT_GELU,                 \
+                     .balance_loss = 0.0f, .bias_update_rate = 1e-3f, .every = 1, .n_layers = 0,    \
+                     .training = false})
 
 /* "softmax", "sigmoid_bias" ("?" otherwise). */
 const char *hp_moe_router_name(hp_moe_router r);
@@ -110,7 +125,7 @@ typedef struct hp_moe_layer {
 hp_status hp_moe_build(hp_graph *g, hp_tid x, const hp_moe_config *c, const char *prefix, hp_moe_layer *out);
 
 /* Parameters of one MoE layer of width C (elements): all of them / those one token uses (the router,
- * k experts and the shared experts). */
+ * k experts and the shared experts); a GELU expert has 2 F C weights, a SwiGLU expert 3 F C. */
 int64_t hp_moe_n_params(const hp_moe_config *c, int64_t C);
 int64_t hp_moe_active_params(const hp_moe_config *c, int64_t C);
 

@@ -277,9 +277,6 @@ static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
         if (!(m->rope_base > 1.0)) BAD("model", "rope_base", "model.rope_base %g must be > 1", m->rope_base);
         if (!(m->norm_eps > 0.0)) BAD("model", "norm_eps", "model.norm_eps %g must be > 0", m->norm_eps);
         if (m->dropout != 0.0) BAD("model", "dropout", "model.dropout %g: the llama family has no dropout", m->dropout);
-        if (m->moe.experts > 0)
-            BAD("model", "moe", "model.moe: MoE layers are built for the gpt2 family only (llama's SwiGLU experts are not "
-                "built yet)");
         if (mul(3, mul(m->width, m->ffn_width)) > TENSOR_MAX)
             BAD("model", "ffn_width", "model.ffn_width %lld * model.width %lld is more than 2^48 elements",
                 (long long)m->ffn_width, (long long)m->width);

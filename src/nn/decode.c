@@ -97,8 +97,16 @@ static hp_tid llama_layer(hp_graph *g, const hp_gpt_decode *m, int l, hp_tid x) 
     hp_graph_pop_scope(g);
     h = norm(g, c, "post_attention_layernorm", x);
     hp_graph_push_scope(g, "mlp");
-    hp_tid sw = hp_swiglu(g, linear(g, "gate_proj", h, C, F, false), linear(g, "up_proj", h, C, F, false));
-    x = hp_add(g, x, linear(g, "down_proj", sw, F, C, false));
+    if (hp_moe_config_layer(&c->moe, l)) { /* SwiGLU experts, as the training graph's (src/nn/llama.c) */
+        hp_moe_config mc = c->moe;
+        mc.expert = HP_MOE_EXPERT_SWIGLU;
+        mc.training = false;
+        hp_moe_layer ml;
+        x = hp_add(g, x, hp_moe_build(g, h, &mc, NULL, &ml) == HP_STATUS_OK ? ml.y : HP_TID_NONE);
+    } else {
+        hp_tid sw = hp_swiglu(g, linear(g, "gate_proj", h, C, F, false), linear(g, "up_proj", h, C, F, false));
+        x = hp_add(g, x, linear(g, "down_proj", sw, F, C, false));
+    }
     hp_graph_pop_scope(g);
     hp_graph_pop_scope(g);
     return x;

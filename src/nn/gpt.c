@@ -32,8 +32,6 @@ const char *hp_gpt_embedding_name(const hp_gpt_config *c) {
 }
 
 hp_status hp_gpt_config_check(const hp_gpt_config *c) {
-    if (c->family == HP_MODEL_FAMILY_LLAMA && c->moe.experts > 0) /* SwiGLU experts are not built yet */
-        return hp_error(HP_STATUS_UNSUPPORTED, "model.moe: MoE layers are built for the gpt2 family only, not llama");
     if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_config_check(c);
     if (c->family != HP_MODEL_FAMILY_GPT2)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model family %d is not gpt2 or llama", (int)c->family);

@@ -1,6 +1,7 @@
 /* Llama-family decoder built on the IR (see hp/nn.h for the architecture and parameter names). */
 #include "nn/nn_internal.h"
 
+#include "hp/moe.h"
 #include "hp/ops.h"
 #include "hp/rng.h"
 
@@ -17,6 +18,12 @@ static int kv_heads_of(const hp_gpt_config *c) { return c->kv_heads ? c->kv_head
 static int ffn_of(const hp_gpt_config *c) { return c->ffn_width ? c->ffn_width : hp_llama_default_ffn_width(c->width); }
 static float base_of(const hp_gpt_config *c) { return c->rope_base != 0.0f ? c->rope_base : 10000.0f; }
 static float eps_of(const hp_gpt_config *c) { return c->norm_eps != 0.0f ? c->norm_eps : 1e-5f; }
+/* The family's MoE layers have SwiGLU experts (Mixtral, Qwen-MoE). */
+static hp_moe_config moe_of(const hp_gpt_config *c) {
+    hp_moe_config m = c->moe;
+    m.expert = HP_MOE_EXPERT_SWIGLU;
+    return m;
+}
 
 hp_status hp__llama_config_check(const hp_gpt_config *c) {
     if (c->vocab < 1) return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.vocab must be >= 1, got %d", c->vocab);
@@ -40,7 +47,8 @@ hp_status hp__llama_config_check(const hp_gpt_config *c) {
     if (c->dropout != 0.0f)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.dropout %g: the llama family has no dropout",
                         (double)c->dropout);
-    return HP_STATUS_OK;
+    hp_moe_config m = moe_of(c);
+    return hp_moe_config_check(&m, c->layers);
 }
 
 /* y = x W^T with W = `name`.weight (out, in), no bias. */
@@ -59,8 +67,8 @@ static hp_tid rmsnorm_layer(hp_graph *g, const char *name, hp_tid x, int64_t c, 
     return hp_rmsnorm(g, x, w, eps);
 }
 
-/* One decoder layer, in scope model.layers.L. */
-static hp_tid layer(hp_graph *g, const hp_gpt_config *c, hp_tid x) {
+/* One decoder layer l, in scope model.layers.L; a MoE layer adds its balancing loss to *aux. */
+static hp_tid layer(hp_graph *g, const hp_gpt_config *c, int l, hp_tid x, hp_tid *aux) {
     const int64_t C = c->width, H = c->heads, KV = kv_heads_of(c), D = C / H, F = ffn_of(c);
     const float eps = eps_of(c);
     hp_tid h = rmsnorm_layer(g, "input_layernorm", x, C, eps);
@@ -73,8 +81,16 @@ static hp_tid layer(hp_graph *g, const hp_gpt_config *c, hp_tid x) {
     hp_graph_pop_scope(g);
     h = rmsnorm_layer(g, "post_attention_layernorm", x, C, eps);
     hp_graph_push_scope(g, "mlp");
-    hp_tid m = hp_swiglu(g, proj(g, "gate_proj", h, C, F), proj(g, "up_proj", h, C, F));
-    x = hp_add(g, x, proj(g, "down_proj", m, F, C));
+    if (hp_moe_config_layer(&c->moe, l)) { /* a Mixture-of-Experts MLP with SwiGLU experts (hp/moe.h) */
+        hp_moe_config mc = moe_of(c);
+        hp_moe_layer ml;
+        if (hp_moe_build(g, h, &mc, NULL, &ml) == HP_STATUS_OK && ml.aux_loss != HP_TID_NONE)
+            *aux = *aux == HP_TID_NONE ? ml.aux_loss : hp_add(g, *aux, ml.aux_loss);
+        x = hp_add(g, x, ml.y);
+    } else {
+        hp_tid m = hp_swiglu(g, proj(g, "gate_proj", h, C, F), proj(g, "up_proj", h, C, F));
+        x = hp_add(g, x, proj(g, "down_proj", m, F, C));
+    }
     hp_graph_pop_scope(g);
     return x;
 }
@@ -106,11 +122,15 @@ hp_status hp__llama_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gp
     } else {
         x = out->x_in = hp_input(g, "stage.x", HP_DTYPE_F32, HP_SHAPE(batch, seq, C));
     }
+    hp_tid aux = HP_TID_NONE; /* the sum of the MoE layers' balancing losses (training graphs) */
     for (int l = s->first_layer; l < s->last_layer; l++) {
         hp_graph_push_scopef(g, "model.layers.%d", l);
-        x = layer(g, c, x);
+        x = layer(g, c, l, x, &aux);
         hp_graph_pop_scope(g);
     }
+    if (aux != HP_TID_NONE && !(s->head && with_loss))
+        return hp_error(HP_STATUS_UNSUPPORTED, "model.moe.balance_loss needs the loss in the same program as the MoE "
+                        "layers (a pipeline stage without the head is not supported yet)");
     if (!s->head) {
         out->x_out = x;
         out->logits = out->loss = HP_TID_NONE;
@@ -124,6 +144,8 @@ hp_status hp__llama_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gp
         head = hp_param(g, "lm_head.weight", HP_SHAPE(V, C));
     out->logits = hp_linear(g, x, head, HP_TID_NONE);
     out->loss = with_loss ? hp_cross_entropy(g, out->logits, out->targets) : HP_TID_NONE;
+    if (out->loss != HP_TID_NONE && aux != HP_TID_NONE) /* Switch/GShard: loss + alpha * sum of the layers' aux */
+        out->loss = hp_add(g, out->loss, hp_scale(g, aux, c->moe.balance_loss));
     if (out->loss != HP_TID_NONE) hp_graph_set_name(g, out->loss, "loss");
     return hp_graph_status(g);
 }
@@ -140,8 +162,13 @@ hp_status hp__llama_init_param(const hp_gpt_config *c, const char *name, uint64_
         for (int64_t i = 0; i < n; i++) data[i] = 1.0f;
         return HP_STATUS_OK;
     }
+    bool layer_param = strncmp(name, "model.layers.", 13) == 0;
+    if (layer_param && ends_with(name, ".mlp.router.bias")) { /* sigmoid_bias router: starts unbiased */
+        for (int64_t i = 0; i < n; i++) data[i] = 0.0f;
+        return HP_STATUS_OK;
+    }
     bool matrix = strcmp(name, "model.embed_tokens.weight") == 0 || strcmp(name, "lm_head.weight") == 0 ||
-                  (strncmp(name, "model.layers.", 13) == 0 && ends_with(name, "proj.weight"));
+                  (layer_param && (ends_with(name, "proj.weight") || ends_with(name, ".mlp.router.weight")));
     if (!matrix) return hp_error(HP_STATUS_NOT_FOUND, "'%s' is not a llama parameter", name);
     uint64_t key = hp_rng_hash(name) ^ (seed * 0x9e3779b97f4a7c15ull);
     for (int64_t i = 0; i < n; i++) data[i] = 0.02f * hp_rng_normal(key, (uint64_t)(first + i));
@@ -151,11 +178,19 @@ hp_status hp__llama_init_param(const hp_gpt_config *c, const char *name, uint64_
 int64_t hp__llama_n_params(const hp_gpt_config *c) {
     int64_t C = c->width, V = c->vocab, L = c->layers, H = c->heads, KV = kv_heads_of(c), D = C / H, F = ffn_of(c);
     int64_t block = 2 * C + C * (2 * H * D + 2 * KV * D) + 3 * C * F;
-    return V * C * (c->tied_head ? 1 : 2) + C + L * block;
+    hp_moe_config m = moe_of(c);
+    int64_t moe = 0; /* MoE layers: the experts' parameters instead of the dense MLP's */
+    for (int l = 0; l < c->layers; l++)
+        if (hp_moe_config_layer(&m, l)) moe += hp_moe_n_params(&m, C) - 3 * C * F;
+    return V * C * (c->tied_head ? 1 : 2) + C + L * block + moe;
 }
 
 double hp__llama_train_flops_per_token(const hp_gpt_config *c, int seq) {
     /* the embedding table takes part in a product only as a tied head; the norms are negligible */
     double n = (double)(hp__llama_n_params(c) - (c->tied_head ? 0 : (int64_t)c->vocab * c->width));
+    hp_moe_config m = moe_of(c);
+    for (int l = 0; l < c->layers; l++) /* a MoE layer: only the parameters one token uses */
+        if (hp_moe_config_layer(&m, l))
+            n -= (double)(hp_moe_n_params(&m, c->width) - hp_moe_active_params(&m, c->width));
     return 6.0 * n + 12.0 * c->layers * (double)(c->width / c->heads * c->heads) * seq;
 }

@@ -16,6 +16,8 @@ hp_status hp_moe_config_check(const hp_moe_config *c, int layers) {
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.expert_width must be >= 1, got %d", c->expert_width);
     if (c->shared_experts < 0)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.shared_experts must be >= 0, got %d", c->shared_experts);
+    if (c->expert != HP_MOE_EXPERT_GELU && c->expert != HP_MOE_EXPERT_SWIGLU)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe expert kind %d is not gelu or swiglu", (int)c->expert);
     if (c->router != HP_MOE_ROUTER_SOFTMAX && c->router != HP_MOE_ROUTER_SIGMOID_BIAS)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model.moe.router %d is not softmax or sigmoid_bias", (int)c->router);
     if (!(c->balance_loss >= 0.0f && c->balance_loss < INFINITY))
@@ -49,14 +51,19 @@ bool hp_moe_config_layer(const hp_moe_config *c, int l) {
     return false;
 }
 
+/* Weights of one expert MLP of width F on C: GELU fc + proj, SwiGLU gate + up + down. */
+static int64_t expert_params(const hp_moe_config *c, int64_t C) {
+    return (c->expert == HP_MOE_EXPERT_SWIGLU ? 3 : 2) * (int64_t)c->expert_width * C;
+}
+
 int64_t hp_moe_n_params(const hp_moe_config *c, int64_t C) {
-    int64_t E = c->experts, F = c->expert_width, S = c->shared_experts;
-    return E * C + (c->router == HP_MOE_ROUTER_SIGMOID_BIAS ? E : 0) + 2 * E * F * C + 2 * S * F * C;
+    int64_t E = c->experts, S = c->shared_experts;
+    return E * C + (c->router == HP_MOE_ROUTER_SIGMOID_BIAS ? E : 0) + (E + S) * expert_params(c, C);
 }
 
 int64_t hp_moe_active_params(const hp_moe_config *c, int64_t C) {
-    int64_t E = c->experts, F = c->expert_width, S = c->shared_experts, k = c->top_k;
-    return E * C + 2 * k * F * C + 2 * S * F * C;
+    int64_t E = c->experts, S = c->shared_experts, k = c->top_k;
+    return E * C + (k + S) * expert_params(c, C);
 }
 
 /* A weight-only dense layer x (..., in) -> (..., out) named `name` in the current scope. */
@@ -105,17 +112,31 @@ hp_status hp_moe_build(hp_graph *g, hp_tid x, const hp_moe_config *c, const char
         const hp_node *dn = hp_graph_node(g, hp_graph_n_nodes(g) - 1);
         out->counts = dn->out[1];
         hp_tid pos = dn->out[2];
-        hp_tid wfc = hp_param(g, "fc.weight", HP_SHAPE(E, F, C));
-        hp_tid wproj = hp_param(g, "proj.weight", HP_SHAPE(E, C, F));
-        hp_tid h = hp_gelu(g, hp_moe_gemm(g, xd, wfc, out->counts, true)); /* (N*k, F) */
-        hp_tid ys = hp_moe_gemm(g, h, wproj, out->counts, true);            /* (N*k, C) */
-        out->y = hp_moe_combine(g, ys, pos, out->gates);                      /* (N, C) */
+        hp_tid h, ys; /* (N*k, F), (N*k, C) */
+        if (c->expert == HP_MOE_EXPERT_SWIGLU) {
+            hp_tid wg = hp_param(g, "gate_proj.weight", HP_SHAPE(E, F, C));
+            hp_tid wu = hp_param(g, "up_proj.weight", HP_SHAPE(E, F, C));
+            hp_tid wd = hp_param(g, "down_proj.weight", HP_SHAPE(E, C, F));
+            h = hp_swiglu(g, hp_moe_gemm(g, xd, wg, out->counts, true), hp_moe_gemm(g, xd, wu, out->counts, true));
+            ys = hp_moe_gemm(g, h, wd, out->counts, true);
+        } else {
+            hp_tid wfc = hp_param(g, "fc.weight", HP_SHAPE(E, F, C));
+            hp_tid wproj = hp_param(g, "proj.weight", HP_SHAPE(E, C, F));
+            h = hp_gelu(g, hp_moe_gemm(g, xd, wfc, out->counts, true));
+            ys = hp_moe_gemm(g, h, wproj, out->counts, true);
+        }
+        out->y = hp_moe_combine(g, ys, pos, out->gates); /* (N, C) */
     }
     hp_graph_pop_scope(g);
     if (S > 0) {
         hp_graph_push_scope(g, "shared");
-        hp_tid h = hp_gelu(g, dense(g, "fc", x2, C, S * F));
-        out->y = hp_add(g, out->y, dense(g, "proj", h, S * F, C));
+        hp_tid sy;
+        if (c->expert == HP_MOE_EXPERT_SWIGLU)
+            sy = dense(g, "down_proj", hp_swiglu(g, dense(g, "gate_proj", x2, C, S * F), dense(g, "up_proj", x2, C, S * F)),
+                       S * F, C);
+        else
+            sy = dense(g, "proj", hp_gelu(g, dense(g, "fc", x2, C, S * F)), S * F, C);
+        out->y = hp_add(g, out->y, sy);
         hp_graph_pop_scope(g);
     }
     if (c->training && c->balance_loss > 0.0f) out->aux_loss = hp_moe_balance_loss(g, probs, out->counts, c->top_k);

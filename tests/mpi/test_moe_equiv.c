@@ -2,7 +2,8 @@
 /*
  * A GPT with Mixture-of-Experts MLPs (hp/moe.h) under data parallelism equals the single-rank run:
  * for each MoE variant (softmax top-2 with the balancing loss; top-1; DeepSeek-V3's sigmoid_bias
- * router with its bias updates and a shared expert), the dp, zero2 and fsdp runs' first-step loss
+ * router with its bias updates and a shared expert; the Llama family's SwiGLU experts with a shared
+ * expert and grouped-query attention), the dp, zero2 and fsdp runs' first-step loss
  * and gradient norm match the single-rank run within 1e-5 (relative) and their 50-step loss
  * trajectories within 1e-4. Each rank routes, dispatches and runs the experts on its own tokens;
  * the partitioner sums the expert weight gradients and all-reduces the per-expert loads the
@@ -26,18 +27,21 @@ static const char *const k_moe[] = {
     "{experts: 4, top_k: 2, expert_width: 16, every: 1, router: softmax, balance_loss: 0.05}",
     "{experts: 3, top_k: 1, expert_width: 24, layers: [1], router: softmax, balance_loss: 0.01}",
     "{experts: 4, top_k: 2, expert_width: 16, shared_experts: 1, every: 1, router: sigmoid_bias, bias_update_rate: 0.01}",
+    "{experts: 4, top_k: 2, expert_width: 16, shared_experts: 1, every: 1, router: softmax, balance_loss: 0.05}",
 };
+/* the model family of each variant: the last is the Llama family's SwiGLU experts with GQA */
+static const char *const k_family[] = {"", "", "", "family: llama, kv_heads: 2, ffn_width: 48, "};
 
-static hp_status load(const char *moe, const char *family, int n, hp_run_config *cfg) {
+static hp_status load(const char *model, const char *moe, const char *family, int n, hp_run_config *cfg) {
     char text[4096], corpus[1024];
     const char *root = getenv("HP_SOURCE_DIR");
     snprintf(corpus, sizeof corpus, "%s/data/kjv.txt", root ? root : ".");
     int off = snprintf(text, sizeof text,
-                       "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, moe: %s}\n"
+                       "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, %smoe: %s}\n"
                        "data: {corpus: \"%s\", val_fraction: 0.05}\n"
                        "train: {steps: %d, batch: 8, seed: 3, eval_batches: 2, checkpoint_dir: /tmp/unused}\n"
                        "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5, weight_decay: 0.1, grad_clip: 1.0}\n",
-                       moe, corpus, STEPS);
+                       model, moe, corpus, STEPS);
     if (family[0])
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "strategy:\n  mesh: {device_matrix: [%d], alias_name: [dp]}\n"
@@ -68,7 +72,7 @@ int main(int argc, char **argv) {
         hp_run_config cfg;
         hp_trainer *t = NULL;
         double ref[STEPS], ref_gn[STEPS], loss[STEPS], gn[STEPS];
-        if (load(k_moe[v], "", 1, &cfg) != HP_STATUS_OK || hp_trainer_new_dist(&cfg, NULL, &t) != HP_STATUS_OK) {
+        if (load(k_family[v], k_moe[v], "", 1, &cfg) != HP_STATUS_OK || hp_trainer_new_dist(&cfg, NULL, &t) != HP_STATUS_OK) {
             fprintf(stderr, "[rank %d] reference %zu: %s\n", g_rank, v, hp_error_message());
             g_failed = 1;
             break;
@@ -80,7 +84,7 @@ int main(int argc, char **argv) {
               ref[STEPS - 1]);
         const char *families[] = {"dp", "zero2", "fsdp"};
         for (size_t f = 0; f < 3; f++) {
-            if (load(k_moe[v], families[f], n, &cfg) != HP_STATUS_OK ||
+            if (load(k_family[v], k_moe[v], families[f], n, &cfg) != HP_STATUS_OK ||
                 hp_trainer_new_dist(&cfg, world, &t) != HP_STATUS_OK) {
                 fprintf(stderr, "[rank %d] moe %zu %s: %s\n", g_rank, v, families[f], hp_error_message());
                 g_failed = 1;

@@ -84,8 +84,8 @@ static void test_moe_errors(void **state) {
                  "model.moe.balance_loss -1 must be >= 0");
     expect_error("model:\n  moe: {experts: 4, expert_width: 8, topk: 2}\n", "unknown key 'topk'", NULL);
     expect_error("model:\n  moe: 8\n", "run.yaml:2:", "model.moe expects a map");
-    expect_error("model:\n  family: llama\n  moe: {experts: 4, expert_width: 8}\n", "run.yaml:3:",
-                 "MoE layers are built for the gpt2 family only");
+    expect_error("model:\n  family: llama\n  heads: 4\n  moe: {experts: 4, expert_width: 8, top_k: 5}\n", "run.yaml:4:",
+                 "top_k");
 }
 
 int main(void) {

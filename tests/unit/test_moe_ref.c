@@ -1,7 +1,8 @@
 /*
  * A Mixture-of-Experts layer (hp_moe_build) against PyTorch: tests/data/moe_ref.safetensors, written
- * once by scripts/make_moe_ref.py in float64 from the papers' definitions, holds two small layers
- * (softmax top-2 with a shared expert; DeepSeek-V3's sigmoid_bias router), their inputs, outputs,
+ * once by scripts/make_moe_ref.py in float64 from the papers' definitions, holds three small layers
+ * (softmax top-2 with a shared expert; DeepSeek-V3's sigmoid_bias router; softmax top-2 with the
+ * Llama family's SwiGLU experts and a shared SwiGLU expert), their inputs, outputs,
  * routing, balancing loss, the loss sum(y * r) + alpha * aux, every gradient and (sigmoid) the bias
  * after one update. We build the same layer, load the weights, run forward and backward, and
  * compare per element:
@@ -22,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PARAMS 8
+#define MAX_PARAMS 10
 
 typedef struct ref_case {
     hp_safetensors *f;
@@ -63,7 +64,7 @@ static void set_from(ref_case *rc, const char *c, const char *name, hp_tid t, co
     free(w);
 }
 
-/* Builds case c ("softmax" or "sigmoid") and runs it once. */
+/* Builds case c ("softmax", "sigmoid" or "swiglu") and runs it once. */
 static void setup(ref_case *rc, const char *c, const char *perturb, float delta) {
     memset(rc, 0, sizeof *rc);
     assert_ok(hp_safetensors_open(hp_test_source_path("tests/data/moe_ref.safetensors"), &rc->f));
@@ -75,6 +76,7 @@ static void setup(ref_case *rc, const char *c, const char *perturb, float delta)
     mc.expert_width = (int)meta_num(rc->f, "F");
     mc.shared_experts = sig ? 0 : (int)meta_num(rc->f, "shared");
     mc.router = sig ? HP_MOE_ROUTER_SIGMOID_BIAS : HP_MOE_ROUTER_SOFTMAX;
+    mc.expert = !strcmp(c, "swiglu") ? HP_MOE_EXPERT_SWIGLU : HP_MOE_EXPERT_GELU;
     mc.balance_loss = (float)meta_num(rc->f, "alpha");
     mc.bias_update_rate = (float)meta_num(rc->f, "u");
     mc.training = true;
@@ -178,8 +180,8 @@ static double compare_case(ref_case *rc, const char *c, char *where, size_t cap)
 
 static void test_moe_layer_matches_torch(void **state) {
     (void)state;
-    const char *cases[] = {"softmax", "sigmoid"};
-    for (int k = 0; k < 2; k++) {
+    const char *cases[] = {"softmax", "sigmoid", "swiglu"};
+    for (int k = 0; k < 3; k++) {
         ref_case rc;
         setup(&rc, cases[k], NULL, 0);
         char where[256] = "";
