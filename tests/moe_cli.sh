@@ -7,7 +7,9 @@
 # layer 1 of 2) trains 30 steps on the KJV: the loss falls; the checkpoint holds the router bias, and
 # it moved from 0; `hp eval` of the checkpoint gives the trainer's val loss; a run stopped at step 20
 # and resumed to 30 logs the same losses as the straight 30-step run; `hp generate` samples the same
-# text with the KV-cache decoder as with --no-cache.
+# text with the KV-cache decoder as with --no-cache. Then the same for a Llama-family MoE model (SwiGLU
+# experts, softmax router with the balancing loss, a shared expert, GQA): training, the checkpoint's
+# expert tensors, cached generation = --no-cache.
 set -euo pipefail
 hp="$1" src="$2"
 work="$(mktemp -d "${TMPDIR:-/tmp}/hp-moe-cli.XXXXXX")"
@@ -77,3 +79,43 @@ echo "ok: resumed at 20, steps 21-30 equal the straight run"
 "$hp" generate runs/straight --tokens 20 --seed 3 --no-cache > gen2.txt 2> gen.err || { cat gen.err; fail "hp generate --no-cache failed"; }
 cmp -s gen.txt gen2.txt || fail "generation with the KV cache differs from --no-cache: $(cat gen.txt) vs $(cat gen2.txt)"
 echo "ok: hp generate (KV cache decode with MoE layers = --no-cache)"
+
+# The Llama family's MoE layers (SwiGLU experts, softmax top-2 with the balancing loss, a shared
+# expert, grouped-query attention): trains, and the KV-cache decoder samples what --no-cache does.
+cat > llama.yaml <<EOF2
+model:
+  family: llama
+  vocab: 256
+  context: 32
+  layers: 2
+  heads: 4
+  kv_heads: 2
+  width: 32
+  ffn_width: 48
+  moe: {experts: 4, top_k: 2, expert_width: 24, shared_experts: 1, every: 1, router: softmax, balance_loss: 0.01}
+data: {corpus: data/kjv.txt, val_fraction: 0.05}
+train: {steps: 30, batch: 8, seed: 5, log_every: 1, eval_every: 30, eval_batches: 2, checkpoint_dir: runs/llama, checkpoint_every: 30, sample_tokens: 0}
+optim: {lr: 3.0e-3, min_lr: 3.0e-3, warmup: 5}
+EOF2
+"$hp" train llama.yaml --metrics llama.jsonl > llama.log 2>&1 || { cat llama.log; fail "llama MoE training failed"; }
+first="$(field loss "$(grep '"step": 1,' llama.jsonl | head -n 1)")"
+last="$(field loss "$(grep '"step": 30,' llama.jsonl | head -n 1)")"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' || fail "llama MoE: the loss did not fall: $first -> $last"
+python3 - runs/llama/step_00000030/model.safetensors <<'PY' || fail "llama MoE checkpoint lacks the SwiGLU experts"
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+for n in ("model.layers.0.mlp.router.weight", "model.layers.1.mlp.experts.gate_proj.weight",
+          "model.layers.1.mlp.experts.up_proj.weight", "model.layers.1.mlp.experts.down_proj.weight",
+          "model.layers.0.mlp.shared.down_proj.weight"):
+    assert n in h, n
+assert h["model.layers.1.mlp.experts.gate_proj.weight"]["shape"] == [4, 24, 32], h["model.layers.1.mlp.experts.gate_proj.weight"]
+PY
+"$hp" generate runs/llama --tokens 20 --seed 3 > lgen.txt 2> gen.err || { cat gen.err; fail "llama MoE: hp generate failed"; }
+"$hp" generate runs/llama --tokens 20 --seed 3 --no-cache > lgen2.txt 2> gen.err || { cat gen.err; fail "llama MoE: --no-cache failed"; }
+cmp -s lgen.txt lgen2.txt || fail "llama MoE: KV-cache generation differs from --no-cache"
+echo "ok: llama MoE loss $first -> $last; SwiGLU experts checkpointed; hp generate = --no-cache"
+if "$hp" convert --to-hf runs/llama -o hf > conv.log 2>&1; then fail "hp convert --to-hf exported a MoE checkpoint"; fi
+grep -q "Mixture-of-Experts layers (model.moe: 4 experts), which have no Hugging Face export" conv.log ||
+    fail "hp convert --to-hf of a MoE checkpoint: $(cat conv.log)"
+echo "ok: hp convert --to-hf refuses the MoE checkpoint by name"

@@ -208,6 +208,10 @@ out:
  */
 static hp_status arch_from_model(const hp_model_config *mc, hp_hf_arch *a) {
     memset(a, 0, sizeof *a);
+    if (mc->moe.experts > 0) /* Mixtral / Qwen-MoE files keep one tensor per expert; not mapped yet */
+        return hp_error(HP_STATUS_UNSUPPORTED, "the checkpoint's model has Mixture-of-Experts layers (model.moe: %d "
+                        "experts), which have no Hugging Face export yet (GPT-2 and dense Llama only)",
+                        mc->moe.experts);
     if (!strcmp(mc->family, "llama")) {
         hp_gpt_config gc = hp_gpt_config_from_model(mc);
         a->family = HP_HF_FAMILY_LLAMA; /* written as LlamaForCausalLM */

@@ -6,6 +6,7 @@
  */
 #include "gradcheck.h"
 #include "hp/moe.h"
+#include "hp/nn.h"
 #include "hp/runtime.h"
 #include "testutil.h"
 
@@ -346,6 +347,35 @@ static void test_layer_grad(void **state) {
         }
 }
 
+/* Both families with MoE layers: the parameter count (hp_gpt_n_params) is what the graph holds, and the
+ * MoE layers replace the MLPs of the layers named (llama: SwiGLU experts). */
+static void test_model_param_count(void **state) {
+    (void)state;
+    for (int fam = 0; fam < 2; fam++) {
+        hp_gpt_config gc = {.family = fam ? HP_MODEL_FAMILY_LLAMA : HP_MODEL_FAMILY_GPT2, .vocab = 32, .context = 8,
+                            .layers = 3, .heads = 4, .width = 16, .kv_heads = fam ? 2 : 0, .ffn_width = fam ? 24 : 0};
+        gc.moe = HP_MOE_CONFIG_INIT;
+        gc.moe.experts = 4;
+        gc.moe.top_k = 2;
+        gc.moe.expert_width = 12;
+        gc.moe.shared_experts = 1;
+        gc.moe.every = 2; /* layer 1 only */
+        hp_graph *g = hp_graph_new();
+        hp_gpt m;
+        assert_ok(hp_gpt_build(g, &gc, 2, 8, true, &m));
+        hp_tid params[128];
+        int np = hp_graph_params(g, params, 128);
+        int64_t total = 0;
+        for (int i = 0; i < np; i++) total += hp_shape_numel(&hp_graph_tensor(g, params[i])->shape);
+        assert_int_equal(total, hp_gpt_n_params(&gc));
+        const char *expert = fam ? "model.layers.1.mlp.experts.gate_proj.weight" : "blocks.1.mlp.experts.fc.weight";
+        const char *dense = fam ? "model.layers.1.mlp.gate_proj.weight" : "blocks.1.mlp.fc.weight";
+        if (hp_graph_find(g, expert) == HP_TID_NONE) fail_msg("%s: no %s", hp_model_family_name(gc.family), expert);
+        assert_int_equal(hp_graph_find(g, dense), HP_TID_NONE);
+        hp_graph_free(g);
+    }
+}
+
 /* hp_moe_build: names, the config check's messages. */
 static void test_layer_build(void **state) {
     (void)state;
@@ -375,6 +405,26 @@ static void test_layer_build(void **state) {
     assert_int_equal(hp_moe_active_params(&c, 8), 4 * 8 + 2 * 2 * 6 * 8 + 2 * 6 * 8);
     hp_graph_free(g);
 
+    /* SwiGLU experts (the Llama family's): gate, up and down per expert and for the shared expert */
+    g = hp_graph_new();
+    x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(2, 3, 8));
+    c.expert = HP_MOE_EXPERT_SWIGLU;
+    assert_ok(hp_moe_build(g, x, &c, "mlp", &ml));
+    const char *swi[] = {"mlp.router.weight", "mlp.router.bias", "mlp.experts.gate_proj.weight",
+                         "mlp.experts.up_proj.weight", "mlp.experts.down_proj.weight", "mlp.shared.gate_proj.weight",
+                         "mlp.shared.up_proj.weight", "mlp.shared.down_proj.weight"};
+    total = 0;
+    for (int i = 0; i < 8; i++) {
+        hp_tid t = hp_graph_find(g, swi[i]);
+        if (t == HP_TID_NONE) fail_msg("no parameter %s", swi[i]);
+        total += hp_shape_numel(&hp_graph_tensor(g, t)->shape);
+    }
+    assert_int_equal(hp_graph_find(g, "mlp.experts.fc.weight"), HP_TID_NONE);
+    assert_int_equal(total, hp_moe_n_params(&c, 8));
+    assert_int_equal(hp_moe_active_params(&c, 8), 4 * 8 + 2 * 3 * 6 * 8 + 3 * 6 * 8);
+    hp_graph_free(g);
+    c.expert = HP_MOE_EXPERT_GELU;
+
     c.top_k = 5;
     assert_int_equal(hp_moe_config_check(&c, 4), HP_STATUS_INVALID_ARGUMENT);
     hp_test_assert_error_contains("model.moe.top_k 5 must be in [1, model.moe.experts 4]");
@@ -401,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_dispatch_values), cmocka_unit_test(test_bias_update),
         cmocka_unit_test(test_gemm_empty_experts),
         cmocka_unit_test(test_layer_grad),      cmocka_unit_test(test_layer_build),
+        cmocka_unit_test(test_model_param_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
