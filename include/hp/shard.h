@@ -61,9 +61,16 @@ typedef struct hp_partition_opts {
     int index;
     /* Most bytes per rank of gradients coalesced into one collective; 0 turns bucketing off. */
     int64_t bucket_size;
+    /* Weight-stationary search (src/shard/partition_search.c): where a contraction rule gathered a
+     * split parameter although it could have kept it in place and redistributed the other operand
+     * (Megatron-SP's gather of the activation), try keeping each group of such parameters in place
+     * and keep the choice when the step's planned bytes per rank drop. One extra partition when no
+     * rule had that choice; one per group otherwise. false: the rules' local choices only. */
+    bool search;
 } hp_partition_opts;
 
-#define HP_PARTITION_OPTS_DEFAULT ((hp_partition_opts){.index = -1, .bucket_size = HP_BUCKET_SIZE_DEFAULT})
+#define HP_PARTITION_OPTS_DEFAULT \
+    ((hp_partition_opts){.index = -1, .bucket_size = HP_BUCKET_SIZE_DEFAULT, .search = true})
 
 /* One inserted redistribution (for reports and benchmarks). */
 typedef struct hp_collective_info {
@@ -133,6 +140,10 @@ int64_t hp_partition_bytes(const hp_partition *p);
 /* Gradient buckets, in issue order (0 when bucketing is off or nothing could be coalesced). A
  * bucket is one collective record; its members have none of their own. */
 int hp_partition_n_buckets(const hp_partition *p);
+/* Parameters the weight-stationary search kept in their own layouts (hp_partition_opts.search), and
+ * whether logical tensor t is one of them. */
+int hp_partition_n_stationary(const hp_partition *p);
+bool hp_partition_is_stationary(const hp_partition *p, hp_tid t);
 const hp_bucket_info *hp_partition_bucket(const hp_partition *p, int i);
 
 #ifdef __cplusplus

@@ -139,6 +139,7 @@ static hp_status pass_shard(hp_compiled *c) {
         st = c->opts.annotate(c->opts.annotate_user, c->logical, c->mesh, lay);
     hp_partition_opts po = HP_PARTITION_OPTS_DEFAULT;
     po.index = c->index;
+    po.search = !c->opts.no_search;
     po.bucket_size = c->opts.bucket_size >= 0 ? c->opts.bucket_size
                      : c->strategy               ? hp_strategy_bucket_size(c->strategy)
                                                  : HP_BUCKET_SIZE_DEFAULT;

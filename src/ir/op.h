@@ -38,6 +38,22 @@ typedef struct hp_shard_ctx {
                              * from head-split back to sequence-split); the kernel's own output
                              * stays available to later readers in its layout, in every phase
                              * (the attention backward reads it without a second collective). */
+    /* Weight-stationary contractions (chosen by the partitioner's search, src/shard/partition_search.c):
+     * per logical tensor, nonzero: a contraction keeps this parameter in its own layout and
+     * redistributes the other operand instead (Megatron-SP's gather of the activation rather than
+     * of the weight). NULL: none. */
+    const uint8_t *stationary;
+    /* Recorded by contraction rules (NULL: not recorded): conflict[t] = 1 when parameter t could
+     * have stayed in its own layout but the rule chose to redistribute it (the search's candidates). */
+    uint8_t *conflict;
+    /* Whether logical tensor t already has a per-rank copy in layout l that this node may read (a
+     * redistribution an earlier consumer made in the node's phase, or in any phase with any_phase):
+     * reading it costs nothing. NULL: never. */
+    bool (*has_copy)(void *user, hp_tid t, const hp_layout *l, bool any_phase);
+    void *copy_user;
+    /* Per input, pre-filled false: a rule may set saved[k] so that input k's copy made in any phase
+     * (the forward pass's redistribution) is reused, as hp_op_def.saved_inputs does per operator. */
+    bool *saved;
 } hp_shard_ctx;
 
 typedef struct hp_op_def {

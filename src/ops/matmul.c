@@ -182,20 +182,37 @@ static void set_dim_from(hp_layout *l, int d, const hp_layout *src, int sd) {
 }
 
 /*
- * A contraction of a's dim ak with b's dim bk: both must be split alike. Two candidates (b follows
- * a, or a follows b), the cheaper is taken. The output gets a's other dims and b's free dim (bn);
- * axes that would appear twice are taken from b's free dim (it is gathered). The contraction axes
- * become a pending sum (Megatron's row-parallel output; the data-parallel weight gradient).
+ * A contraction of a's dim ak with b's dim bk: both must be split alike. Candidates: b follows a, or
+ * a follows b; and, when b is a split parameter, b stays in its own layout while a gives up the
+ * axes that clash (a weight-stationary contraction: Megatron-SP gathers the activation, not the
+ * weight). The cheapest is taken, except that a parameter the partitioner's search marked
+ * stationary (c->stationary) always stays; where the stationary candidate was possible but not
+ * taken, c->conflict records the parameter for that search. The output gets a's other dims and b's
+ * free dim (bn); axes that would appear twice are taken from b's free dim (it is gathered). The
+ * contraction axes become a pending sum (Megatron's row-parallel output; the data-parallel weight
+ * gradient).
  */
 static hp_status contract(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req, int ak,
                           int bk, int bn, bool b_batch_follows_a, hp_layout *ra, hp_layout *rb) {
     const hp_shape *sa = hp__shp(c->g, n->in[0]), *sb = hp__shp(c->g, n->in[1]);
     hp_layout a0 = in[0], b0 = hp__lay_resolve(c, &in[1], NULL, sb);
     if (a0.partial && (a0.partial_op != HP_REDUCE_SUM || b0.partial)) a0 = hp__lay_resolve(c, &a0, NULL, sa);
+    const hp_tid bt = n->in[1];
+    const bool bparam = hp_graph_tensor(c->g, bt)->kind == HP_TENSOR_KIND_PARAM && sb->ndim == 2 && !b0.partial &&
+                        hp__lay_all_axes(&b0) != 0;
+    const bool force = bparam && c->stationary && c->stationary[bt];
     int64_t best = -1;
-    for (int cand = 0; cand < 2; cand++) {
+    bool have_st = false;
+    hp_layout st_a, st_b;
+    for (int cand = 0; cand < 3; cand++) {
         hp_layout a = a0, b = b0;
-        if (cand == 0) {
+        if (cand == 2) { /* b stays as it is; a gives up every axis b uses, then takes b's K split */
+            if (!bparam) continue;
+            hp__lay_drop_axes(&a, hp__lay_all_axes(&b));
+            set_dim_from(&a, ak, &b, bk);
+            a.partial = a0.partial & ~hp__lay_all_axes(&a);
+            a.partial_op = a0.partial_op;
+        } else if (cand == 0) {
             set_dim_from(&b, bk, &a, ak);
         } else {
             hp_layout bb = b;
@@ -231,7 +248,11 @@ static hp_status contract(const hp_shard_ctx *c, const hp_node *n, const hp_layo
             }
         if (hp_layout_validate(&a, c->mesh, sa) != HP_STATUS_OK || hp_layout_validate(&b, c->mesh, sb) != HP_STATUS_OK)
             continue;
-        int64_t cost = hp__lay_cost(c, &in[0], &a, sa, HP_DTYPE_F32) + hp__lay_cost(c, &in[1], &b, sb, HP_DTYPE_F32);
+        if (cand == 2) {
+            if (!hp_layout_equal(&b, &b0)) continue; /* b would not stay after all */
+            have_st = true, st_a = a, st_b = b;
+        }
+        int64_t cost = hp__lay_cost_in(c, n, 0, &in[0], &a, false) + hp__lay_cost_in(c, n, 1, &in[1], &b, false);
         /* A candidate that contracts a split dim leaves a pending sum on the output; what resolving
          * it costs counts too, or moving a batch split onto K (cheap here) would win and leave a
          * full-size sum to reduce later (seen with FSDP: 6 MB reduce-scatters per layer). */
@@ -253,6 +274,11 @@ static hp_status contract(const hp_shard_ctx *c, const hp_node *n, const hp_layo
             *rb = b;
         }
     }
+    if (have_st && force) {
+        *ra = st_a, *rb = st_b;
+    } else if (have_st && c->conflict && !(hp_layout_equal(ra, &st_a) && hp_layout_equal(rb, &st_b))) {
+        c->conflict[bt] = 1;
+    }
     if (best < 0) { /* no consistent split: compute replicated */
         *ra = hp__lay_replicated(sa->ndim);
         *rb = hp__lay_replicated(sb->ndim);
@@ -260,6 +286,42 @@ static hp_status contract(const hp_shard_ctx *c, const hp_node *n, const hp_layo
     req[0] = *ra;
     req[1] = *rb;
     return HP_STATUS_OK;
+}
+
+/*
+ * The weight-gradient form C (N, K) = a^T b over all rows (a (rows.., N), b (rows.., K)): the rows
+ * of both must be split alike. Two candidates, the cheaper taken (ties: the first): b's rows
+ * follow a's, or a's follow b's; each also pays for resolving the pending sum over the split rows.
+ * b is the forward pass's activation (linear_grad's x): a copy of it the forward pass made is
+ * reused (c->saved), so a weight-stationary contraction does not gather its input twice.
+ */
+static void fold_candidate(const hp_shard_ctx *c, const hp_node *n, const hp_layout *a0, const hp_layout *b0,
+                           bool a_follows_b, hp_layout *ra, hp_layout *rb, hp_layout *ro) {
+    const hp_shape *sa = hp__shp(c->g, n->in[0]), *sb = hp__shp(c->g, n->in[1]);
+    int na = sa->ndim, nb = sb->ndim;
+    hp_layout a = *a0, b = *b0;
+    if (na != nb) {
+        for (int d = 0; d < na - 1; d++) hp__lay_unshard_dim(&a, d);
+        for (int d = 0; d < nb - 1; d++) hp__lay_unshard_dim(&b, d);
+    } else if (a_follows_b) {
+        for (int d = 0; d < na - 1; d++) set_dim_from(&a, d, &b, d);
+        a.partial &= ~hp__lay_all_axes(&a);
+    } else {
+        for (int d = 0; d < na - 1; d++) set_dim_from(&b, d, &a, d);
+    }
+    uint32_t rows = 0;
+    for (int d = 0; d < na - 1; d++) rows |= hp__lay_dim_axes(&a, d);
+    uint32_t clash = hp__lay_dim_axes(&b, nb - 1) & (hp__lay_dim_axes(&a, na - 1) | rows | a.partial);
+    if (clash) {
+        hp_layout t = b;
+        hp__lay_drop_axes(&t, clash);
+        hp__lay_copy_dim(&b, nb - 1, &t, nb - 1);
+    }
+    hp_layout o = hp__lay_replicated(2);
+    hp__lay_copy_dim(&o, 0, &a, na - 1);
+    hp__lay_copy_dim(&o, 1, &b, nb - 1);
+    hp__lay_set_partial(&o, rows | a.partial, HP_REDUCE_SUM);
+    *ra = a, *rb = b, *ro = o;
 }
 
 static hp_status matmul_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
@@ -274,30 +336,28 @@ static hp_status matmul_shard(const hp_shard_ctx *c, const hp_node *n, const hp_
             for (int i = 0; i < 2; i++) req[i] = hp__lay_replicated(i ? nb : na);
             return HP_STATUS_OK;
         }
-        /* rows (all leading dims) are contracted: b's leading dims follow a's */
+        /* rows (all leading dims) are contracted */
         hp_layout a0 = in[0], b0 = hp__lay_resolve(c, &in[1], NULL, sb);
         if (a0.partial && (a0.partial_op != HP_REDUCE_SUM || b0.partial)) a0 = hp__lay_resolve(c, &a0, NULL, sa);
-        a = a0;
-        b = b0;
-        if (na != nb) {
-            for (int d = 0; d < na - 1; d++) hp__lay_unshard_dim(&a, d);
-            for (int d = 0; d < nb - 1; d++) hp__lay_unshard_dim(&b, d);
-        } else {
-            for (int d = 0; d < na - 1; d++) set_dim_from(&b, d, &a, d);
+        const bool saved = hp_graph_tensor(c->g, n->in[1])->kind != HP_TENSOR_KIND_PARAM;
+        if (saved && c->saved) c->saved[1] = true;
+        int64_t best = -1;
+        for (int cand = 0; cand < (na == nb ? 2 : 1); cand++) {
+            hp_layout ca, cb, co;
+            fold_candidate(c, n, &a0, &b0, cand == 1, &ca, &cb, &co);
+            if (hp_layout_validate(&ca, c->mesh, sa) != HP_STATUS_OK ||
+                hp_layout_validate(&cb, c->mesh, sb) != HP_STATUS_OK)
+                continue;
+            const hp_shape *so = hp__shp(c->g, n->out[0]);
+            hp_layout resolved = hp__lay_resolve(c, &co, NULL, so);
+            int64_t cost = hp__lay_cost_in(c, n, 0, &in[0], &ca, false) +
+                           hp__lay_cost_in(c, n, 1, &in[1], &cb, saved && c->saved) +
+                           hp__lay_cost(c, &co, &resolved, so, HP_DTYPE_F32);
+            if (best < 0 || cost < best) best = cost, a = ca, b = cb, o = co;
         }
-        uint32_t rows = 0;
-        for (int d = 0; d < na - 1; d++) rows |= hp__lay_dim_axes(&a, d);
-        uint32_t clash = hp__lay_dim_axes(&b, nb - 1) & (hp__lay_dim_axes(&a, na - 1) | rows | a.partial);
-        if (clash) {
-            hp_layout t = b;
-            hp__lay_drop_axes(&t, clash);
-            hp__lay_copy_dim(&b, nb - 1, &t, nb - 1);
-        }
+        if (best < 0) fold_candidate(c, n, &a0, &b0, false, &a, &b, &o);
         req[0] = a;
         req[1] = b;
-        hp__lay_copy_dim(&o, 0, &a, na - 1);
-        hp__lay_copy_dim(&o, 1, &b, nb - 1);
-        hp__lay_set_partial(&o, rows | a.partial, HP_REDUCE_SUM);
         out[0] = o;
         return HP_STATUS_OK;
     }

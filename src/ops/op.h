@@ -26,6 +26,10 @@ int hp__axis(int axis, int ndim);
  * else c->cost's answer (a large number when the planner finds no way), 1 when c->cost is NULL. */
 int64_t hp__lay_cost(const hp_shard_ctx *c, const hp_layout *a, const hp_layout *b, const hp_shape *shape,
                      hp_dtype dt);
+/* hp__lay_cost of bringing input k of node n from layout `from` to `to`, or 0 when the partitioner
+ * already holds a copy of it in `to` that the node may read (any_phase: a saved input). */
+int64_t hp__lay_cost_in(const hp_shard_ctx *c, const hp_node *n, int k, const hp_layout *from, const hp_layout *to,
+                        bool any_phase);
 /* A layout whose partial axes are resolved the cheap way: hint if given (and compatible), else
  * each partial axis becomes a split of the largest dim it divides evenly and that is unsplit,
  * else replicated. */

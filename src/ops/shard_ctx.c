@@ -12,6 +12,13 @@ int64_t hp__lay_cost(const hp_shard_ctx *c, const hp_layout *a, const hp_layout 
     return c->cost(c->cost_user, a, b, shape, dt);
 }
 
+int64_t hp__lay_cost_in(const hp_shard_ctx *c, const hp_node *n, int k, const hp_layout *from, const hp_layout *to,
+                        bool any_phase) {
+    if (hp_layout_equal(from, to)) return 0;
+    if (c->has_copy && c->has_copy(c->copy_user, n->in[k], to, any_phase)) return 0;
+    return hp__lay_cost(c, from, to, hp__shp(c->g, n->in[k]), hp_graph_tensor(c->g, n->in[k])->dtype);
+}
+
 hp_layout hp__lay_resolve(const hp_shard_ctx *c, const hp_layout *in, const hp_layout *hint, const hp_shape *shape) {
     if (!in->partial) return *in;
     if (hint && hint->ndim == in->ndim && !hint->partial) {

@@ -35,6 +35,11 @@ struct hp_partition {
     int64_t bytes;
     hp_bucket_info *buckets;
     int n_buckets;
+    const uint8_t *stationary; /* per logical tensor (NULL: none): see hp_shard_ctx.stationary */
+    uint8_t *conflict;         /* per logical tensor, filled by the rules (NULL: not recorded) */
+    uint32_t phase;            /* of the node being partitioned */
+    uint8_t *stationary_set;   /* owned: the search's choice (NULL: none) */
+    int n_stationary;
 };
 
 hp_graph *hp_partition_graph(const hp_partition *p) { return p->g; }
@@ -42,6 +47,10 @@ int hp_partition_n_collectives(const hp_partition *p) { return p->n_coll; }
 const hp_collective_info *hp_partition_collective(const hp_partition *p, int i) { return &p->coll[i]; }
 int64_t hp_partition_bytes(const hp_partition *p) { return p->bytes; }
 int hp_partition_n_buckets(const hp_partition *p) { return p->n_buckets; }
+int hp_partition_n_stationary(const hp_partition *p) { return p->n_stationary; }
+bool hp_partition_is_stationary(const hp_partition *p, hp_tid t) {
+    return p->stationary_set && t >= 0 && t < hp_graph_n_tensors(p->lg) && p->stationary_set[t];
+}
 const hp_bucket_info *hp_partition_bucket(const hp_partition *p, int i) { return &p->buckets[i]; }
 hp_tid hp_partition_resolved(const hp_partition *p, int i) { return p->resolved[i]; }
 
@@ -61,6 +70,7 @@ void hp_partition_free(hp_partition *p) {
     free(p->resolved);
     free(p->coll);
     free(p->buckets);
+    free(p->stationary_set);
     free(p);
 }
 
@@ -192,6 +202,18 @@ static hp_status publish_output(hp_partition *p, hp_tid lt, const hp_layout *wan
     return HP_STATUS_OK;
 }
 
+/* hp_shard_ctx.has_copy: whether get_local would find lt in `want` without a new redistribution. */
+static bool has_copy(void *user, hp_tid lt, const hp_layout *want, bool any_phase) {
+    const hp_partition *p = user;
+    const version *base = p->ver[lt];
+    if (!base) return false;
+    if (hp_layout_equal(&base->layout, want)) return true;
+    for (const version *v = base->next; v; v = v->next)
+        if ((v->phase == p->phase || v->phase == PHASE_ANY || any_phase) && hp_layout_equal(&v->layout, want))
+            return true;
+    return false;
+}
+
 /* The rule used when an operator has none: everything replicated. */
 static void default_rule(const hp_graph *g, const hp_node *n, hp_layout *req, hp_layout *out) {
     for (int i = 0; i < n->n_in; i++)
@@ -243,9 +265,12 @@ static hp_status partition_node(hp_partition *p, int i) {
         publish[j].ndim = -1;
     }
     hp_attrs local = n->attr;
+    bool saved[HP_MAX_NODE_INPUTS] = {0};
+    p->phase = n->flags & (HP_NODE_FLAG_BACKWARD | HP_NODE_FLAG_OPTIMIZER);
     hp_shard_ctx ctx = {
         .g = lg, .mesh = p->mesh, .index = p->index, .hint = hint, .cost = planner_cost, .cost_user = p->mesh,
-        .publish = publish,
+        .publish = publish, .stationary = p->stationary, .conflict = p->conflict, .has_copy = has_copy,
+        .copy_user = p, .saved = saved,
     };
     if (d->shard) {
         hp_status st = d->shard(&ctx, n, in, req, out, &local, drop);
@@ -271,7 +296,7 @@ static hp_status partition_node(hp_partition *p, int i) {
                                    hp_layout_format(&req[k], p->mesh, lb, sizeof lb));
         bool inplace = (d->inplace_inputs >> k) & 1u;
         HP_CHECK(get_local(p, n->in[k], &req[k], phase, inplace && !hp_layout_equal(&req[k], &in[k]),
-                           (d->saved_inputs >> k) & 1u, &lin[k]));
+                           ((d->saved_inputs >> k) & 1u) || saved[k], &lin[k]));
         if (drop[k]) lin[k] = HP_TID_NONE;
     }
     hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
@@ -411,6 +436,69 @@ hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index,
     return hp_partition_new_opts(logical, mesh, leaf_layouts, resolve, n_resolve, &o, out);
 }
 
+/*
+ * One partition of `logical` at mesh index `index` with the given weight-stationary set (NULL: none),
+ * recording conflicts (NULL: not). `full`: also bucket the gradients and schedule the collectives
+ * (the search's cost oracle skips both: they do not change the bytes).
+ */
+static hp_status partition_run(const hp_graph *logical, hp_mesh *mesh, int index, const hp_layout *leaf_layouts,
+                               const hp_tid *resolve, int n_resolve, int64_t bucket_size, const uint8_t *stationary,
+                               uint8_t *conflict, bool full, hp_partition **out) {
+    *out = NULL;
+    hp_partition *p = calloc(1, sizeof *p);
+    int nt = hp_graph_n_tensors(logical);
+    if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
+    p->lg = logical;
+    p->mesh = mesh;
+    p->index = index;
+    p->stationary = stationary;
+    p->conflict = conflict;
+    p->g = hp_graph_new();
+    p->ver = calloc((size_t)nt, sizeof *p->ver);
+    p->hints = calloc((size_t)nt, sizeof *p->hints);
+    p->resolved = calloc((size_t)(n_resolve > 0 ? n_resolve : 1), sizeof *p->resolved);
+    hp_status st = HP_STATUS_OK;
+    if (!p->g || !p->ver || !p->hints || !p->resolved) {
+        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory for %d tensors", nt);
+        goto fail;
+    }
+    compute_hints(p, leaf_layouts);
+    for (int t = 0; t < nt && st == HP_STATUS_OK; t++)
+        if (hp_graph_tensor(logical, t)->producer < 0) st = make_leaf(p, t, &leaf_layouts[t]);
+    for (int i = 0; i < hp_graph_n_nodes(logical) && st == HP_STATUS_OK; i++) st = partition_node(p, i);
+    for (int r = 0; r < n_resolve && st == HP_STATUS_OK; r++) {
+        hp_layout rep = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
+        st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, false, &p->resolved[r]);
+    }
+    if (full) {
+        if (st == HP_STATUS_OK)
+            st = hp__bucket_gradients(p->g, mesh, bucket_size, p->coll, &p->n_coll, &p->bytes, &p->buckets,
+                                      &p->n_buckets);
+        if (st == HP_STATUS_OK) st = schedule_comm(p);
+        for (int b = 0; b < p->n_buckets && st == HP_STATUS_OK; b++)
+            p->buckets[b].local_node = p->coll[p->buckets[b].collective].local_node;
+        if (st == HP_STATUS_OK) st = hp_graph_verify(p->g);
+    }
+    if (st != HP_STATUS_OK) goto fail;
+    p->stationary = NULL; /* the caller owns the set */
+    p->conflict = NULL;
+    *out = p;
+    return HP_STATUS_OK;
+fail:
+    hp_partition_free(p);
+    return st;
+}
+
+hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
+                               const hp_tid *resolve, int n_resolve, const uint8_t *stationary, uint8_t *conflict,
+                               int64_t *bytes) {
+    hp_partition *p;
+    HP_CHECK(partition_run(logical, mesh, 0, leaf_layouts, resolve, n_resolve, 0, stationary, conflict, false, &p));
+    *bytes = p->bytes;
+    hp_partition_free(p);
+    return HP_STATUS_OK;
+}
+
 hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
                                 const hp_tid *resolve, int n_resolve, const hp_partition_opts *opts,
                                 hp_partition **out) {
@@ -429,38 +517,17 @@ hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp
     if (index < 0 || index >= hp_mesh_size(mesh))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: mesh index %d is outside [0, %d)", index,
                         hp_mesh_size(mesh));
-    hp_partition *p = calloc(1, sizeof *p);
-    int nt = hp_graph_n_tensors(logical);
-    if (!p) return hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory");
-    p->lg = logical;
-    p->mesh = mesh;
-    p->index = index;
-    p->g = hp_graph_new();
-    p->ver = calloc((size_t)nt, sizeof *p->ver);
-    p->hints = calloc((size_t)nt, sizeof *p->hints);
-    p->resolved = calloc((size_t)(n_resolve > 0 ? n_resolve : 1), sizeof *p->resolved);
-    hp_status st = HP_STATUS_OK;
-    if (!p->g || !p->ver || !p->hints || !p->resolved) {
-        st = hp_error(HP_STATUS_OUT_OF_MEMORY, "partition: out of memory for %d tensors", nt);
-        goto fail;
+    uint8_t *stationary = NULL;
+    int n_stationary = 0;
+    if (o.search)
+        HP_CHECK(hp__partition_search(logical, mesh, leaf_layouts, resolve, n_resolve, &stationary, &n_stationary));
+    hp_status st = partition_run(logical, mesh, index, leaf_layouts, resolve, n_resolve, o.bucket_size, stationary,
+                                 NULL, true, out);
+    if (st == HP_STATUS_OK) {
+        (*out)->stationary_set = stationary;
+        (*out)->n_stationary = n_stationary;
+    } else {
+        free(stationary);
     }
-    compute_hints(p, leaf_layouts);
-    for (int t = 0; t < nt && st == HP_STATUS_OK; t++)
-        if (hp_graph_tensor(logical, t)->producer < 0) st = make_leaf(p, t, &leaf_layouts[t]);
-    for (int i = 0; i < hp_graph_n_nodes(logical) && st == HP_STATUS_OK; i++) st = partition_node(p, i);
-    for (int r = 0; r < n_resolve && st == HP_STATUS_OK; r++) {
-        hp_layout rep = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
-        st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, false, &p->resolved[r]);
-    }
-    if (st == HP_STATUS_OK)
-        st = hp__bucket_gradients(p->g, mesh, o.bucket_size, p->coll, &p->n_coll, &p->bytes, &p->buckets, &p->n_buckets);
-    if (st == HP_STATUS_OK) st = schedule_comm(p);
-    for (int b = 0; b < p->n_buckets && st == HP_STATUS_OK; b++) p->buckets[b].local_node = p->coll[p->buckets[b].collective].local_node;
-    if (st == HP_STATUS_OK) st = hp_graph_verify(p->g);
-    if (st != HP_STATUS_OK) goto fail;
-    *out = p;
-    return HP_STATUS_OK;
-fail:
-    hp_partition_free(p);
     return st;
 }

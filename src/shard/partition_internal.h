@@ -28,6 +28,24 @@ typedef struct hp__redist_extra {
 hp_status hp__bucket_gradients(hp_graph *g, hp_mesh *mesh, int64_t bucket_size, hp_collective_info *coll, int *n_coll,
                                int64_t *bytes, hp_bucket_info **buckets, int *n_buckets);
 
+/*
+ * The search's cost oracle (partition.c): partitions `logical` at mesh index 0 (so that every rank
+ * reaches the same choice) with weight-stationary set `stationary` (NULL: none), recording in
+ * `conflict` (NULL: not) the parameters a contraction could have kept in place, and returns the
+ * bytes per rank per step it plans. Errors: the partitioner's.
+ */
+hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
+                               const hp_tid *resolve, int n_resolve, const uint8_t *stationary, uint8_t *conflict,
+                               int64_t *bytes);
+
+/*
+ * The weight-stationary search (partition_search.c): *stationary (malloc'ed, one byte per logical
+ * tensor; NULL when the search keeps none) and *n the parameters it keeps in their own layouts.
+ * Errors: out of memory, the baseline partition's errors.
+ */
+hp_status hp__partition_search(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
+                               const hp_tid *resolve, int n_resolve, uint8_t **stationary, int *n);
+
 /* Fills x->instr from x->plan and x->mesh (redist_instr.c). */
 void hp__redist_instr_init(hp__redist_extra *x);
 
