@@ -165,6 +165,14 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dum
                (long long)hp_partition_collective(part, bi->collective)->plan.bytes);
     }
 
+    /* the partitioner's weight-stationary search (hp_partition_opts.search): parameters kept in place */
+    printf("  weight-stationary (search): %d parameter%s kept in their own layout%s", hp_partition_n_stationary(part),
+           hp_partition_n_stationary(part) == 1 ? "" : "s", hp_partition_n_stationary(part) ? ":" : "");
+    const hp_graph *logical = hp_compiled_logical(c);
+    for (int t = 0, shown = 0; t < hp_graph_n_tensors(logical); t++)
+        if (hp_partition_is_stationary(part, t) && shown++ < 8) printf(" %s", hp_graph_tensor(logical, t)->name);
+    printf("%s\n", hp_partition_n_stationary(part) > 8 ? " ..." : "");
+
     /* memory: what hp_program_new would allocate for this rank's graph after the offload pass (the
      * same liveness, arena plan, reshape views and workspace rule), planned without allocating */
     const hp_program_stats ps = *hp_compiled_memory(c);
