@@ -80,7 +80,7 @@ int hp_cli_rl(int argc, char **argv) {
             printf("step %5lld | reward %.3f | loss %+.4f | kl %.4f | grad %.3f | %.3f s (gen %.3f, wait %.3f, train %.3f, "
                    "sync %.4f s %lld B)%s\n", (long long)m.step, m.reward_mean, m.loss, m.kl, m.grad_norm, m.seconds,
                    m.gen_seconds, m.wait_seconds, m.train_seconds, m.sync_seconds, (long long)m.sync_bytes,
-                   opts.verify_sync ? (m.sync_mismatch ? " SYNC MISMATCH" : " sync verified") : "");
+                   m.sync_checked ? (m.sync_mismatch ? " SYNC MISMATCH" : " sync verified") : "");
         if (mf)
             fprintf(mf, "{\"step\": %lld, \"reward\": %.6f, \"loss\": %.6g, \"kl\": %.6g, \"grad_norm\": %.6g, "
                     "\"seconds\": %.6f, \"gen_seconds\": %.6f, \"wait_seconds\": %.6f, \"train_seconds\": %.6f, "

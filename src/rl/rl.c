@@ -286,6 +286,7 @@ done:
 
 hp_status hp__rl_sync(hp_rl *rl, hp_rl_step_metrics *m) {
     double t0 = hp_now_seconds();
+    rl->actor_updates = rl->steps_done;
     int64_t bytes = 0;
     if (rl->colocated) {
         if (rl->any_sharded) HP_CHECK(refresh_views(rl, &bytes));

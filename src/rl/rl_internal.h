@@ -49,6 +49,7 @@ struct hp_rl {
     float *comp_logp, *old, *ref, *adv, *w; /* (B, M); (B, T) x 4 */
     double batch_reward, batch_kl;
     int64_t steps_done;
+    int64_t actor_updates;        /* updates in the actor's weights (steps_done when in sync) */
 };
 
 /* Per-rank storage of logical tensor t of the learner's program. */

@@ -233,8 +233,8 @@ hp_status hp_rl_step(hp_rl *rl, hp_rl_step_metrics *m) {
         if (rl->is_ctrl) m->reward_mean = rw, m->kl = kl;
         more = i + 2 < N;
     }
-    if (more) HP_CHECK(hp__rl_sync(rl, m));
     rl->steps_done++;
+    if (more) HP_CHECK(hp__rl_sync(rl, m));
     if (rl->is_ctrl) {
         m->step = i + 1;
         m->samples = rl->B;
@@ -249,6 +249,7 @@ hp_status hp_rl_eval(hp_rl *rl, double *accuracy) {
     *accuracy = 0.0;
     int32_t correct = 0;
     const int64_t n = rl->r.eval_prompts;
+    if (rl->actor_updates != rl->steps_done) HP_CHECK(hp__rl_sync(rl, NULL)); /* the last updates */
     if (rl->rank == rl->actors[0]) {
         const uint64_t seed = (uint64_t)rl->cfg.train.seed ^ 0xe7a1e7a1ULL;
         int32_t pbuf[64][32];
