@@ -101,6 +101,6 @@ int main(int argc, char **argv) {
     hp_comm_all_reduce(world, &g_failed, &failed, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
     hp_comm_free(world);
     hp_comm_mpi_finalize();
-    if (g_rank == 0) printf(failed ? "test_rl: FAILED\n" : "test_rl: ok\n");
+    if (g_rank == 0) printf(failed ? "test_rl_sync: FAILED\n" : "test_rl_sync: ok\n");
     return failed ? 1 : 0;
 }
