@@ -10,6 +10,8 @@
 # is shared: the 1-minute load average is on each line.
 #
 #   bench/rl.sh [BUILD_DIR] [ROUNDS] [STEPS]
+#
+# HP_BENCH_ONLY=overlap (or sync) runs only that part.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,6 +67,10 @@ run() { # NAME WIDTH OFF_POLICY PROMPTS
 
 for ((round = 0; round < rounds; round++)); do
     if (( round % 2 == 0 )); then order="0 1"; else order="1 0"; fi
-    for off in $order; do run "overlap-off_policy$off" 128 "$off" 16; done
-    for w in 64 128 256 512; do run "sync-width$w" "$w" 0 4; done
+    if [[ "${HP_BENCH_ONLY:-overlap}" == overlap || -z "${HP_BENCH_ONLY:-}" ]]; then
+        for off in $order; do run "overlap-off_policy$off" 128 "$off" 16; done
+    fi
+    if [[ "${HP_BENCH_ONLY:-sync}" == sync || -z "${HP_BENCH_ONLY:-}" ]]; then
+        for w in 64 128 256 512; do run "sync-width$w" "$w" 0 4; done
+    fi
 done
