@@ -101,7 +101,9 @@ typedef struct hp_rl_step_metrics {
 } hp_rl_step_metrics;
 
 /*
- * Builds the job over `world` (borrowed; NULL: one rank): checks the groups against its size,
+ * Builds the job over `world` (borrowed; NULL: one rank): sets its timeout to train.comm_timeout
+ * (hp_comm_set_timeout: a transfer waiting longer for another rank fails naming it), checks the
+ * groups against its size,
  * splits the learner's communicator, runs the supervised start on the controller, compiles the
  * learner's training step (GPT + GRPO loss + AdamW) under its strategy, the reference forward pass
  * and the actor's generator, and moves the start weights to the learner and the actor. `opts` may

@@ -310,6 +310,8 @@ hp_status hp__rl_sync(hp_rl *rl, hp_rl_step_metrics *m) {
 }
 
 static hp_status rl_init(hp_rl *rl) {
+    /* every transfer waits at most train.comm_timeout for the other ranks (as the trainer's) */
+    if (rl->world != rl->world_own) HP_CHECK(hp_comm_set_timeout(rl->world, rl->cfg.train.comm_timeout));
     HP_CHECK(roles(rl));
     rl->gc = hp_gpt_config_from_model(&rl->cfg.model);
     rl->M = hp_rl_prompt_max(&rl->r);
