@@ -51,9 +51,9 @@ static void test_task(void **state) {
 
 static const char *const LEARN =
     "model: {vocab: 256, context: 12, layers: 2, heads: 2, width: 64}\n"
-    "train: {seed: 1}\n"
+    "train: {seed: 2}\n"
     "optim: {lr: 1.0e-3, min_lr: 1.0e-3, warmup: 0, weight_decay: 0.0, grad_clip: 1.0}\n"
-    "rl: {digits: [3, 5], prompts: 8, group_size: 8, steps: %d, sft_steps: 200, sft_batch: 32, sft_lr: 3.0e-3, "
+    "rl: {digits: [3, 5], prompts: 8, group_size: 8, steps: %d, sft_steps: 150, sft_batch: 32, sft_lr: 3.0e-3, "
     "kl_beta: 0.0, eval_prompts: 128}\n";
 
 #define LEARN_STEPS 100
@@ -90,7 +90,7 @@ static void test_learns(void **state) {
     assert_ok(hp_rl_eval(rl, &acc1));
     printf("reward %.3f (first %d steps) -> %.3f (last %d); greedy accuracy %.3f -> %.3f\n", first, WINDOW, last, WINDOW,
            acc0, acc1);
-    assert_true(first < 0.6); /* the start emits the format but is often wrong */
+    assert_true(first < 0.5); /* the start emits the format but is often wrong */
     assert_true(last > first + 0.1);
     assert_true(acc1 > acc0);
     hp_rl_free(rl);
