@@ -124,9 +124,10 @@ const char *hp_rl_mode(const hp_rl *rl);
  * after rl.steps updates. */
 hp_status hp_rl_step(hp_rl *rl, hp_rl_step_metrics *m);
 
-/* Greedy (temperature 0) exact-match accuracy of the actor's current weights on rl.eval_prompts
- * fixed prompts, computed by the actor's first rank, in [0, 1] on the controller (0 elsewhere; 0
- * when eval_prompts is 0). Collective over world. */
+/* Greedy (temperature 0) exact-match accuracy of the learner's current weights on rl.eval_prompts
+ * fixed prompts (not those of the steps), computed by the actor's first rank after a sync when the
+ * actor's copy is behind (the last steps do not sync: no generation follows them), in [0, 1] on the
+ * controller (0 elsewhere; 0 when eval_prompts is 0). Collective over world. */
 hp_status hp_rl_eval(hp_rl *rl, double *accuracy);
 
 #ifdef __cplusplus

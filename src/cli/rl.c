@@ -44,6 +44,12 @@ int hp_cli_rl(int argc, char **argv) {
         rc = hp_cli_fail(st, "loading the run config");
         goto end;
     }
+    if (!cfg.rl.present) {
+        fprintf(stderr, "hp: error: %s has no rl: section (the task, group size and steps of a GRPO job; see "
+                "examples/rl_reverse.yaml)\n", path);
+        rc = 2;
+        goto end_cfg;
+    }
     if (steps > 0) cfg.rl.steps = steps;
     st = hp_rl_new(&cfg, world, &opts, &rl);
     if (st != HP_STATUS_OK) {
