@@ -9,6 +9,7 @@
 # RANKS > 1 it runs under MPIEXEC (mpirun) with that many ranks. Fails when `hp train` fails or
 # writes no checkpoint.
 # A HyperMPMD config (a top-level `groups:` section) is also checked with `hp check --ranks RANKS`.
+# An RL config (a top-level `rl:` section) runs `hp rl --steps 2 --verify-sync` instead.
 set -euo pipefail
 hp="$1" src="$2" config="$3" ranks="$4" mpiexec="${5:-mpirun}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/hp-example.XXXXXX")"
@@ -24,6 +25,14 @@ train() {
 }
 if grep -q '^groups:' "$config"; then
     "$hp" check "$config" --ranks "$ranks"
+fi
+if grep -q '^rl:' "$config"; then # a GRPO job (hp rl): 2 steps, no checkpoint
+    if (( ranks > 1 )); then
+        "$mpiexec" --oversubscribe -n "$ranks" "$hp" rl "$config" --steps 2 --verify-sync
+    else
+        "$hp" rl "$config" --steps 2 --verify-sync
+    fi
+    exit 0
 fi
 train
 if ! compgen -G "runs/*/*" > /dev/null; then

@@ -30,6 +30,7 @@
  *                split: manual}                               (only with groups:)
  *     groups:   {NAME: {kind: stage, ranks: [..] | COUNT, module: [..] | auto, mesh: {..},
  *                strategy: {..}, memory_budget: 0}, ...}      (absent: one program on every rank)
+ *     rl:       {task: reverse, digits: [3, 5], prompts: 8, group_size: 8, ...}   (hp rl; see hp_rl_config)
  *
  * Any other section or key is an error listing the known ones. `mpmd:` is refused with a message
  * saying HyperMPMD (pipeline groups) is not built yet as such a section (groups: and pipeline: are
@@ -57,9 +58,11 @@
  *         mesh: {device_matrix: [2], alias_name: [tp]}
  *         strategy: {params: [{match: "blocks.*.mlp.fc.weight", tensor_map: [tp]}]}
  *
- *   - kind: stage (a pipeline stage; the stages are the stage groups in file order). The kinds of
- *     HyperMPMD part 2 (encoder, fusion, actor, learner, critic, reward, reference) are read and
- *     refused: they are not built yet.
+ *   - kind: stage (a pipeline stage; the stages are the stage groups in file order), or actor and
+ *     learner (GRPO under `hp rl`: one of each, no stages, no module:; the two share all their ranks
+ *     (co-located) or none (disjoint), and the job needs an rl: section). The other kinds of
+ *     HyperMPMD part 2 (encoder, fusion, critic, reward, reference) are read and refused: they are
+ *     not built yet.
  *   - ranks: a list of world ranks, or a count that takes the next ranks after the highest one of
  *     the groups before it (the first group: from 0). Every rank 0..N-1 is in exactly one group,
  *     where N is the highest rank + 1 (the job's world size: hp_groups_config_check_world).
@@ -353,6 +356,38 @@ typedef struct hp_groups_config {
     int n_ranks;              /* the ranks the groups name are exactly 0 .. n_ranks-1 */
 } hp_groups_config;
 
+/*
+ * The `rl:` section (`hp rl`, hp/rl.h): GRPO on a task with a verifiable reward.
+ *
+ *     rl:
+ *       task: reverse        # reverse | sort: the digits of the prompt "31415>" reversed ("51413\n")
+ *       digits: [3, 5]       # prompt lengths, in digits (1..16; min <= max)
+ *       prompts: 8           # prompts per step
+ *       group_size: 8        # G samples per prompt (>= 2): the group of the relative advantages
+ *       steps: 100           # GRPO steps (optimizer updates)
+ *       sft_steps: 150       # supervised steps on worked examples first (the pre-trained start; 0: none)
+ *       sft_batch: 32        # rows per supervised step
+ *       sft_lr: 1.0e-3       # its learning rate (constant)
+ *       temperature: 1.0     # sampling temperature of the actor (> 0)
+ *       clip_eps: 0.2        # PPO/GRPO ratio clip, in (0, 1)
+ *       kl_beta: 0.04        # weight of the k3 KL to the reference policy (>= 0)
+ *       off_policy: 0        # 1: the actor generates batch i+1 while the learner trains on batch i
+ *       eval_prompts: 64     # greedy exact-match accuracy on this many fixed prompts, at start and end
+ *
+ * With `groups:` the job has one group of kind actor and one of kind learner (and no stage
+ * groups): the same ranks (co-located) or disjoint ranks; see hp/rl.h. model.context must be at
+ * least 2 max_digits + 2 (prompt, '>' , answer, '\n'). Errors name the key and file:line.
+ */
+typedef struct hp_rl_config {
+    bool present;
+    int line, column;
+    char task[16];
+    int64_t min_digits, max_digits;
+    int digits_line, digits_column;
+    int64_t prompts, group_size, steps, sft_steps, sft_batch, off_policy, eval_prompts;
+    double sft_lr, temperature, clip_eps, kl_beta;
+} hp_rl_config;
+
 typedef struct hp_run_config {
     hp_model_config model;
     hp_data_config data;
@@ -362,6 +397,7 @@ typedef struct hp_run_config {
     hp_offload_run_config offload;
     hp_pipeline_config pipeline;
     hp_groups_config groups;
+    hp_rl_config rl; /* `rl:` (hp rl); present false when absent */
     char source[HP_CONFIG_STR_MAX]; /* the file it was loaded from ("" for defaults) */
     /* Owns the strategy's rules, ranks and file name and the groups; freed by hp_run_config_free. A
      * shallow copy of the struct shares it (the original must outlive the copy and is the one freed). */

@@ -67,6 +67,8 @@ typedef int32_t hp_tid;
     X(SOFTMAX_BACKWARD, softmax_backward) /* dx = y * (dy - sum(dy * y)) */                        \
     X(CROSS_ENTROPY, cross_entropy) /* mean over rows of -log softmax(logits)[target] */           \
     X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward)                                              \
+    X(GRPO_LOSS, grpo_loss)         /* GRPO's clipped surrogate + k3 KL, weighted sum over rows */  \
+    X(GRPO_LOSS_BACKWARD, grpo_loss_backward)                                                      \
     X(ATTENTION, attention)         /* fused causal self-attention; outputs o, lse */              \
     X(ATTENTION_BACKWARD, attention_backward) /* outputs dq, dk, dv */                             \
     X(DROPOUT, dropout)             /* inverted dropout; mask from (i[0] key, in[1] step, element) */\

@@ -129,6 +129,20 @@ hp_tid hp_softmax(hp_graph *g, hp_tid x);
  */
 hp_tid hp_cross_entropy(hp_graph *g, hp_tid logits, hp_tid targets);
 /*
+ * GRPO's loss (Group Relative Policy Optimization, Shao et al. 2024, DeepSeekMath eq. 3-4) over the
+ * tokens of sampled completions: logits (R..., V) f32 (row r predicts tokens[r]); tokens (R...) i32;
+ * old_logp, ref_logp, adv, weight (R...) f32: the token's log-prob under the policy that sampled it
+ * and under the frozen reference policy, the advantage of the token's sample (group-relative:
+ * (reward - mean of its group) / std of its group, the caller's), and the token's weight (0 off the
+ * completion; DeepSeekMath's 1 / (G |o_i|) on it). Returns the scalar
+ *   -sum_r weight[r] (min(ratio A, clip(ratio, 1 - eps, 1 + eps) A) - beta k3),
+ * ratio = exp(logp - old_logp), k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1 (Schulman's
+ * unbiased KL estimator). eps, beta >= 0. The gradient flows to the logits only. A token outside
+ * [0, V) is a kernel error naming it. Sharding rule: rows split any way, the loss a pending sum.
+ */
+hp_tid hp_grpo_loss(hp_graph *g, hp_tid logits, hp_tid tokens, hp_tid old_logp, hp_tid ref_logp, hp_tid adv,
+                    hp_tid weight, float eps, float beta);
+/*
  * Multi-head self-attention core, fused: q, k, v (B, T, H*D) with heads interleaved as (H, D) in the
  * last axis -> o (B, T, H*D) = softmax(q k^T / sqrt(D) [+ causal mask]) v per head. The softmax
  * statistics (log-sum-exp per row, (B, H, T)) are the node's second output; backward recomputes

@@ -21,6 +21,7 @@ int hp_cli_plot(int argc, char **argv);
 int hp_cli_data(int argc, char **argv);
 int hp_cli_tokenizer(int argc, char **argv);
 int hp_cli_convert(int argc, char **argv);
+int hp_cli_rl(int argc, char **argv);
 
 /* The world communicator: MPI when the process was started by mpirun (or another MPI launcher),
  * otherwise NULL (one rank, no MPI runtime needed); *mpi says whether MPI was initialised. */

@@ -37,6 +37,8 @@ static void usage(FILE *f) {
             "                       and counted\n"
             "  generate CKPT [--prompt TEXT]... [--batch N] [--tokens N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--no-cache] [--stats]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
+            "  rl RUN.yaml [--steps N] [--verify-sync] [--metrics FILE.jsonl] [--quiet]\n"
+            "                       GRPO on a verifiable task (rl: section) with actor and learner groups\n"
             "  eval CKPT [--data FILE] [--batch B] [--tokenizer T] [--json]\n"
             "                       loss (nats/token), perplexity and bits per byte of a checkpoint over\n"
             "                       the run's whole held-out split, or over FILE; windows of the model's\n"
@@ -202,6 +204,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "data")) return hp_cli_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenizer")) return hp_cli_tokenizer(argc - 2, argv + 2);
     if (!strcmp(cmd, "convert")) return hp_cli_convert(argc - 2, argv + 2);
+    if (!strcmp(cmd, "rl")) return hp_cli_rl(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -106,6 +106,13 @@ int hp_cli_train(int argc, char **argv) {
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
     if (steps_override) cfg.train.steps = steps_override;
+    for (int i = 0; cfg.groups.present && i < cfg.groups.n_groups; i++)
+        if (cfg.groups.groups[i].kind == HP_GROUP_KIND_ACTOR || cfg.groups.groups[i].kind == HP_GROUP_KIND_LEARNER) {
+            fprintf(stderr, "hp: error: %s: groups.%s is of kind %s: an RL job runs with `hp rl %s`\n", config,
+                    cfg.groups.groups[i].name, hp_group_kind_name(cfg.groups.groups[i].kind), config);
+            hp_run_config_free(&cfg);
+            return 2;
+        }
 
     FILE *metrics = NULL;
     hp_trainer *t = NULL;

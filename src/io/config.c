@@ -68,7 +68,7 @@ static const section sections[] = {
     {"optim", optim_fields, N(optim_fields), offsetof(hp_run_config, optim)},
 };
 /* The typed sections read by config_strategy.c, config_offload.c and config_groups.c. */
-static const char *const typed_sections[] = {"strategy", "offload", "groups", "pipeline"};
+static const char *const typed_sections[] = {"strategy", "offload", "groups", "pipeline", "rl"};
 
 hp_status hp__config_error(const hp_yaml_node *n, const char *fmt, ...) {
     char msg[1024];
@@ -184,7 +184,7 @@ static hp_status read_root(const hp_yaml_node *root, hp_run_config *cfg) {
         for (size_t k = 0; k < N(typed_sections) && !ok; k++) ok = strcmp(root->keys[i], typed_sections[k]) == 0;
         if (!ok)
             return hp_error(HP_STATUS_CONFIG, "%s:%d: unknown key '%s' in section '<top level>' (known keys: model, data, "
-                            "train, optim, strategy, offload) or the HyperMPMD sections (groups, pipeline)", root->file,
+                            "train, optim, strategy, offload) or the HyperMPMD sections (groups, pipeline, rl)", root->file,
                             root->items[i]->line, root->keys[i]);
     }
     for (size_t i = 0; i < N(sections); i++) HP_CHECK(read_section(&sections[i], hp_yaml_map_get(root, sections[i].name), cfg));
@@ -192,6 +192,7 @@ static hp_status read_root(const hp_yaml_node *root, hp_run_config *cfg) {
     HP_CHECK(hp__config_read_offload(hp_yaml_map_get(root, "offload"), &cfg->offload));
     /* The stages' modules follow pipeline.chunks and an auto split model.layers: read those first. */
     HP_CHECK(hp__config_read_pipeline(hp_yaml_map_get(root, "pipeline"), &cfg->pipeline));
+    HP_CHECK(hp__config_read_rl(hp_yaml_map_get(root, "rl"), &cfg->rl));
     return hp__config_read_groups(hp_yaml_map_get(root, "groups"), cfg);
 }
 
@@ -366,6 +367,7 @@ static cJSON *typed_json(const hp_run_config *cfg, size_t i) {
     if (i == 0) return cfg->strategy.present ? hp__config_strategy_json(&cfg->strategy) : &k_absent;
     if (i == 1) return cfg->offload.present ? hp__config_offload_json(&cfg->offload) : &k_absent;
     if (i == 2) return cfg->groups.present ? hp__config_groups_json(&cfg->groups) : &k_absent;
+    if (i == 4) return cfg->rl.present ? hp__config_rl_json(&cfg->rl) : &k_absent;
     return cfg->pipeline.present ? hp__config_pipeline_json(&cfg->pipeline) : &k_absent;
 }
 

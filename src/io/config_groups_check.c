@@ -95,7 +95,8 @@ hp_status hp__config_check_chunks(const hp_pipeline_config *p, const char *f) {
 
 /* Each group alone: kind, ranks, mesh, chunks. */
 static hp_status check_group(const hp_run_config *cfg, const hp_group_config *g, const char *f) {
-    if (g->kind != HP_GROUP_KIND_STAGE)
+    bool rl = g->kind == HP_GROUP_KIND_ACTOR || g->kind == HP_GROUP_KIND_LEARNER;
+    if (g->kind != HP_GROUP_KIND_STAGE && !rl)
         return err(f, g->line, g->column, "groups.%s: kind '%s' is not built yet (multimodal and RL groups are "
                    "HyperMPMD part 2); only kind: stage (a pipeline stage) runs today", g->name, hp_group_kind_name(g->kind));
     if (g->n_ranks < 1 || !g->ranks)
@@ -121,7 +122,7 @@ static hp_status check_group(const hp_run_config *cfg, const hp_group_config *g,
                        "(groups.%s.ranks, line %d): they must be equal", g->name, (long long)devices, g->n_ranks,
                        g->name, g->ranks_line);
     }
-    if (g->n_chunks != cfg->pipeline.chunks)
+    if (!rl && g->n_chunks != cfg->pipeline.chunks)
         return err(f, g->module_line ? g->module_line : g->line, g->module_line ? g->module_column : g->column,
                    "groups.%s has %d model chunks but pipeline.chunks is %lld", g->name, g->n_chunks,
                    (long long)cfg->pipeline.chunks);
@@ -288,6 +289,7 @@ hp_status hp__config_check_groups(const hp_run_config *cfg) {
     const hp_groups_config *gs = &cfg->groups;
     const char *f = gs->file ? gs->file : cfg->source[0] ? cfg->source : "<config>";
     if (!gs->present) {
+        if (cfg->rl.present) HP_CHECK(hp__config_check_rl(cfg));
         if (cfg->pipeline.present)
             return err(cfg->source[0] ? cfg->source : "<config>", cfg->pipeline.line, cfg->pipeline.column,
                        "pipeline: needs a groups: section (the pipeline's stages are its kind: stage groups)");
@@ -297,6 +299,14 @@ hp_status hp__config_check_groups(const hp_run_config *cfg) {
         return err(f, cfg->strategy.mesh_line, cfg->strategy.mesh_column, "strategy: cannot be used with groups: (each "
                    "group has its own mesh: and strategy:; move it into the groups)");
     if (gs->n_groups < 1 || !gs->groups) return err(f, gs->line, gs->column, "groups: no group is given");
+    for (int i = 0; i < gs->n_groups; i++) /* RL groups (actor, learner): config_rl.c */
+        if (gs->groups[i].kind == HP_GROUP_KIND_ACTOR || gs->groups[i].kind == HP_GROUP_KIND_LEARNER) {
+            if (cfg->pipeline.present)
+                return err(f, cfg->pipeline.line, cfg->pipeline.column, "pipeline: cannot be used with RL groups (kind "
+                           "actor or learner)");
+            for (int k = 0; k < gs->n_groups; k++) HP_CHECK(check_group(cfg, &gs->groups[k], f));
+            return hp__config_check_rl(cfg);
+        }
     for (int i = 0; i < gs->n_groups; i++) HP_CHECK(check_group(cfg, &gs->groups[i], f));
     HP_CHECK(check_pipeline(cfg, f));
     HP_CHECK(check_ranks(gs, f));

@@ -69,4 +69,11 @@ int hp__config_virtual_stage(hp_pipeline_schedule schedule, int p, int stage, in
 cJSON *hp__config_groups_json(const hp_groups_config *g);
 cJSON *hp__config_pipeline_json(const hp_pipeline_config *p);
 
+/* The `rl:` section (config_rl.c): read with its defaults (also when absent), as JSON, and the checks
+ * of the RL groups and rl against the model (part of hp_run_config_validate, through
+ * hp__config_check_groups). */
+hp_status hp__config_read_rl(const hp_yaml_node *node, hp_rl_config *out);
+cJSON *hp__config_rl_json(const hp_rl_config *r);
+hp_status hp__config_check_rl(const hp_run_config *cfg);
+
 #endif

@@ -444,8 +444,10 @@ static void test_pipeline_errors(void **state) {
 
 static void test_group_errors(void **state) {
     (void)state;
-    expect_bad(PP2 "groups:\n  a:\n    kind: actor\n    ranks: 1\n", 6,
-               "groups.a.kind: kind 'actor' is not built yet", "only kind: stage");
+    expect_bad(PP2 "groups:\n  a:\n    kind: actor\n    ranks: 1\n", 3,
+               "pipeline: cannot be used with RL groups", NULL);
+    expect_bad(PP2 "groups:\n  a:\n    kind: critic\n    ranks: 1\n", 6,
+               "groups.a.kind: kind 'critic' is not built yet", "actor and learner (hp rl)");
     expect_bad(PP2 "groups:\n  a:\n    kind: encoder\n", 6, "groups.a.kind: kind 'encoder' is not built yet", NULL);
     expect_bad(PP2 "groups:\n  a:\n    kind: vision\n", 6, "groups.a.kind: unknown kind 'vision'", NULL);
     expect_bad(PP2 "groups:\n  a:\n    ranks: 1\n    modules: auto\n", 7, "unknown key 'modules' in section 'groups.a'",
@@ -456,7 +458,7 @@ static void test_group_errors(void **state) {
                    "a123456789012345678901234567890123456789012345678901234567890123456789: {ranks: 1}\n",
                5, "a group name must have 1 to 63 characters", NULL);
     /* The top level still lists its sections, and mpmd: is still refused. */
-    expect_bad(PP2 "group: {}\n", 4, "unknown key 'group' in section '<top level>'", "HyperMPMD sections (groups, pipeline)");
+    expect_bad(PP2 "group: {}\n", 4, "unknown key 'group' in section '<top level>'", "HyperMPMD sections (groups, pipeline, rl)");
     expect_bad("mpmd: {stages: 2}\n", 1, "HyperMPMD (pipeline groups) is not built yet", "'groups:'");
 }
 
