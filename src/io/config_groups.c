@@ -255,12 +255,18 @@ static hp_status parse_group(const hp_yaml_node *n, const char *name, int *next,
             return hp__config_error(k, "%s: unknown kind '%s' (known: stage, encoder, fusion, actor, learner, critic, "
                                     "reward, reference)", what, s);
         g->kind = (hp_group_kind)found;
-        if (g->kind != HP_GROUP_KIND_STAGE)
+        bool mm = strcmp(cfg->model.family, "multimodal") == 0; /* hp/multimodal.h: two encoders + a fusion */
+        if (mm && (g->kind == HP_GROUP_KIND_ENCODER || g->kind == HP_GROUP_KIND_FUSION)) {
+            if (hp_yaml_map_get(n, "module"))
+                return hp__config_error(hp_yaml_map_get(n, "module"), "%s: a %s group takes no module: (its sub-model "
+                                        "is given by its kind and order)", sec, s);
+        } else if (g->kind != HP_GROUP_KIND_STAGE)
             return hp__config_error(k, "%s: kind '%s' is not built yet (multimodal and RL groups are HyperMPMD part 2); "
                                     "only kind: stage (a pipeline stage) runs today", what, s);
     }
     HP_CHECK(parse_ranks(hp_yaml_map_get(n, "ranks"), n, name, next, cfg->arena, g));
-    HP_CHECK(parse_module(hp_yaml_map_get(n, "module"), name, (int)cfg->pipeline.chunks, g));
+    if (g->kind == HP_GROUP_KIND_STAGE)
+        HP_CHECK(parse_module(hp_yaml_map_get(n, "module"), name, (int)cfg->pipeline.chunks, g));
     g->strategy.bucket_size = (size_t)25 << 20; /* the strategy section's default */
     HP_CHECK(hp__config_read_group_strategy(hp_yaml_map_get(n, "mesh"), hp_yaml_map_get(n, "strategy"), name,
                                             cfg->arena, &g->strategy));

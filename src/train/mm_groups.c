@@ -1,0 +1,371 @@
+/*
+ * The multimodal model's sub-models on their own groups (hp/multimodal.h): this rank's sub-model
+ * (encoder a, encoder b or the decoder) as one training graph with a surrogate backward (the
+ * pipeline's: root = sum(y * dy) so d root / d y = dy exactly), one program instance per
+ * micro-batch bound to the rank's state store, gradient accumulators, and the optimizer (global norm
+ * over the groups, clip, AdamW). Hand-offs are point-to-point transfers on the world communicator;
+ * the order of each group's passes comes from hp_mm_schedule_make over the measured pass times.
+ */
+#include "train/mm_internal.h"
+
+#include "hp/ops.h"
+#include "hp/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OOM(what) hp_error(HP_STATUS_OUT_OF_MEMORY, "multimodal: out of memory for %s", what)
+
+/* Transfer tags: micro-batch * 8 + kind. */
+enum { T_OUT_A = 0, T_OUT_B, T_DX_A, T_DX_B, T_CHAIN_OUT_A, T_CHAIN_DX_A };
+static int tag(int mb, int kind) { return mb * 8 + kind; }
+
+static size_t prefix_elems(const hp_mm_runner *r, int e) {
+    return (size_t)r->rows * hp_mm_tokens(&r->mc, e) * r->mc.width;
+}
+static size_t patch_elems(const hp_mm_runner *r, int e) {
+    return (size_t)r->rows * hp_mm_tokens(&r->mc, e) * r->mc.enc[e].patch * r->mc.enc[e].patch;
+}
+
+/* Places the groups: encoders a and b in file order, the fusion group the decoder. */
+static hp_status place(hp_mm_runner *r) {
+    const hp_groups_config *gs = &r->cfg->groups;
+    int ne = 0, me = hp_comm_rank(r->world);
+    if (hp_comm_size(r->world) != 3)
+        return hp_error(HP_STATUS_UNSUPPORTED, "multimodal groups run on 3 ranks (one per sub-model), the job has %d",
+                        hp_comm_size(r->world));
+    for (int i = 0; i < gs->n_groups; i++) {
+        const hp_group_config *g = &gs->groups[i];
+        if (g->n_ranks != 1)
+            return hp_error(HP_STATUS_UNSUPPORTED, "groups.%s has %d ranks: multimodal sub-models on groups of more than "
+                            "one rank are not built yet", g->name, g->n_ranks);
+        int role = g->kind == HP_GROUP_KIND_FUSION ? HP_MM_ROLE_DEC : ne++;
+        if (role > HP_MM_ROLE_DEC || (g->kind != HP_GROUP_KIND_FUSION && g->kind != HP_GROUP_KIND_ENCODER))
+            return hp_error(HP_STATUS_CONFIG, "groups.%s: multimodal groups are two encoders and one fusion", g->name);
+        r->rank_of[role] = g->ranks[0];
+        if (g->ranks[0] == me) r->role = role;
+    }
+    if (r->role < 0) return hp_error(HP_STATUS_CONFIG, "multimodal: rank %d is in no group", me);
+    if (r->m > 64) return hp_error(HP_STATUS_UNSUPPORTED, "pipeline.micro_batches %d > 64", r->m);
+    return HP_STATUS_OK;
+}
+
+/* The sub-model's graph: forward, surrogate root, backward, gradient accumulation. */
+static hp_status build_graph(hp_mm_runner *r) {
+    hp_graph *g = r->sg = hp_graph_new();
+    if (!g) return OOM("the graph");
+    hp_tid root;
+    int nx = 0;
+    hp_tid xs[2];
+    if (r->role != HP_MM_ROLE_DEC) {
+        hp_mm_encoder enc;
+        HP_CHECK(hp_mm_build_encoder(g, &r->mc, r->role, r->rows, &enc));
+        r->x_in = enc.patches;
+        r->y_out = enc.out;
+        r->f_end = hp_graph_n_nodes(g);
+        r->dy = hp_input(g, "enc.dy", HP_DTYPE_F32, hp_graph_tensor(g, enc.out)->shape);
+        root = hp_sum(g, hp_mul(g, enc.out, r->dy), -1);
+    } else {
+        hp_mm_decoder dec;
+        HP_CHECK(hp_mm_build_decoder(g, &r->mc, r->rows, NULL, true, &dec));
+        r->pre[0] = xs[0] = dec.prefix[0];
+        r->pre[1] = xs[1] = dec.prefix[1];
+        nx = 2;
+        r->tokens = dec.tokens;
+        r->targets = dec.targets;
+        r->loss = dec.loss;
+        root = hp_scale(g, dec.loss, 1.0f / (float)r->m); /* the step's loss: the mean over micro-batches */
+        r->f_end = hp_graph_n_nodes(g);
+    }
+    HP_CHECK(hp_graph_status(g));
+    int np = hp_graph_params(g, NULL, 0);
+    hp_tid *wrt = malloc(sizeof *wrt * (size_t)(np + nx + 1)), *grads = malloc(sizeof *grads * (size_t)(np + nx + 1));
+    if (!wrt || !grads) {
+        free(wrt), free(grads);
+        return OOM("the gradients");
+    }
+    hp_graph_params(g, wrt, np);
+    for (int k = 0; k < nx; k++) wrt[np + k] = xs[k];
+    hp_status st = hp_autodiff(g, root, wrt, np + nx, grads);
+    for (int k = 0; k < nx && st == HP_STATUS_OK; k++) r->dpre[k] = grads[np + k];
+    hp_graph_set_node_flags(g, HP_NODE_FLAG_BACKWARD);
+    for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
+        const hp_tensor *pt = hp_graph_tensor(g, wrt[i]);
+        if (grads[i] == HP_TID_NONE) {
+            st = hp_error(HP_STATUS_INTERNAL, "multimodal: parameter '%s' does not influence the loss", pt->name);
+            break;
+        }
+        char name[600];
+        snprintf(name, sizeof name, "grad_acc.%s", pt->name);
+        hp_tid acc = hp_leaf(g, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, pt->shape);
+        hp_tid in[2] = {acc, hp_add(g, acc, grads[i])};
+        hp_graph_add_node(g, HP_OP_ASSIGN, in, 2, NULL);
+        st = hp_graph_status(g);
+    }
+    hp_graph_set_node_flags(g, 0);
+    free(wrt), free(grads);
+    HP_CHECK(st);
+    r->n_nodes = hp_graph_n_nodes(g);
+    return hp_graph_verify(g);
+}
+
+/* The norm program (this rank's accumulators' sum of squares) and the update program (clip by the
+ * global norm, AdamW, zero the accumulators), as the pipeline's optimizer. */
+static hp_status build_optimizer(hp_mm_runner *r) {
+    hp_graph *ng = r->ng = hp_graph_new(), *og = r->og = hp_graph_new();
+    if (!ng || !og) return OOM("the optimizer graphs");
+    const hp_optim_config *o = &r->cfg->optim;
+    int np = hp_graph_params(r->sg, NULL, 0);
+    hp_tid *ids = malloc(sizeof *ids * (size_t)(np + 1)), *accs = malloc(sizeof *accs * (size_t)(np + 1));
+    if (!ids || !accs) {
+        free(ids), free(accs);
+        return OOM("the optimizer");
+    }
+    hp_graph_params(r->sg, ids, np);
+    r->opt_lr = hp_input(og, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    r->opt_step = hp_input(og, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    r->opt_grad_sq = hp_input(og, "opt.grad_sq", HP_DTYPE_F32, HP_SHAPE_SCALAR);
+    hp_tid scale = o->grad_clip > 0 ? hp_clip_scale(og, r->opt_grad_sq, (float)o->grad_clip) : HP_TID_NONE;
+    hp_tid total = HP_TID_NONE;
+    hp_status st = HP_STATUS_OK;
+    hp_graph_set_node_flags(og, HP_NODE_FLAG_OPTIMIZER);
+    for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
+        const hp_tensor *pt = hp_graph_tensor(r->sg, ids[i]);
+        char name[600];
+        snprintf(name, sizeof name, "grad_acc.%s", pt->name);
+        hp_tid sq = hp_leaf(ng, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, pt->shape);
+        hp_tid one = hp_sumsq(ng, &sq, 1);
+        total = total == HP_TID_NONE ? one : hp_add(ng, total, one);
+        hp_tid acc = accs[i] = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, pt->shape);
+        hp_tid param = hp_leaf(og, pt->name, HP_TENSOR_KIND_PARAM, HP_DTYPE_F32, pt->shape);
+        hp_graph_tensor(og, param)->no_weight_decay = pt->no_weight_decay;
+        snprintf(name, sizeof name, "exp_avg.%s", pt->name);
+        hp_tid mm = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, pt->shape);
+        snprintf(name, sizeof name, "exp_avg_sq.%s", pt->name);
+        hp_tid vv = hp_leaf(og, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, pt->shape);
+        hp_adamw_params ap = {.beta1 = (float)o->beta1, .beta2 = (float)o->beta2, .eps = (float)o->eps,
+                              .weight_decay = pt->no_weight_decay ? 0.0f : (float)o->weight_decay};
+        st = hp_adamw(og, param, acc, mm, vv, r->opt_lr, r->opt_step, scale, &ap);
+    }
+    for (int i = 0; i < np && st == HP_STATUS_OK; i++) { /* after every update has read its gradient */
+        hp_tid in[2] = {accs[i], hp_fill(og, hp_graph_tensor(og, accs[i])->shape, 0.0f)};
+        hp_graph_add_node(og, HP_OP_ASSIGN, in, 2, NULL);
+        st = hp_graph_status(og);
+    }
+    hp_graph_set_node_flags(og, 0);
+    free(ids), free(accs);
+    HP_CHECK(st);
+    r->norm_out = total;
+    HP_CHECK(hp_graph_status(ng));
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.store = r->store;
+    po.keep = &r->norm_out;
+    po.n_keep = 1;
+    HP_CHECK(hp_program_new(ng, &po, &r->norm_p));
+    po.keep = NULL;
+    po.n_keep = 0;
+    return hp_program_new(og, &po, &r->opt_p);
+}
+
+hp_status hp__mm_groups_new(hp_mm_runner *r) {
+    if (!r->world) return hp_error(HP_STATUS_INVALID_ARGUMENT, "multimodal: groups need a world communicator");
+    HP_CHECK(place(r));
+    HP_CHECK(build_graph(r));
+    r->slot = calloc((size_t)r->m, sizeof *r->slot);
+    size_t nbuf = 0;
+    for (int e = 0; e < 2; e++) nbuf += 2 * prefix_elems(r, e) + patch_elems(r, e);
+    r->buf = malloc(sizeof(float) * nbuf * (size_t)r->m);
+    r->cap_reqs = 8 * r->m;
+    r->reqs = calloc((size_t)r->cap_reqs, sizeof *r->reqs);
+    if (!r->slot || !r->buf || !r->reqs) return OOM("the micro-batch programs");
+    hp_tid keep[3];
+    int nk = 0;
+    if (r->role != HP_MM_ROLE_DEC) keep[nk++] = r->y_out;
+    else keep[nk++] = r->dpre[0], keep[nk++] = r->dpre[1], keep[nk++] = r->loss;
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = keep;
+    po.n_keep = nk;
+    po.store = r->store;
+    for (int i = 0; i < r->m; i++) HP_CHECK(hp_program_new(r->sg, &po, &r->slot[i]));
+    HP_CHECK(build_optimizer(r));
+    return hp__mm_init_store(r, r->sg);
+}
+
+void hp__mm_groups_free(hp_mm_runner *r) {
+    for (int i = 0; r->slot && i < r->m; i++) hp_program_free(r->slot[i]);
+    free(r->slot);
+    hp_program_free(r->norm_p);
+    hp_program_free(r->opt_p);
+    hp_graph_free(r->sg);
+    hp_graph_free(r->ng);
+    hp_graph_free(r->og);
+    free(r->buf);
+    free(r->reqs);
+    r->slot = NULL;
+}
+
+/* Buffer k of micro-batch mb: 0/1 prefixes a/b, 2/3 their gradients, 4/5 patches a/b. */
+static float *bufp(hp_mm_runner *r, int mb, int k) {
+    size_t sizes[6] = {prefix_elems(r, 0), prefix_elems(r, 1), prefix_elems(r, 0), prefix_elems(r, 1),
+                       patch_elems(r, 0), patch_elems(r, 1)};
+    size_t per = 0, off = 0;
+    for (int i = 0; i < 6; i++) per += sizes[i];
+    for (int i = 0; i < k; i++) off += sizes[i];
+    return r->buf + (size_t)mb * per + off;
+}
+
+static hp_status isend(hp_mm_runner *r, const float *p, size_t n, int role, int t) {
+    if (r->n_reqs >= r->cap_reqs) return hp_error(HP_STATUS_INTERNAL, "multimodal: too many sends in flight");
+    return hp_comm_isend(r->world, p, n, HP_DTYPE_F32, r->rank_of[role], t, &r->reqs[r->n_reqs++]);
+}
+static hp_status recv(hp_mm_runner *r, float *p, size_t n, int role, int t) {
+    return hp_comm_recv(r->world, p, n, HP_DTYPE_F32, r->rank_of[role], t);
+}
+
+/* One pass of an encoder (F or B of micro-batch mb); *sec gets its compute seconds. */
+static hp_status enc_pass(hp_mm_runner *r, const hp_mm_op *op, double *sec) {
+    int e = r->role, mb = op->mb;
+    hp_program *p = r->slot[mb];
+    bool chain = r->mode == HP_MM_MODE_CHAIN;
+    size_t ny = prefix_elems(r, e), na = prefix_elems(r, 0);
+    if (!op->backward) {
+        float *x = bufp(r, mb, 4 + e), *y = bufp(r, mb, e);
+        HP_CHECK(hp__mm_patches(r, e, mb * r->rows, r->rows, x));
+        if (chain && e == 1) HP_CHECK(recv(r, bufp(r, mb, 0), na, HP_MM_ROLE_ENC_A, tag(mb, T_CHAIN_OUT_A)));
+        double t0 = hp_now_seconds();
+        HP_CHECK(hp_program_set_input(p, r->x_in, x, patch_elems(r, e) * sizeof(float)));
+        HP_CHECK(hp_program_run_nodes(p, 0, r->f_end));
+        HP_CHECK(hp_program_get_output(p, r->y_out, y, ny * sizeof(float)));
+        *sec = hp_now_seconds() - t0;
+        if (chain && e == 0) return isend(r, y, ny, HP_MM_ROLE_ENC_B, tag(mb, T_CHAIN_OUT_A));
+        if (chain) HP_CHECK(isend(r, bufp(r, mb, 0), na, HP_MM_ROLE_DEC, tag(mb, T_OUT_A)));
+        return isend(r, y, ny, HP_MM_ROLE_DEC, tag(mb, e ? T_OUT_B : T_OUT_A));
+    }
+    float *dy = bufp(r, mb, 2 + e);
+    if (chain && e == 0) HP_CHECK(recv(r, dy, ny, HP_MM_ROLE_ENC_B, tag(mb, T_CHAIN_DX_A)));
+    else HP_CHECK(recv(r, dy, ny, HP_MM_ROLE_DEC, tag(mb, e ? T_DX_B : T_DX_A)));
+    if (chain && e == 1) { /* pass encoder a's gradient along */
+        HP_CHECK(recv(r, bufp(r, mb, 2), na, HP_MM_ROLE_DEC, tag(mb, T_DX_A)));
+        HP_CHECK(isend(r, bufp(r, mb, 2), na, HP_MM_ROLE_ENC_A, tag(mb, T_CHAIN_DX_A)));
+    }
+    double t0 = hp_now_seconds();
+    HP_CHECK(hp_program_set_input(p, r->dy, dy, ny * sizeof(float)));
+    HP_CHECK(hp_program_run_nodes(p, r->f_end, r->n_nodes));
+    *sec = hp_now_seconds() - t0;
+    return HP_STATUS_OK;
+}
+
+/* The decoder's pass of micro-batch mb (forward and backward); adds its loss share to *loss. */
+static hp_status dec_pass(hp_mm_runner *r, int mb, float *loss, double *sec) {
+    hp_program *p = r->slot[mb];
+    int src_b = r->mode == HP_MM_MODE_CHAIN ? HP_MM_ROLE_ENC_B : HP_MM_ROLE_ENC_A;
+    size_t n0 = prefix_elems(r, 0), n1 = prefix_elems(r, 1), nt = (size_t)r->rows * HP_MM_CAPTION;
+    HP_CHECK(recv(r, bufp(r, mb, 0), n0, src_b, tag(mb, T_OUT_A)));
+    HP_CHECK(recv(r, bufp(r, mb, 1), n1, HP_MM_ROLE_ENC_B, tag(mb, T_OUT_B)));
+    int32_t *tt = malloc(sizeof *tt * 2 * nt);
+    if (!tt) return OOM("captions");
+    hp_status st = hp__mm_captions(r, mb * r->rows, r->rows, tt, tt + nt);
+    double t0 = hp_now_seconds();
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->tokens, tt, nt * sizeof *tt);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->targets, tt + nt, nt * sizeof *tt);
+    free(tt);
+    HP_CHECK(st);
+    HP_CHECK(hp_program_set_input(p, r->pre[0], bufp(r, mb, 0), n0 * sizeof(float)));
+    HP_CHECK(hp_program_set_input(p, r->pre[1], bufp(r, mb, 1), n1 * sizeof(float)));
+    HP_CHECK(hp_program_run(p));
+    float l;
+    HP_CHECK(hp_program_get_output(p, r->loss, &l, sizeof l));
+    *loss += l / (float)r->m;
+    HP_CHECK(hp_program_get_output(p, r->dpre[0], bufp(r, mb, 2), n0 * sizeof(float)));
+    HP_CHECK(hp_program_get_output(p, r->dpre[1], bufp(r, mb, 3), n1 * sizeof(float)));
+    *sec = hp_now_seconds() - t0;
+    int to_a = r->mode == HP_MM_MODE_CHAIN ? HP_MM_ROLE_ENC_B : HP_MM_ROLE_ENC_A;
+    HP_CHECK(isend(r, bufp(r, mb, 2), n0, to_a, tag(mb, T_DX_A)));
+    return isend(r, bufp(r, mb, 3), n1, HP_MM_ROLE_ENC_B, tag(mb, T_DX_B));
+}
+
+hp_status hp__mm_groups_step(hp_mm_runner *r, hp_mm_step_stats *out) {
+    hp_mm_schedule sc;
+    HP_CHECK(hp_mm_schedule_make(r->mode, r->m, r->t_f, r->t_b, 0.0, &sc));
+    out->predicted = sc.makespan;
+    out->inflight = sc.inflight[r->mode == HP_MM_MODE_CHAIN ? HP_MM_ROLE_ENC_A : HP_MM_ROLE_ENC_B];
+    float loss = 0;
+    double tf = 0, tb = 0;
+    r->n_reqs = 0;
+    hp_status st = HP_STATUS_OK;
+    for (int k = 0; k < sc.n_ops[r->role] && st == HP_STATUS_OK; k++) {
+        const hp_mm_op *op = &sc.ops[r->role][k];
+        double sec = 0;
+        st = r->role == HP_MM_ROLE_DEC ? dec_pass(r, op->mb, &loss, &sec) : enc_pass(r, op, &sec);
+        if (op->backward) tb += sec;
+        else tf += sec;
+    }
+    hp_status ws = r->n_reqs ? hp_comm_wait_all(r->n_reqs, r->reqs) : HP_STATUS_OK;
+    HP_CHECK(st);
+    HP_CHECK(ws);
+    /* global gradient norm, then the update */
+    float sq = 0, vec[2 + 2 * HP_MM_ROLES] = {0}, sum[2 + 2 * HP_MM_ROLES];
+    HP_CHECK(hp_program_run(r->norm_p));
+    HP_CHECK(hp_program_get_output(r->norm_p, r->norm_out, &sq, sizeof sq));
+    vec[0] = sq;
+    vec[1] = loss;
+    vec[2 + r->role] = (float)(tf / r->m);
+    vec[2 + HP_MM_ROLES + r->role] = (float)(tb / r->m);
+    HP_CHECK(hp_comm_all_reduce(r->world, vec, sum, 2 + 2 * HP_MM_ROLES, HP_DTYPE_F32, HP_REDUCE_SUM));
+    float lr = (float)hp_lr_at(&r->cfg->optim, r->step + 1, r->cfg->train.steps), stp = (float)(r->step + 1);
+    HP_CHECK(hp_program_set_input(r->opt_p, r->opt_lr, &lr, sizeof lr));
+    HP_CHECK(hp_program_set_input(r->opt_p, r->opt_step, &stp, sizeof stp));
+    HP_CHECK(hp_program_set_input(r->opt_p, r->opt_grad_sq, &sum[0], sizeof sum[0]));
+    HP_CHECK(hp_program_run(r->opt_p));
+    out->loss = sum[1];
+    out->grad_norm = sqrtf(sum[0]);
+    for (int k = 0; k < HP_MM_ROLES; k++) { /* the scheduler's input for the next step */
+        r->t_f[k] = sum[2 + k];
+        r->t_b[k] = sum[2 + HP_MM_ROLES + k];
+        out->busy[k] = r->m * (r->t_f[k] + r->t_b[k]);
+    }
+    if (!isfinite(out->loss)) return hp_error(HP_STATUS_NONFINITE, "multimodal: step %lld's loss is %g",
+                                              (long long)r->step + 1, (double)out->loss);
+    return HP_STATUS_OK;
+}
+
+hp_status hp__mm_groups_gather(hp_mm_runner *r) {
+    if (r->role == HP_MM_ROLE_DEC) { /* receive each encoder's parameters, in their graph order */
+        hp_graph *g[2] = {hp_graph_new(), hp_graph_new()};
+        hp_status st = g[0] && g[1] ? HP_STATUS_OK : OOM("a graph");
+        for (int e = 0; e < 2 && st == HP_STATUS_OK; e++) {
+            hp_mm_encoder enc;
+            st = hp_mm_build_encoder(g[e], &r->mc, e, 1, &enc);
+            int np = st == HP_STATUS_OK ? hp_graph_params(g[e], NULL, 0) : 0;
+            hp_tid *ids = malloc(sizeof *ids * (size_t)(np + 1));
+            if (!ids && st == HP_STATUS_OK) st = OOM("the parameter list");
+            if (ids) hp_graph_params(g[e], ids, np);
+            for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
+                const hp_tensor *t = hp_graph_tensor(g[e], ids[i]);
+                float *d = hp_store_data(r->store, t->name);
+                if (!d) st = hp_error(HP_STATUS_NOT_FOUND, "multimodal: '%s' is not in the decoder's store", t->name);
+                if (st == HP_STATUS_OK) st = recv(r, d, (size_t)hp_shape_numel(&t->shape), e, 1000000 + i);
+                if (st == HP_STATUS_OK) st = hp_store_touch(r->store, t->name);
+            }
+            free(ids);
+        }
+        hp_graph_free(g[0]), hp_graph_free(g[1]);
+        return st;
+    }
+    int np = hp_graph_params(r->sg, NULL, 0);
+    hp_tid *ids = malloc(sizeof *ids * (size_t)(np + 1));
+    if (!ids) return OOM("the parameter list");
+    hp_graph_params(r->sg, ids, np);
+    hp_status st = HP_STATUS_OK;
+    for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
+        const hp_tensor *t = hp_graph_tensor(r->sg, ids[i]);
+        const float *d = hp_store_data(r->store, t->name);
+        st = d ? hp_comm_send(r->world, d, (size_t)hp_shape_numel(&t->shape), HP_DTYPE_F32, r->rank_of[HP_MM_ROLE_DEC],
+                              1000000 + i)
+               : hp_error(HP_STATUS_NOT_FOUND, "multimodal: '%s' is not in the store", t->name);
+    }
+    free(ids);
+    return st;
+}
