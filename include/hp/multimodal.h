@@ -258,6 +258,13 @@ hp_status hp_mm_runner_step(hp_mm_runner *r, hp_mm_step_stats *st);
  * parameters to the decoder's rank, which decodes (collective; *acc only there, others get -1).
  */
 hp_status hp_mm_runner_eval(hp_mm_runner *r, int64_t n, double *acc, double *caption_acc);
+/*
+ * Writes the model's parameters (every enc_a.*, enc_b.* and dec.* entry of the store) to the
+ * safetensors file `path` (metadata format: hp-multimodal). With groups only the decoder's rank
+ * writes, after hp_mm_runner_eval has gathered the encoders' parameters there (others: no-op).
+ * Errors: hp_safetensors_write's.
+ */
+hp_status hp_mm_runner_save(hp_mm_runner *r, const char *path);
 /* This rank's values of parameter `name` (numel elements, the store's memory: valid until the runner
  * is freed). Errors: HP_STATUS_NOT_FOUND naming a name this rank does not hold. */
 hp_status hp_mm_runner_params(hp_mm_runner *r, const char *name, float **data, int64_t *numel);

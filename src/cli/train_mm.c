@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 
 #include "hp/multimodal.h"
+#include "hp/run_dir.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +86,17 @@ int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path) {
     if (acc >= 0) /* the rank that decoded (the decoder's, or the only one) */
         printf("test accuracy %.4f (class words of the greedy caption, %lld test images); caption exact %.4f\n", acc,
                (long long)cfg->model.multimodal.test_images, cap);
+    if (acc >= 0) {
+        char path[HP_CONFIG_STR_MAX + 32];
+        snprintf(path, sizeof path, "%s/model.safetensors", cfg->train.checkpoint_dir);
+        st = hp_output_dir_prepare("train.checkpoint_dir", cfg->train.checkpoint_dir);
+        if (st == HP_STATUS_OK) st = hp_mm_runner_save(r, path);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "saving the model");
+            goto out;
+        }
+        fprintf(stderr, "saved %s\n", path);
+    }
     rc = 0;
 out:
     if (metrics) fclose(metrics);

@@ -5,6 +5,7 @@
 #include "train/mm_internal.h"
 
 #include "hp/ops.h"
+#include "hp/safetensors.h"
 #include "hp/train.h"
 
 #include <math.h>
@@ -240,4 +241,26 @@ hp_status hp_mm_runner_params(hp_mm_runner *r, const char *name, float **data, i
     *numel = hp_shape_numel(&e.shape);
     if (!*data) return hp_error(HP_STATUS_NOT_FOUND, "multimodal: '%s' has no storage on this rank", name);
     return HP_STATUS_OK;
+}
+
+hp_status hp_mm_runner_save(hp_mm_runner *r, const char *path) {
+    if (r->role >= 0 && r->role != HP_MM_ROLE_DEC) return HP_STATUS_OK;
+    int n = hp_store_n_entries(r->store), k = 0;
+    hp_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+    if (!ts) return OOM("the checkpoint list");
+    hp_status st = HP_STATUS_OK;
+    for (int i = 0; i < n && st == HP_STATUS_OK; i++) {
+        const char *name = hp_store_name(r->store, i);
+        if (strncmp(name, "enc_a.", 6) && strncmp(name, "enc_b.", 6) && strncmp(name, "dec.", 4)) continue;
+        hp_store_entry_info e;
+        st = hp_store_info(r->store, name, &e);
+        if (st != HP_STATUS_OK) break;
+        ts[k] = (hp_named_tensor){.name = name, .dtype = e.dtype, .shape = e.shape, .data = hp_store_data(r->store, name)};
+        if (!ts[k].data) st = hp_error(HP_STATUS_NOT_FOUND, "multimodal: '%s' has no storage", name);
+        k++;
+    }
+    const char *meta[2] = {"format", "hp-multimodal"};
+    if (st == HP_STATUS_OK) st = hp_safetensors_write(path, ts, (size_t)k, meta, 1);
+    free(ts);
+    return st;
 }
