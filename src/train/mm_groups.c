@@ -295,6 +295,10 @@ hp_status hp__mm_groups_step(hp_mm_runner *r, hp_mm_step_stats *out) {
     double tf = 0, tb = 0;
     r->n_reqs = 0;
     hp_status st = HP_STATUS_OK;
+    /* A group waiting for another's hand-off sleeps between tests instead of spinning, so it leaves
+     * the core to the groups computing (three ranks on fewer cores); restored at the end. */
+    hp_comm_wait_mode wait_mode = hp_comm_thread_wait();
+    hp_comm_set_thread_wait(HP_COMM_WAIT_SLEEP);
     for (int k = 0; k < sc.n_ops[r->role] && st == HP_STATUS_OK; k++) {
         const hp_mm_op *op = &sc.ops[r->role][k];
         double sec = 0;
@@ -303,6 +307,7 @@ hp_status hp__mm_groups_step(hp_mm_runner *r, hp_mm_step_stats *out) {
         else tf += sec;
     }
     hp_status ws = r->n_reqs ? hp_comm_wait_all(r->n_reqs, r->reqs) : HP_STATUS_OK;
+    hp_comm_set_thread_wait(wait_mode);
     HP_CHECK(st);
     HP_CHECK(ws);
     /* global gradient norm, then the update */
