@@ -53,15 +53,16 @@ static hp_status place(hp_mm_runner *r) {
 }
 
 /* The sub-model's graph: forward, surrogate root, backward, gradient accumulation. */
-static hp_status build_graph(hp_mm_runner *r) {
-    hp_graph *g = r->sg = hp_graph_new();
+hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, int m, hp_mm_sub *r) {
+    memset(r, 0, sizeof *r);
+    hp_graph *g = r->g = hp_graph_new();
     if (!g) return OOM("the graph");
     hp_tid root;
     int nx = 0;
     hp_tid xs[2];
-    if (r->role != HP_MM_ROLE_DEC) {
+    if (role != HP_MM_ROLE_DEC) {
         hp_mm_encoder enc;
-        HP_CHECK(hp_mm_build_encoder(g, &r->mc, r->role, r->rows, &enc));
+        HP_CHECK(hp_mm_build_encoder(g, mc, role, rows, &enc));
         r->x_in = enc.patches;
         r->y_out = enc.out;
         r->f_end = hp_graph_n_nodes(g);
@@ -69,14 +70,14 @@ static hp_status build_graph(hp_mm_runner *r) {
         root = hp_sum(g, hp_mul(g, enc.out, r->dy), -1);
     } else {
         hp_mm_decoder dec;
-        HP_CHECK(hp_mm_build_decoder(g, &r->mc, r->rows, NULL, true, &dec));
+        HP_CHECK(hp_mm_build_decoder(g, mc, rows, NULL, true, &dec));
         r->pre[0] = xs[0] = dec.prefix[0];
         r->pre[1] = xs[1] = dec.prefix[1];
         nx = 2;
         r->tokens = dec.tokens;
         r->targets = dec.targets;
         r->loss = dec.loss;
-        root = hp_scale(g, dec.loss, 1.0f / (float)r->m); /* the step's loss: the mean over micro-batches */
+        root = hp_scale(g, dec.loss, 1.0f / (float)m); /* the step's loss: the mean over micro-batches */
         r->f_end = hp_graph_n_nodes(g);
     }
     HP_CHECK(hp_graph_status(g));
@@ -117,13 +118,13 @@ static hp_status build_optimizer(hp_mm_runner *r) {
     hp_graph *ng = r->ng = hp_graph_new(), *og = r->og = hp_graph_new();
     if (!ng || !og) return OOM("the optimizer graphs");
     const hp_optim_config *o = &r->cfg->optim;
-    int np = hp_graph_params(r->sg, NULL, 0);
+    int np = hp_graph_params(r->sub.g, NULL, 0);
     hp_tid *ids = malloc(sizeof *ids * (size_t)(np + 1)), *accs = malloc(sizeof *accs * (size_t)(np + 1));
     if (!ids || !accs) {
         free(ids), free(accs);
         return OOM("the optimizer");
     }
-    hp_graph_params(r->sg, ids, np);
+    hp_graph_params(r->sub.g, ids, np);
     r->opt_lr = hp_input(og, "opt.lr", HP_DTYPE_F32, HP_SHAPE_SCALAR);
     r->opt_step = hp_input(og, "opt.step", HP_DTYPE_F32, HP_SHAPE_SCALAR);
     r->opt_grad_sq = hp_input(og, "opt.grad_sq", HP_DTYPE_F32, HP_SHAPE_SCALAR);
@@ -132,7 +133,7 @@ static hp_status build_optimizer(hp_mm_runner *r) {
     hp_status st = HP_STATUS_OK;
     hp_graph_set_node_flags(og, HP_NODE_FLAG_OPTIMIZER);
     for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
-        const hp_tensor *pt = hp_graph_tensor(r->sg, ids[i]);
+        const hp_tensor *pt = hp_graph_tensor(r->sub.g, ids[i]);
         char name[600];
         snprintf(name, sizeof name, "grad_acc.%s", pt->name);
         hp_tid sq = hp_leaf(ng, name, HP_TENSOR_KIND_OPT_STATE, HP_DTYPE_F32, pt->shape);
@@ -172,7 +173,7 @@ static hp_status build_optimizer(hp_mm_runner *r) {
 hp_status hp__mm_groups_new(hp_mm_runner *r) {
     if (!r->world) return hp_error(HP_STATUS_INVALID_ARGUMENT, "multimodal: groups need a world communicator");
     HP_CHECK(place(r));
-    HP_CHECK(build_graph(r));
+    HP_CHECK(hp__mm_sub_build(&r->mc, r->role, r->rows, r->m, &r->sub));
     r->slot = calloc((size_t)r->m, sizeof *r->slot);
     size_t nbuf = 0;
     for (int e = 0; e < 2; e++) nbuf += 2 * prefix_elems(r, e) + patch_elems(r, e);
@@ -182,15 +183,15 @@ hp_status hp__mm_groups_new(hp_mm_runner *r) {
     if (!r->slot || !r->buf || !r->reqs) return OOM("the micro-batch programs");
     hp_tid keep[3];
     int nk = 0;
-    if (r->role != HP_MM_ROLE_DEC) keep[nk++] = r->y_out;
-    else keep[nk++] = r->dpre[0], keep[nk++] = r->dpre[1], keep[nk++] = r->loss;
+    if (r->role != HP_MM_ROLE_DEC) keep[nk++] = r->sub.y_out;
+    else keep[nk++] = r->sub.dpre[0], keep[nk++] = r->sub.dpre[1], keep[nk++] = r->sub.loss;
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
     po.keep = keep;
     po.n_keep = nk;
     po.store = r->store;
-    for (int i = 0; i < r->m; i++) HP_CHECK(hp_program_new(r->sg, &po, &r->slot[i]));
+    for (int i = 0; i < r->m; i++) HP_CHECK(hp_program_new(r->sub.g, &po, &r->slot[i]));
     HP_CHECK(build_optimizer(r));
-    return hp__mm_init_store(r, r->sg);
+    return hp__mm_init_store(r, r->sub.g);
 }
 
 void hp__mm_groups_free(hp_mm_runner *r) {
@@ -198,7 +199,7 @@ void hp__mm_groups_free(hp_mm_runner *r) {
     free(r->slot);
     hp_program_free(r->norm_p);
     hp_program_free(r->opt_p);
-    hp_graph_free(r->sg);
+    hp_graph_free(r->sub.g);
     hp_graph_free(r->ng);
     hp_graph_free(r->og);
     free(r->buf);
@@ -235,9 +236,9 @@ static hp_status enc_pass(hp_mm_runner *r, const hp_mm_op *op, double *sec) {
         HP_CHECK(hp__mm_patches(r, e, mb * r->rows, r->rows, x));
         if (chain && e == 1) HP_CHECK(recv(r, bufp(r, mb, 0), na, HP_MM_ROLE_ENC_A, tag(mb, T_CHAIN_OUT_A)));
         double t0 = hp_now_seconds();
-        HP_CHECK(hp_program_set_input(p, r->x_in, x, patch_elems(r, e) * sizeof(float)));
-        HP_CHECK(hp_program_run_nodes(p, 0, r->f_end));
-        HP_CHECK(hp_program_get_output(p, r->y_out, y, ny * sizeof(float)));
+        HP_CHECK(hp_program_set_input(p, r->sub.x_in, x, patch_elems(r, e) * sizeof(float)));
+        HP_CHECK(hp_program_run_nodes(p, 0, r->sub.f_end));
+        HP_CHECK(hp_program_get_output(p, r->sub.y_out, y, ny * sizeof(float)));
         *sec = hp_now_seconds() - t0;
         if (chain && e == 0) return isend(r, y, ny, HP_MM_ROLE_ENC_B, tag(mb, T_CHAIN_OUT_A));
         if (chain) HP_CHECK(isend(r, bufp(r, mb, 0), na, HP_MM_ROLE_DEC, tag(mb, T_OUT_A)));
@@ -251,8 +252,8 @@ static hp_status enc_pass(hp_mm_runner *r, const hp_mm_op *op, double *sec) {
         HP_CHECK(isend(r, bufp(r, mb, 2), na, HP_MM_ROLE_ENC_A, tag(mb, T_CHAIN_DX_A)));
     }
     double t0 = hp_now_seconds();
-    HP_CHECK(hp_program_set_input(p, r->dy, dy, ny * sizeof(float)));
-    HP_CHECK(hp_program_run_nodes(p, r->f_end, r->n_nodes));
+    HP_CHECK(hp_program_set_input(p, r->sub.dy, dy, ny * sizeof(float)));
+    HP_CHECK(hp_program_run_nodes(p, r->sub.f_end, r->sub.n_nodes));
     *sec = hp_now_seconds() - t0;
     return HP_STATUS_OK;
 }
@@ -268,18 +269,18 @@ static hp_status dec_pass(hp_mm_runner *r, int mb, float *loss, double *sec) {
     if (!tt) return OOM("captions");
     hp_status st = hp__mm_captions(r, mb * r->rows, r->rows, tt, tt + nt);
     double t0 = hp_now_seconds();
-    if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->tokens, tt, nt * sizeof *tt);
-    if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->targets, tt + nt, nt * sizeof *tt);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->sub.tokens, tt, nt * sizeof *tt);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->sub.targets, tt + nt, nt * sizeof *tt);
     free(tt);
     HP_CHECK(st);
-    HP_CHECK(hp_program_set_input(p, r->pre[0], bufp(r, mb, 0), n0 * sizeof(float)));
-    HP_CHECK(hp_program_set_input(p, r->pre[1], bufp(r, mb, 1), n1 * sizeof(float)));
+    HP_CHECK(hp_program_set_input(p, r->sub.pre[0], bufp(r, mb, 0), n0 * sizeof(float)));
+    HP_CHECK(hp_program_set_input(p, r->sub.pre[1], bufp(r, mb, 1), n1 * sizeof(float)));
     HP_CHECK(hp_program_run(p));
     float l;
-    HP_CHECK(hp_program_get_output(p, r->loss, &l, sizeof l));
+    HP_CHECK(hp_program_get_output(p, r->sub.loss, &l, sizeof l));
     *loss += l / (float)r->m;
-    HP_CHECK(hp_program_get_output(p, r->dpre[0], bufp(r, mb, 2), n0 * sizeof(float)));
-    HP_CHECK(hp_program_get_output(p, r->dpre[1], bufp(r, mb, 3), n1 * sizeof(float)));
+    HP_CHECK(hp_program_get_output(p, r->sub.dpre[0], bufp(r, mb, 2), n0 * sizeof(float)));
+    HP_CHECK(hp_program_get_output(p, r->sub.dpre[1], bufp(r, mb, 3), n1 * sizeof(float)));
     *sec = hp_now_seconds() - t0;
     int to_a = r->mode == HP_MM_MODE_CHAIN ? HP_MM_ROLE_ENC_B : HP_MM_ROLE_ENC_A;
     HP_CHECK(isend(r, bufp(r, mb, 2), n0, to_a, tag(mb, T_DX_A)));
@@ -359,13 +360,13 @@ hp_status hp__mm_groups_gather(hp_mm_runner *r) {
         hp_graph_free(g[0]), hp_graph_free(g[1]);
         return st;
     }
-    int np = hp_graph_params(r->sg, NULL, 0);
+    int np = hp_graph_params(r->sub.g, NULL, 0);
     hp_tid *ids = malloc(sizeof *ids * (size_t)(np + 1));
     if (!ids) return OOM("the parameter list");
-    hp_graph_params(r->sg, ids, np);
+    hp_graph_params(r->sub.g, ids, np);
     hp_status st = HP_STATUS_OK;
     for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
-        const hp_tensor *t = hp_graph_tensor(r->sg, ids[i]);
+        const hp_tensor *t = hp_graph_tensor(r->sub.g, ids[i]);
         const float *d = hp_store_data(r->store, t->name);
         st = d ? hp_comm_send(r->world, d, (size_t)hp_shape_numel(&t->shape), HP_DTYPE_F32, r->rank_of[HP_MM_ROLE_DEC],
                               1000000 + i)

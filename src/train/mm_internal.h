@@ -8,6 +8,19 @@
 #include "hp/runtime.h"
 #include "hp/store.h"
 
+/* One sub-model's training graph for a micro-batch (forward, surrogate root, backward, gradient
+ * accumulation into the OPT_STATE "grad_acc.<param>"). */
+typedef struct hp_mm_sub {
+    hp_graph *g;
+    int f_end, n_nodes;  /* encoders: F nodes [0, f_end), B [f_end, n_nodes); decoder: f_end its forward */
+    hp_tid x_in;         /* encoders: the patches */
+    hp_tid y_out, dy;    /* encoders: the output and its gradient input */
+    hp_tid pre[2], dpre[2], tokens, targets, loss; /* decoder: prefixes, their gradients, captions, loss */
+} hp_mm_sub;
+
+/* Builds role's graph for micro-batches of `rows` rows, the loss scaled by 1/m (mm_groups.c). */
+hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, int m, hp_mm_sub *out);
+
 struct hp_mm_runner {
     const hp_run_config *cfg;
     hp_mm_config mc;
@@ -26,12 +39,8 @@ struct hp_mm_runner {
     hp_train_step ts;
     hp_program *p;
     /* groups: this rank's sub-model, one program instance per micro-batch */
-    hp_graph *sg;
+    hp_mm_sub sub;
     hp_program **slot;   /* [m] */
-    int f_end, n_nodes;  /* encoders: F nodes [0, f_end), B [f_end, n_nodes) */
-    hp_tid x_in;         /* encoders: the patches */
-    hp_tid y_out, dy;    /* encoders: the output and its gradient input */
-    hp_tid pre[2], dpre[2], tokens, targets, loss; /* decoder: prefixes, their gradients, captions, loss */
     hp_graph *ng, *og;
     hp_program *norm_p, *opt_p;
     hp_tid norm_out, opt_lr, opt_step, opt_grad_sq;
