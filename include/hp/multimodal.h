@@ -220,6 +220,26 @@ typedef struct hp_mm_schedule {
 hp_status hp_mm_schedule_make(hp_mm_mode mode, int m, const double t_f[HP_MM_ROLES], const double t_b[HP_MM_ROLES],
                               double link, hp_mm_schedule *out);
 
+/*
+ * The cost model's seconds of each group's passes for micro-batches of `rows` rows (hp_predict_seconds
+ * over the sub-model's training graph under `mm`, hp/costmodel.h): t_f[r] the forward of encoder r
+ * (the decoder: its forward and backward), t_b[r] the encoders' backward (0 for the decoder).
+ * Errors: HP_STATUS_INVALID_ARGUMENT for rows or m < 1; the model's and the predictor's errors.
+ */
+struct hp_machine_model;
+hp_status hp_mm_predict_passes(const hp_mm_config *c, int rows, int m, const struct hp_machine_model *mm,
+                               double t_f[HP_MM_ROLES], double t_b[HP_MM_ROLES]);
+
+/*
+ * The split of `ranks` ranks (3..1024) over the three groups (each >= 1 rank) with the smallest
+ * predicted step: each group's pass times divided by its ranks (its ranks splitting every
+ * micro-batch's rows, data parallel; the gradient all-reduce not counted), scheduled by
+ * hp_mm_schedule_make (CONCURRENT). best[r] gets group r's ranks, *makespan the predicted seconds.
+ * Errors: HP_STATUS_INVALID_ARGUMENT for ranks outside [3, 1024]; hp_mm_schedule_make's.
+ */
+hp_status hp_mm_suggest_split(const double t_f[HP_MM_ROLES], const double t_b[HP_MM_ROLES], int m, int ranks,
+                              int best[HP_MM_ROLES], double *makespan);
+
 /* ---------------------------------------------------------------- training */
 
 typedef struct hp_mm_runner hp_mm_runner;

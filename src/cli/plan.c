@@ -229,6 +229,11 @@ int hp_cli_plan(int argc, char **argv) {
     hp_run_config cfg;
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
+    if (!strcmp(cfg.model.family, "multimodal")) { /* plan_mm.c: the sub-models' groups */
+        int rc = hp_cli_plan_mm(&cfg, (int)ranks, calibration);
+        hp_run_config_free(&cfg);
+        return rc;
+    }
     if (cfg.groups.present) { /* HyperMPMD: the stages and the schedule */
         int rc = hp_cli_plan_pipeline(&cfg, (int)ranks, calibration);
         hp_run_config_free(&cfg);

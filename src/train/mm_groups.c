@@ -8,6 +8,7 @@
  */
 #include "train/mm_internal.h"
 
+#include "hp/costmodel.h"
 #include "hp/ops.h"
 #include "hp/train.h"
 
@@ -374,4 +375,47 @@ hp_status hp__mm_groups_gather(hp_mm_runner *r) {
     }
     free(ids);
     return st;
+}
+
+hp_status hp_mm_predict_passes(const hp_mm_config *c, int rows, int m, const hp_machine_model *mm,
+                               double t_f[HP_MM_ROLES], double t_b[HP_MM_ROLES]) {
+    if (rows < 1 || m < 1)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "multimodal prediction: rows %d and micro-batches %d must be >= 1",
+                        rows, m);
+    for (int role = 0; role < HP_MM_ROLES; role++) {
+        hp_mm_sub sub;
+        hp_status st = hp__mm_sub_build(c, role, rows, m, &sub);
+        double f = -1, b = -1;
+        if (st == HP_STATUS_OK) {
+            f = hp_predict_seconds(sub.g, NULL, 0, role == HP_MM_ROLE_DEC ? sub.n_nodes : sub.f_end, mm);
+            b = role == HP_MM_ROLE_DEC ? 0 : hp_predict_seconds(sub.g, NULL, sub.f_end, sub.n_nodes, mm);
+            if (f < 0 || b < 0) st = HP_STATUS_INVALID_ARGUMENT; /* the message is the predictor's */
+        }
+        hp_graph_free(sub.g);
+        HP_CHECK(st);
+        t_f[role] = f;
+        t_b[role] = b;
+    }
+    return HP_STATUS_OK;
+}
+
+hp_status hp_mm_suggest_split(const double t_f[HP_MM_ROLES], const double t_b[HP_MM_ROLES], int m, int ranks,
+                              int best[HP_MM_ROLES], double *makespan) {
+    if (ranks < HP_MM_ROLES || ranks > 1024)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "multimodal split: %d ranks is outside [3, 1024]", ranks);
+    double best_t = INFINITY;
+    for (int a = 1; a <= ranks - 2; a++)
+        for (int b = 1; a + b <= ranks - 1; b++) {
+            int k[HP_MM_ROLES] = {a, b, ranks - a - b};
+            double f[HP_MM_ROLES], bw[HP_MM_ROLES];
+            for (int r = 0; r < HP_MM_ROLES; r++) f[r] = t_f[r] / k[r], bw[r] = t_b[r] / k[r];
+            hp_mm_schedule s;
+            HP_CHECK(hp_mm_schedule_make(HP_MM_MODE_CONCURRENT, m, f, bw, 0.0, &s));
+            if (s.makespan < best_t * (1 - 1e-9)) {
+                best_t = s.makespan;
+                memcpy(best, k, sizeof k);
+            }
+        }
+    *makespan = best_t;
+    return HP_STATUS_OK;
 }
