@@ -30,7 +30,10 @@
  * mean cross-entropy over the caption tokens, none on the prefix.
  *
  * Concurrent sub-models (hp_mm_runner): encoder a, encoder b and the decoder each run on a group
- * of their own (groups: kinds encoder, encoder, fusion; one rank each), the encoders concurrently.
+ * of their own (groups: kinds encoder, encoder, fusion), the encoders concurrently. A group of k
+ * ranks is data parallel (mesh: {device_matrix: [k], alias_name: [dp]}): its ranks split every
+ * micro-batch's rows in order, the hand-offs go between the ranks whose rows overlap, and the
+ * group sums its gradients (all-reduce) before the update.
  * Per micro-batch the encoders send their outputs to the decoder, the decoder runs forward and
  * backward and sends the prefix gradients back, the encoders finish their backward; gradients
  * accumulate over the step's micro-batches, then each group clips by the global norm (one
@@ -257,13 +260,15 @@ typedef struct hp_mm_step_stats {
 /*
  * A trainer of the multimodal model of cfg (model.family multimodal). With world NULL (or of size
  * 1) and no groups: one program over the whole model on this process (hp_train_step_build: clip +
- * AdamW), a batch of train.batch rows per step. With groups (kinds encoder, encoder, fusion, one
- * rank each: three ranks) on `world`: this rank's sub-model, train.batch split into
+ * AdamW), a batch of train.batch rows per step. With groups (kinds encoder, encoder, fusion) on
+ * `world` (collective over it): this rank's sub-model, train.batch split into
  * pipeline.micro_batches micro-batches, under `mode` (CONCURRENT: hp train; CHAIN: the baseline of
- * bench/). Data: model.multimodal.data_dir, at most model.multimodal.train_images training images;
- * step s takes rows hp_rng-hashed from (train.seed, s). Errors: config (HP_STATUS_CONFIG naming the
- * group or key), data, graph and program errors; HP_STATUS_UNSUPPORTED for a group of more than one
- * rank or a world size other than 3 with groups.
+ * bench/, one rank per group). Data: model.multimodal.data_dir, at most
+ * model.multimodal.train_images training images; step s takes rows hashed from (train.seed, s).
+ * Errors: HP_STATUS_CONFIG naming the group when the world size is not the groups' ranks or a
+ * group's ranks do not divide a micro-batch's rows; HP_STATUS_UNSUPPORTED for a group mesh with more
+ * than one axis or strategy rules, or CHAIN with a group of several ranks; data, graph and program
+ * errors.
  */
 hp_status hp_mm_runner_new(const hp_run_config *cfg, hp_comm *world, hp_mm_mode mode, hp_mm_runner **out);
 void hp_mm_runner_free(hp_mm_runner *r);

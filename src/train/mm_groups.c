@@ -30,31 +30,46 @@ static size_t patch_elems(const hp_mm_runner *r, int e) {
     return (size_t)r->rows * hp_mm_tokens(&r->mc, e) * r->mc.enc[e].patch * r->mc.enc[e].patch;
 }
 
-/* Places the groups: encoders a and b in file order, the fusion group the decoder. */
+/* Places the groups: encoders a and b in file order, the fusion group the decoder; each group's ranks
+ * split every micro-batch's rows in order. */
 static hp_status place(hp_mm_runner *r) {
     const hp_groups_config *gs = &r->cfg->groups;
     int ne = 0, me = hp_comm_rank(r->world);
-    if (hp_comm_size(r->world) != 3)
-        return hp_error(HP_STATUS_UNSUPPORTED, "multimodal groups run on 3 ranks (one per sub-model), the job has %d",
+    if (hp_comm_size(r->world) != gs->n_ranks)
+        return hp_error(HP_STATUS_CONFIG, "multimodal: the groups take %d ranks, the job has %d", gs->n_ranks,
                         hp_comm_size(r->world));
     for (int i = 0; i < gs->n_groups; i++) {
         const hp_group_config *g = &gs->groups[i];
-        if (g->n_ranks != 1)
-            return hp_error(HP_STATUS_UNSUPPORTED, "groups.%s has %d ranks: multimodal sub-models on groups of more than "
-                            "one rank are not built yet", g->name, g->n_ranks);
         int role = g->kind == HP_GROUP_KIND_FUSION ? HP_MM_ROLE_DEC : ne++;
         if (role > HP_MM_ROLE_DEC || (g->kind != HP_GROUP_KIND_FUSION && g->kind != HP_GROUP_KIND_ENCODER))
             return hp_error(HP_STATUS_CONFIG, "groups.%s: multimodal groups are two encoders and one fusion", g->name);
-        r->rank_of[role] = g->ranks[0];
-        if (g->ranks[0] == me) r->role = role;
+        if (r->rows % g->n_ranks)
+            return hp_error(HP_STATUS_CONFIG, "groups.%s: its %d ranks do not divide the %d rows of a micro-batch "
+                            "(train.batch / pipeline.micro_batches)", g->name, g->n_ranks, r->rows);
+        const hp_strategy_config *sc = &g->strategy;
+        if (sc->present && (sc->n_axes != 1 || sc->n_params > 0 || sc->n_inputs > 0 || sc->n_opt_shard > 0))
+            return hp_error(HP_STATUS_UNSUPPORTED, "groups.%s: a multimodal group's mesh is one data-parallel axis "
+                            "(its ranks split the rows); strategy rules inside it are not built yet", g->name);
+        if (r->mode == HP_MM_MODE_CHAIN && g->n_ranks > 1)
+            return hp_error(HP_STATUS_UNSUPPORTED, "groups.%s has %d ranks: the linear-pipeline baseline runs one rank "
+                            "per group", g->name, g->n_ranks);
+        r->ranks_of[role] = g->ranks;
+        r->ksize[role] = g->n_ranks;
+        for (int k = 0; k < g->n_ranks; k++)
+            if (g->ranks[k] == me) r->role = role, r->gi = k;
     }
     if (r->role < 0) return hp_error(HP_STATUS_CONFIG, "multimodal: rank %d is in no group", me);
     if (r->m > 64) return hp_error(HP_STATUS_UNSUPPORTED, "pipeline.micro_batches %d > 64", r->m);
+    r->lrows = r->rows / r->ksize[r->role];
+    hp_comm *gc = NULL; /* collective over the world: every rank splits */
+    HP_CHECK(hp_comm_split(r->world, r->role, r->gi, &gc));
+    if (r->ksize[r->role] > 1) r->group_comm = gc;
+    else hp_comm_free(gc);
     return HP_STATUS_OK;
 }
 
 /* The sub-model's graph: forward, surrogate root, backward, gradient accumulation. */
-hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, int m, hp_mm_sub *r) {
+hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, float loss_scale, hp_mm_sub *r) {
     memset(r, 0, sizeof *r);
     hp_graph *g = r->g = hp_graph_new();
     if (!g) return OOM("the graph");
@@ -78,7 +93,7 @@ hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, int m, hp
         r->tokens = dec.tokens;
         r->targets = dec.targets;
         r->loss = dec.loss;
-        root = hp_scale(g, dec.loss, 1.0f / (float)m); /* the step's loss: the mean over micro-batches */
+        root = hp_scale(g, dec.loss, loss_scale); /* this rank's share of the step's mean loss */
         r->f_end = hp_graph_n_nodes(g);
     }
     HP_CHECK(hp_graph_status(g));
@@ -174,7 +189,7 @@ static hp_status build_optimizer(hp_mm_runner *r) {
 hp_status hp__mm_groups_new(hp_mm_runner *r) {
     if (!r->world) return hp_error(HP_STATUS_INVALID_ARGUMENT, "multimodal: groups need a world communicator");
     HP_CHECK(place(r));
-    HP_CHECK(hp__mm_sub_build(&r->mc, r->role, r->rows, r->m, &r->sub));
+    HP_CHECK(hp__mm_sub_build(&r->mc, r->role, r->lrows, 1.0f / (float)(r->m * r->ksize[r->role]), &r->sub));
     r->slot = calloc((size_t)r->m, sizeof *r->slot);
     size_t nbuf = 0;
     for (int e = 0; e < 2; e++) nbuf += 2 * prefix_elems(r, e) + patch_elems(r, e);
@@ -203,6 +218,8 @@ void hp__mm_groups_free(hp_mm_runner *r) {
     hp_graph_free(r->sub.g);
     hp_graph_free(r->ng);
     hp_graph_free(r->og);
+    hp_comm_free(r->group_comm);
+    r->group_comm = NULL;
     free(r->buf);
     free(r->reqs);
     r->slot = NULL;
@@ -218,12 +235,34 @@ static float *bufp(hp_mm_runner *r, int mb, int k) {
     return r->buf + (size_t)mb * per + off;
 }
 
-static hp_status isend(hp_mm_runner *r, const float *p, size_t n, int role, int t) {
+static hp_status isend(hp_mm_runner *r, const float *p, size_t n, int peer, int t) {
     if (r->n_reqs >= r->cap_reqs) return hp_error(HP_STATUS_INTERNAL, "multimodal: too many sends in flight");
-    return hp_comm_isend(r->world, p, n, HP_DTYPE_F32, r->rank_of[role], t, &r->reqs[r->n_reqs++]);
+    return hp_comm_isend(r->world, p, n, HP_DTYPE_F32, peer, t, &r->reqs[r->n_reqs++]);
 }
-static hp_status recv(hp_mm_runner *r, float *p, size_t n, int role, int t) {
-    return hp_comm_recv(r->world, p, n, HP_DTYPE_F32, r->rank_of[role], t);
+static hp_status recv(hp_mm_runner *r, float *p, size_t n, int peer, int t) {
+    return hp_comm_recv(r->world, p, n, HP_DTYPE_F32, peer, t);
+}
+/* The first rank of a group (the one rank of the linear pipeline's groups). */
+static int rank0(const hp_mm_runner *r, int role) { return r->ranks_of[role][0]; }
+
+/* Sends this rank's rows of a micro-batch (`buf`, epr elements per row) to the ranks of group `to`
+ * whose rows overlap them, each its part. */
+static hp_status rows_out(hp_mm_runner *r, int to, const float *buf, size_t epr, int t) {
+    int lo = r->gi * r->lrows, hi = lo + r->lrows, ld = r->rows / r->ksize[to];
+    for (int j = 0; j < r->ksize[to]; j++) {
+        int a = lo > j * ld ? lo : j * ld, b = hi < (j + 1) * ld ? hi : (j + 1) * ld;
+        if (a < b) HP_CHECK(isend(r, buf + (size_t)(a - lo) * epr, (size_t)(b - a) * epr, r->ranks_of[to][j], t));
+    }
+    return HP_STATUS_OK;
+}
+/* Receives this rank's rows of a micro-batch into `buf` from the ranks of group `from` that hold them. */
+static hp_status rows_in(hp_mm_runner *r, int from, float *buf, size_t epr, int t) {
+    int lo = r->gi * r->lrows, hi = lo + r->lrows, ls = r->rows / r->ksize[from];
+    for (int i = 0; i < r->ksize[from]; i++) {
+        int a = lo > i * ls ? lo : i * ls, b = hi < (i + 1) * ls ? hi : (i + 1) * ls;
+        if (a < b) HP_CHECK(recv(r, buf + (size_t)(a - lo) * epr, (size_t)(b - a) * epr, r->ranks_of[from][i], t));
+    }
+    return HP_STATUS_OK;
 }
 
 /* One pass of an encoder (F or B of micro-batch mb); *sec gets its compute seconds. */
@@ -231,26 +270,27 @@ static hp_status enc_pass(hp_mm_runner *r, const hp_mm_op *op, double *sec) {
     int e = r->role, mb = op->mb;
     hp_program *p = r->slot[mb];
     bool chain = r->mode == HP_MM_MODE_CHAIN;
-    size_t ny = prefix_elems(r, e), na = prefix_elems(r, 0);
+    size_t epr = (size_t)hp_mm_tokens(&r->mc, e) * r->mc.width, ny = epr * r->lrows, na = prefix_elems(r, 0);
     if (!op->backward) {
         float *x = bufp(r, mb, 4 + e), *y = bufp(r, mb, e);
-        HP_CHECK(hp__mm_patches(r, e, mb * r->rows, r->rows, x));
-        if (chain && e == 1) HP_CHECK(recv(r, bufp(r, mb, 0), na, HP_MM_ROLE_ENC_A, tag(mb, T_CHAIN_OUT_A)));
+        size_t nx = patch_elems(r, e) / r->ksize[e];
+        HP_CHECK(hp__mm_patches(r, e, mb * r->rows + r->gi * r->lrows, r->lrows, x));
+        if (chain && e == 1) HP_CHECK(recv(r, bufp(r, mb, 0), na, rank0(r, HP_MM_ROLE_ENC_A), tag(mb, T_CHAIN_OUT_A)));
         double t0 = hp_now_seconds();
-        HP_CHECK(hp_program_set_input(p, r->sub.x_in, x, patch_elems(r, e) * sizeof(float)));
+        HP_CHECK(hp_program_set_input(p, r->sub.x_in, x, nx * sizeof(float)));
         HP_CHECK(hp_program_run_nodes(p, 0, r->sub.f_end));
         HP_CHECK(hp_program_get_output(p, r->sub.y_out, y, ny * sizeof(float)));
         *sec = hp_now_seconds() - t0;
-        if (chain && e == 0) return isend(r, y, ny, HP_MM_ROLE_ENC_B, tag(mb, T_CHAIN_OUT_A));
-        if (chain) HP_CHECK(isend(r, bufp(r, mb, 0), na, HP_MM_ROLE_DEC, tag(mb, T_OUT_A)));
-        return isend(r, y, ny, HP_MM_ROLE_DEC, tag(mb, e ? T_OUT_B : T_OUT_A));
+        if (chain && e == 0) return isend(r, y, ny, rank0(r, HP_MM_ROLE_ENC_B), tag(mb, T_CHAIN_OUT_A));
+        if (chain) HP_CHECK(isend(r, bufp(r, mb, 0), na, rank0(r, HP_MM_ROLE_DEC), tag(mb, T_OUT_A)));
+        return rows_out(r, HP_MM_ROLE_DEC, y, epr, tag(mb, e ? T_OUT_B : T_OUT_A));
     }
     float *dy = bufp(r, mb, 2 + e);
-    if (chain && e == 0) HP_CHECK(recv(r, dy, ny, HP_MM_ROLE_ENC_B, tag(mb, T_CHAIN_DX_A)));
-    else HP_CHECK(recv(r, dy, ny, HP_MM_ROLE_DEC, tag(mb, e ? T_DX_B : T_DX_A)));
+    if (chain && e == 0) HP_CHECK(recv(r, dy, ny, rank0(r, HP_MM_ROLE_ENC_B), tag(mb, T_CHAIN_DX_A)));
+    else HP_CHECK(rows_in(r, HP_MM_ROLE_DEC, dy, epr, tag(mb, e ? T_DX_B : T_DX_A)));
     if (chain && e == 1) { /* pass encoder a's gradient along */
-        HP_CHECK(recv(r, bufp(r, mb, 2), na, HP_MM_ROLE_DEC, tag(mb, T_DX_A)));
-        HP_CHECK(isend(r, bufp(r, mb, 2), na, HP_MM_ROLE_ENC_A, tag(mb, T_CHAIN_DX_A)));
+        HP_CHECK(recv(r, bufp(r, mb, 2), na, rank0(r, HP_MM_ROLE_DEC), tag(mb, T_DX_A)));
+        HP_CHECK(isend(r, bufp(r, mb, 2), na, rank0(r, HP_MM_ROLE_ENC_A), tag(mb, T_CHAIN_DX_A)));
     }
     double t0 = hp_now_seconds();
     HP_CHECK(hp_program_set_input(p, r->sub.dy, dy, ny * sizeof(float)));
@@ -262,13 +302,19 @@ static hp_status enc_pass(hp_mm_runner *r, const hp_mm_op *op, double *sec) {
 /* The decoder's pass of micro-batch mb (forward and backward); adds its loss share to *loss. */
 static hp_status dec_pass(hp_mm_runner *r, int mb, float *loss, double *sec) {
     hp_program *p = r->slot[mb];
-    int src_b = r->mode == HP_MM_MODE_CHAIN ? HP_MM_ROLE_ENC_B : HP_MM_ROLE_ENC_A;
-    size_t n0 = prefix_elems(r, 0), n1 = prefix_elems(r, 1), nt = (size_t)r->rows * HP_MM_CAPTION;
-    HP_CHECK(recv(r, bufp(r, mb, 0), n0, src_b, tag(mb, T_OUT_A)));
-    HP_CHECK(recv(r, bufp(r, mb, 1), n1, HP_MM_ROLE_ENC_B, tag(mb, T_OUT_B)));
+    bool chain = r->mode == HP_MM_MODE_CHAIN;
+    size_t e0 = (size_t)hp_mm_tokens(&r->mc, 0) * r->mc.width, e1 = (size_t)hp_mm_tokens(&r->mc, 1) * r->mc.width;
+    size_t n0 = e0 * r->lrows, n1 = e1 * r->lrows, nt = (size_t)r->lrows * HP_MM_CAPTION;
+    if (chain) {
+        HP_CHECK(recv(r, bufp(r, mb, 0), n0, rank0(r, HP_MM_ROLE_ENC_B), tag(mb, T_OUT_A)));
+        HP_CHECK(recv(r, bufp(r, mb, 1), n1, rank0(r, HP_MM_ROLE_ENC_B), tag(mb, T_OUT_B)));
+    } else {
+        HP_CHECK(rows_in(r, HP_MM_ROLE_ENC_A, bufp(r, mb, 0), e0, tag(mb, T_OUT_A)));
+        HP_CHECK(rows_in(r, HP_MM_ROLE_ENC_B, bufp(r, mb, 1), e1, tag(mb, T_OUT_B)));
+    }
     int32_t *tt = malloc(sizeof *tt * 2 * nt);
     if (!tt) return OOM("captions");
-    hp_status st = hp__mm_captions(r, mb * r->rows, r->rows, tt, tt + nt);
+    hp_status st = hp__mm_captions(r, mb * r->rows + r->gi * r->lrows, r->lrows, tt, tt + nt);
     double t0 = hp_now_seconds();
     if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->sub.tokens, tt, nt * sizeof *tt);
     if (st == HP_STATUS_OK) st = hp_program_set_input(p, r->sub.targets, tt + nt, nt * sizeof *tt);
@@ -279,13 +325,38 @@ static hp_status dec_pass(hp_mm_runner *r, int mb, float *loss, double *sec) {
     HP_CHECK(hp_program_run(p));
     float l;
     HP_CHECK(hp_program_get_output(p, r->sub.loss, &l, sizeof l));
-    *loss += l / (float)r->m;
+    *loss += l / (float)(r->m * r->ksize[HP_MM_ROLE_DEC]);
     HP_CHECK(hp_program_get_output(p, r->sub.dpre[0], bufp(r, mb, 2), n0 * sizeof(float)));
     HP_CHECK(hp_program_get_output(p, r->sub.dpre[1], bufp(r, mb, 3), n1 * sizeof(float)));
     *sec = hp_now_seconds() - t0;
-    int to_a = r->mode == HP_MM_MODE_CHAIN ? HP_MM_ROLE_ENC_B : HP_MM_ROLE_ENC_A;
-    HP_CHECK(isend(r, bufp(r, mb, 2), n0, to_a, tag(mb, T_DX_A)));
-    return isend(r, bufp(r, mb, 3), n1, HP_MM_ROLE_ENC_B, tag(mb, T_DX_B));
+    if (chain) {
+        HP_CHECK(isend(r, bufp(r, mb, 2), n0, rank0(r, HP_MM_ROLE_ENC_B), tag(mb, T_DX_A)));
+        return isend(r, bufp(r, mb, 3), n1, rank0(r, HP_MM_ROLE_ENC_B), tag(mb, T_DX_B));
+    }
+    HP_CHECK(rows_out(r, HP_MM_ROLE_ENC_A, bufp(r, mb, 2), e0, tag(mb, T_DX_A)));
+    return rows_out(r, HP_MM_ROLE_ENC_B, bufp(r, mb, 3), e1, tag(mb, T_DX_B));
+}
+
+/* Sums the group's gradient accumulators (its ranks computed disjoint rows). */
+static hp_status group_reduce(hp_mm_runner *r) {
+    if (!r->group_comm) return HP_STATUS_OK;
+    int np = hp_graph_params(r->sub.g, NULL, 0);
+    hp_tid *ids = malloc(sizeof *ids * (size_t)(np + 1));
+    if (!ids) return OOM("the parameter list");
+    hp_graph_params(r->sub.g, ids, np);
+    hp_status st = HP_STATUS_OK;
+    for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
+        const hp_tensor *t = hp_graph_tensor(r->sub.g, ids[i]);
+        char name[600];
+        snprintf(name, sizeof name, "grad_acc.%s", t->name);
+        float *d = hp_store_data(r->store, name);
+        size_t n = (size_t)hp_shape_numel(&t->shape);
+        st = d ? hp_comm_all_reduce(r->group_comm, d, d, n, HP_DTYPE_F32, HP_REDUCE_SUM)
+               : hp_error(HP_STATUS_NOT_FOUND, "multimodal: '%s' is not in the store", name);
+        if (st == HP_STATUS_OK) st = hp_store_touch(r->store, name);
+    }
+    free(ids);
+    return st;
 }
 
 hp_status hp__mm_groups_step(hp_mm_runner *r, hp_mm_step_stats *out) {
@@ -312,14 +383,17 @@ hp_status hp__mm_groups_step(hp_mm_runner *r, hp_mm_step_stats *out) {
     hp_comm_set_thread_wait(wait_mode);
     HP_CHECK(st);
     HP_CHECK(ws);
-    /* global gradient norm, then the update */
+    HP_CHECK(group_reduce(r));
+    /* global gradient norm (each group's first rank counts its reduced gradients), then the update */
     float sq = 0, vec[2 + 2 * HP_MM_ROLES] = {0}, sum[2 + 2 * HP_MM_ROLES];
     HP_CHECK(hp_program_run(r->norm_p));
     HP_CHECK(hp_program_get_output(r->norm_p, r->norm_out, &sq, sizeof sq));
-    vec[0] = sq;
     vec[1] = loss;
-    vec[2 + r->role] = (float)(tf / r->m);
-    vec[2 + HP_MM_ROLES + r->role] = (float)(tb / r->m);
+    if (r->gi == 0) {
+        vec[0] = sq;
+        vec[2 + r->role] = (float)(tf / r->m);
+        vec[2 + HP_MM_ROLES + r->role] = (float)(tb / r->m);
+    }
     HP_CHECK(hp_comm_all_reduce(r->world, vec, sum, 2 + 2 * HP_MM_ROLES, HP_DTYPE_F32, HP_REDUCE_SUM));
     float lr = (float)hp_lr_at(&r->cfg->optim, r->step + 1, r->cfg->train.steps), stp = (float)(r->step + 1);
     HP_CHECK(hp_program_set_input(r->opt_p, r->opt_lr, &lr, sizeof lr));
@@ -339,6 +413,7 @@ hp_status hp__mm_groups_step(hp_mm_runner *r, hp_mm_step_stats *out) {
 }
 
 hp_status hp__mm_groups_gather(hp_mm_runner *r) {
+    if (r->gi > 0) return HP_STATUS_OK; /* each group's first rank holds its replica */
     if (r->role == HP_MM_ROLE_DEC) { /* receive each encoder's parameters, in their graph order */
         hp_graph *g[2] = {hp_graph_new(), hp_graph_new()};
         hp_status st = g[0] && g[1] ? HP_STATUS_OK : OOM("a graph");
@@ -353,7 +428,7 @@ hp_status hp__mm_groups_gather(hp_mm_runner *r) {
                 const hp_tensor *t = hp_graph_tensor(g[e], ids[i]);
                 float *d = hp_store_data(r->store, t->name);
                 if (!d) st = hp_error(HP_STATUS_NOT_FOUND, "multimodal: '%s' is not in the decoder's store", t->name);
-                if (st == HP_STATUS_OK) st = recv(r, d, (size_t)hp_shape_numel(&t->shape), e, 1000000 + i);
+                if (st == HP_STATUS_OK) st = recv(r, d, (size_t)hp_shape_numel(&t->shape), rank0(r, e), 1000000 + i);
                 if (st == HP_STATUS_OK) st = hp_store_touch(r->store, t->name);
             }
             free(ids);
@@ -369,7 +444,7 @@ hp_status hp__mm_groups_gather(hp_mm_runner *r) {
     for (int i = 0; i < np && st == HP_STATUS_OK; i++) {
         const hp_tensor *t = hp_graph_tensor(r->sub.g, ids[i]);
         const float *d = hp_store_data(r->store, t->name);
-        st = d ? hp_comm_send(r->world, d, (size_t)hp_shape_numel(&t->shape), HP_DTYPE_F32, r->rank_of[HP_MM_ROLE_DEC],
+        st = d ? hp_comm_send(r->world, d, (size_t)hp_shape_numel(&t->shape), HP_DTYPE_F32, rank0(r, HP_MM_ROLE_DEC),
                               1000000 + i)
                : hp_error(HP_STATUS_NOT_FOUND, "multimodal: '%s' is not in the store", t->name);
     }
@@ -384,7 +459,7 @@ hp_status hp_mm_predict_passes(const hp_mm_config *c, int rows, int m, const hp_
                         rows, m);
     for (int role = 0; role < HP_MM_ROLES; role++) {
         hp_mm_sub sub;
-        hp_status st = hp__mm_sub_build(c, role, rows, m, &sub);
+        hp_status st = hp__mm_sub_build(c, role, rows, 1.0f / (float)m, &sub);
         double f = -1, b = -1;
         if (st == HP_STATUS_OK) {
             f = hp_predict_seconds(sub.g, NULL, 0, role == HP_MM_ROLE_DEC ? sub.n_nodes : sub.f_end, mm);

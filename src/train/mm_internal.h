@@ -18,15 +18,20 @@ typedef struct hp_mm_sub {
     hp_tid pre[2], dpre[2], tokens, targets, loss; /* decoder: prefixes, their gradients, captions, loss */
 } hp_mm_sub;
 
-/* Builds role's graph for micro-batches of `rows` rows, the loss scaled by 1/m (mm_groups.c). */
-hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, int m, hp_mm_sub *out);
+/* Builds role's graph for micro-batches of `rows` rows, the decoder's loss scaled by loss_scale in the
+ * root of the backward (mm_groups.c). */
+hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, float loss_scale, hp_mm_sub *out);
 
 struct hp_mm_runner {
     const hp_run_config *cfg;
     hp_mm_config mc;
     hp_comm *world;      /* borrowed; NULL on one device */
     int role;            /* HP_MM_ROLE_*, -1 on one device */
-    int rank_of[HP_MM_ROLES]; /* the world rank of each group */
+    const int *ranks_of[HP_MM_ROLES]; /* each group's world ranks (the run config's) */
+    int ksize[HP_MM_ROLES]; /* each group's ranks: they split every micro-batch's rows (data parallel) */
+    int gi;              /* this rank's index in its group */
+    int lrows;           /* this rank's rows of a micro-batch: rows / ksize[role] */
+    hp_comm *group_comm; /* this rank's group (gradient all-reduce); NULL for a group of one rank */
     hp_mm_mode mode;
     int m, batch, rows;  /* micro-batches, rows per step, rows per micro-batch */
     int64_t step;        /* steps done */

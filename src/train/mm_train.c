@@ -213,6 +213,7 @@ hp_status hp_mm_runner_eval(hp_mm_runner *r, int64_t n, double *acc, double *cap
     *acc = *caption_acc = -1;
     if (n <= 0 || n > r->test.n) n = r->test.n;
     if (r->role >= 0 && r->role != HP_MM_ROLE_DEC) return hp__mm_groups_gather(r); /* send the encoder */
+    if (r->role >= 0 && r->gi > 0) return HP_STATUS_OK; /* the decoder's first rank decodes */
     int bs = n < 100 ? (int)n : 100;
     hp_graph *g = hp_graph_new();
     if (!g) return OOM("the evaluation graph");
@@ -244,7 +245,7 @@ hp_status hp_mm_runner_params(hp_mm_runner *r, const char *name, float **data, i
 }
 
 hp_status hp_mm_runner_save(hp_mm_runner *r, const char *path) {
-    if (r->role >= 0 && r->role != HP_MM_ROLE_DEC) return HP_STATUS_OK;
+    if (r->role >= 0 && (r->role != HP_MM_ROLE_DEC || r->gi > 0)) return HP_STATUS_OK;
     int n = hp_store_n_entries(r->store), k = 0;
     hp_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
     if (!ts) return OOM("the checkpoint list");
