@@ -70,5 +70,6 @@
 #include "hp/fit.h"
 #include "hp/eval.h"
 #include "hp/hf.h"
+#include "hp/multimodal.h"
 
 #endif /* HP_HP_H */
