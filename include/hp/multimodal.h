@@ -290,6 +290,14 @@ hp_status hp_mm_runner_eval(hp_mm_runner *r, int64_t n, double *acc, double *cap
  * Errors: hp_safetensors_write's.
  */
 hp_status hp_mm_runner_save(hp_mm_runner *r, const char *path);
+/*
+ * Records every program's nodes into `tr` (hp/trace.h; NULL: stops), each step numbered: with
+ * groups, spans tagged with the group's role as the stage and the micro-batch, so
+ * bench/trace_bubble.py measures the bubble from the written trace. `tr` is borrowed and must
+ * outlive the runner or be unset. Errors: hp_program_set_trace's.
+ */
+struct hp_trace;
+hp_status hp_mm_runner_set_trace(hp_mm_runner *r, struct hp_trace *tr);
 /* This rank's values of parameter `name` (numel elements, the store's memory: valid until the runner
  * is freed). Errors: HP_STATUS_NOT_FOUND naming a name this rank does not hold. */
 hp_status hp_mm_runner_params(hp_mm_runner *r, const char *name, float **data, int64_t *numel);

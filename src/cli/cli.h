@@ -7,8 +7,9 @@
 #include "hp/core.h"
 
 int hp_cli_train(int argc, char **argv);
-/* hp train for model.family multimodal (train_mm.c); frees cfg, starts and ends the world itself. */
-int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path);
+/* hp train for model.family multimodal (train_mm.c); frees cfg, starts and ends the world itself;
+ * trace_path NULL: no trace. */
+int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path, const char *trace_path);
 int hp_cli_generate(int argc, char **argv);
 int hp_cli_plan(int argc, char **argv);
 /* hp plan for a config with groups: (plan_pipeline.c); ranks 0: the groups' own count; calibration

@@ -106,7 +106,7 @@ int hp_cli_train(int argc, char **argv) {
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
     if (steps_override) cfg.train.steps = steps_override;
-    if (!strcmp(cfg.model.family, "multimodal")) return hp_cli_train_mm(&cfg, metrics_path); /* train_mm.c */
+    if (!strcmp(cfg.model.family, "multimodal")) return hp_cli_train_mm(&cfg, metrics_path, trace_path); /* train_mm.c */
 
     FILE *metrics = NULL;
     hp_trainer *t = NULL;

@@ -8,14 +8,16 @@
 
 #include "hp/multimodal.h"
 #include "hp/run_dir.h"
+#include "hp/trace.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path) {
+int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path, const char *trace_path) {
     hp_comm *world = NULL;
     bool mpi = false;
     hp_mm_runner *r = NULL;
+    hp_trace *trace = NULL;
     FILE *metrics = NULL;
     int rc = 1;
     hp_status st = hp_cli_world(&world, &mpi);
@@ -35,6 +37,17 @@ int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path) {
     if (st != HP_STATUS_OK) {
         hp_cli_fail(st, NULL);
         goto out;
+    }
+    if (trace_path) { /* every rank records, clocks aligned; rank 0 writes the file at the end */
+        hp_trace_opts to = HP_TRACE_OPTS_DEFAULT;
+        to.rank = world ? hp_comm_rank(world) : 0;
+        st = hp_trace_new(&to, &trace);
+        if (st == HP_STATUS_OK) st = hp_trace_sync(trace, size > 1 ? world : NULL);
+        if (st == HP_STATUS_OK) st = hp_mm_runner_set_trace(r, trace);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "trace");
+            goto out;
+        }
     }
     if (lead && metrics_path && !(metrics = fopen(metrics_path, "w"))) {
         fprintf(stderr, "hp: error: cannot open metrics file '%s'\n", metrics_path);
@@ -77,6 +90,15 @@ int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path) {
         fprintf(stderr, "throughput %.1f rows/s; bubble fraction %.3f (1 - busy / (3 ranks x wall))\n",
                 cfg->train.steps * cfg->train.batch / wall, 1.0 - sum / (3.0 * wall));
     }
+    if (trace) {
+        st = hp_mm_runner_set_trace(r, NULL);
+        if (st == HP_STATUS_OK) st = hp_trace_write(trace, size > 1 ? world : NULL, trace_path);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "writing the trace");
+            goto out;
+        }
+        if (lead) fprintf(stderr, "trace: %s\n", trace_path);
+    }
     double acc, cap;
     st = hp_mm_runner_eval(r, 0, &acc, &cap);
     if (st != HP_STATUS_OK) {
@@ -101,6 +123,7 @@ int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path) {
 out:
     if (metrics) fclose(metrics);
     hp_mm_runner_free(r);
+    hp_trace_free(trace); /* after the programs that record into it */
     hp_run_config_free(cfg);
     hp_cli_world_end(world, mpi, rc);
     return rc;

@@ -83,7 +83,9 @@ hp_status hp__mm_sub_build(const hp_mm_config *mc, int role, int rows, float los
         r->y_out = enc.out;
         r->f_end = hp_graph_n_nodes(g);
         r->dy = hp_input(g, "enc.dy", HP_DTYPE_F32, hp_graph_tensor(g, enc.out)->shape);
+        hp_graph_set_node_flags(g, HP_NODE_FLAG_BACKWARD); /* the root runs in B (the trace's phase) */
         root = hp_sum(g, hp_mul(g, enc.out, r->dy), -1);
+        hp_graph_set_node_flags(g, 0);
     } else {
         hp_mm_decoder dec;
         HP_CHECK(hp_mm_build_decoder(g, mc, rows, NULL, true, &dec));

@@ -53,6 +53,7 @@ struct hp_mm_runner {
     float *buf;          /* transfer buffers */
     hp_comm_request **reqs;
     int n_reqs, cap_reqs;
+    hp_trace *trace;     /* borrowed; NULL: off */
 };
 
 /* The step's image indices into r->idx (the same on every rank). */

@@ -152,6 +152,7 @@ int hp_mm_runner_role(const hp_mm_runner *r) { return r->role; }
 hp_status hp_mm_runner_step(hp_mm_runner *r, hp_mm_step_stats *st) {
     memset(st, 0, sizeof *st);
     hp__mm_step_rows(r, r->step);
+    if (r->trace) hp_trace_set_step(r->trace, r->step + 1);
     double t0 = hp_now_seconds();
     hp_status s = r->role >= 0 ? hp__mm_groups_step(r, st) : single_step(r, st);
     st->seconds = hp_now_seconds() - t0;
@@ -264,4 +265,15 @@ hp_status hp_mm_runner_save(hp_mm_runner *r, const char *path) {
     if (st == HP_STATUS_OK) st = hp_safetensors_write(path, ts, (size_t)k, meta, 1);
     free(ts);
     return st;
+}
+
+hp_status hp_mm_runner_set_trace(hp_mm_runner *r, hp_trace *tr) {
+    r->trace = tr;
+    if (r->p) return hp_program_set_trace(r->p, tr, NULL);
+    for (int i = 0; i < r->m; i++) {
+        hp_trace_tags tags = {.stage = r->role, .microbatch = i, .phase = HP_TRACE_PHASE_NONE};
+        HP_CHECK(hp_program_set_trace(r->slot[i], tr, &tags));
+    }
+    HP_CHECK(hp_program_set_trace(r->norm_p, tr, NULL));
+    return hp_program_set_trace(r->opt_p, tr, NULL);
 }
