@@ -6,6 +6,7 @@
  */
 #include "testutil.h"
 
+#include "hp/costmodel.h"
 #include "hp/multimodal.h"
 
 #include <stdio.h>
@@ -152,6 +153,32 @@ static void test_schedule(void **state) {
     assert_int_equal(hp_mm_schedule_make(HP_MM_MODE_CONCURRENT, 4, ef, eb, 0.0, &con), HP_STATUS_INVALID_ARGUMENT);
 }
 
+static void test_plan(void **state) {
+    (void)state;
+    hp_mm_config c = {.enc = {{7, 1, 16}, {4, 2, 16}}, .heads = 2, .dec_layers = 1, .width = 16, .image_rows = 28,
+                      .image_cols = 28};
+    double tf[3], tb[3];
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    assert_ok(hp_mm_predict_passes(&c, 4, 2, &mm, tf, tb));
+    /* encoder b (49 tokens, 2 layers) costs more than encoder a (16 tokens, 1 layer); backward > forward */
+    assert_true(tf[0] > 0 && tf[1] > tf[0] && tb[1] > tb[0] && tb[0] > tf[0]);
+    assert_true(tf[2] > 0 && tb[2] == 0);
+    assert_int_equal(hp_mm_predict_passes(&c, 0, 2, &mm, tf, tb), HP_STATUS_INVALID_ARGUMENT);
+    /* per micro-batch a 3, b 6, the decoder 12: on 6 ranks 1, 2, 3 (3, 3, 4) beats 1, 1, 4 (3, 6, 3) */
+    double f[3] = {1, 2, 12}, b[3] = {2, 4, 0};
+    int best[3];
+    double t3, t6;
+    assert_ok(hp_mm_suggest_split(f, b, 8, 3, best, &t3));
+    assert_int_equal(best[0] + best[1] + best[2], 3);
+    assert_ok(hp_mm_suggest_split(f, b, 8, 6, best, &t6));
+    assert_int_equal(best[0], 1);
+    assert_int_equal(best[1], 2);
+    assert_int_equal(best[2], 3);
+    assert_true(t6 < t3 / 2);
+    assert_int_equal(hp_mm_suggest_split(f, b, 8, 2, best, &t6), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("2 ranks");
+}
+
 static void test_config_errors(void **state) {
     (void)state;
     hp_run_config c;
@@ -214,7 +241,7 @@ static void test_tiny_model_learns(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_reader),  cmocka_unit_test(test_captions_and_patches),
-        cmocka_unit_test(test_schedule),    cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_schedule),    cmocka_unit_test(test_config_errors),  cmocka_unit_test(test_plan),
         cmocka_unit_test(test_tiny_model_learns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
