@@ -9,6 +9,7 @@
  * 2 layers) or "equal" (both 4x4 patches, 2 layers).
  */
 #include "hp/comm_mpi.h"
+#include "hp/costmodel.h"
 #include "hp/multimodal.h"
 
 #include <stdio.h>
@@ -88,8 +89,22 @@ int main(int argc, char **argv) {
                    "\"predicted_step_s\": %.4f}\n", load, names[k], rounds, steps, med[k], a[0], a[rounds - 1],
                    b[rounds / 2], p[rounds / 2]);
     }
-    if (!rc && hp_comm_rank(world) == 0)
+    if (!rc && hp_comm_rank(world) == 0) {
         printf("{\"bench\": \"mm\", \"load\": \"%s\", \"throughput_ratio\": %.3f}\n", load, med[0] / med[1]);
+        /* the cost model's view (hp plan's): flat roofline pass times, both schedules simulated */
+        hp_mm_config mc = hp_mm_config_from_run(&c);
+        hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+        double tf[3], tb[3];
+        hp_mm_schedule a, b;
+        int rows = (int)(c.train.batch / c.pipeline.micro_batches);
+        if (hp_mm_predict_passes(&mc, rows, (int)c.pipeline.micro_batches, &mm, tf, tb) == HP_STATUS_OK &&
+            hp_mm_schedule_make(HP_MM_MODE_CONCURRENT, (int)c.pipeline.micro_batches, tf, tb, 0, &a) == HP_STATUS_OK &&
+            hp_mm_schedule_make(HP_MM_MODE_CHAIN, (int)c.pipeline.micro_batches, tf, tb, 0, &b) == HP_STATUS_OK)
+            printf("{\"bench\": \"mm\", \"load\": \"%s\", \"cost_model_ms_per_microbatch\": [%.3f, %.3f, %.3f], "
+                   "\"cost_model_step_ms\": {\"concurrent\": %.3f, \"pipeline_1f1b\": %.3f}, \"cost_model_ratio\": %.3f}\n",
+                   load, 1e3 * (tf[0] + tb[0]), 1e3 * (tf[1] + tb[1]), 1e3 * tf[2], 1e3 * a.makespan, 1e3 * b.makespan,
+                   b.makespan / a.makespan);
+    }
     hp_mm_runner_free(r[0]);
     hp_mm_runner_free(r[1]);
     hp_run_config_free(&c); /* safe on the defaults a failed load leaves */
