@@ -22,6 +22,7 @@ packages=(
     libxml2-utils                         # xmllint: tests parse the SVGs of hp plot back
     clang-14 libclang-rt-14-dev libomp-14-dev    # the fuzz build (tests/fuzz): clang, libFuzzer, OpenMP
     bible-kjv                             # the default training corpus (scripts/get-data.sh)
+    dataset-fashion-mnist                 # Fashion-MNIST (IDX) for the multimodal model (hp/multimodal.h)
     "$@"
 )
 command -v cmake > /dev/null 2>&1 || packages+=(cmake)

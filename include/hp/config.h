@@ -92,7 +92,8 @@
  * groups as a pipeline (src/mpmd); hp_compile_run, which builds one SPMD program, refuses it
  * (HP_STATUS_UNSUPPORTED).
  *
- * model.family is gpt2 or llama (anything else is an error naming the value and its line). kv_heads,
+ * model.family is gpt2, llama or multimodal (hp/multimodal.h; groups of kinds encoder and fusion are
+ * allowed only with it) (anything else is an error naming the value and its line). kv_heads,
  * ffn_width, rope_base and norm_eps are read for llama (hp/nn.h: the Llama family): kv_heads must
  * divide heads, the head dim width/heads must be even (RoPE rotates pairs), and dropout must be 0.
  *
@@ -158,6 +159,20 @@ extern "C" {
 
 #define HP_CONFIG_STR_MAX 1024 /* bytes, including the NUL, of each string field */
 
+/* model.multimodal (model.family multimodal; hp/multimodal.h, src/io/config_mm.c):
+ *   multimodal: {data_dir: /usr/share/datasets/fashion-mnist, patch_a: 7, layers_a: 1, width_a: 32,
+ *                patch_b: 4, layers_b: 2, width_b: 32, train_images: 0, test_images: 1000}
+ * Encoder a is the light branch, b the heavy one; the decoder is model.layers/heads/width (model.vocab,
+ * context, tied_head and dropout are not used by this family: the caption vocabulary and sequence are
+ * fixed). patch_* divide 28, widths divide model.heads; train_images 0: the whole training split. */
+typedef struct hp_multimodal_config {
+    char data_dir[HP_CONFIG_STR_MAX];
+    int64_t patch_a, layers_a, width_a; /* patch in [1, 28] dividing 28; layers, width >= 1 */
+    int64_t patch_b, layers_b, width_b;
+    int64_t train_images; /* >= 0 (0: all) */
+    int64_t test_images;  /* >= 1: images whose generated caption is scored */
+} hp_multimodal_config;
+
 typedef struct hp_model_config {
     int64_t vocab;   /* vocabulary size; >= 256 (the byte tokenizer's) */
     int64_t context; /* T, tokens per sequence; >= 1 */
@@ -173,6 +188,7 @@ typedef struct hp_model_config {
     double rope_base;  /* RoPE base theta, > 1; default 10000 */
     double norm_eps;   /* RMSNorm epsilon, > 0; default 1e-5 */
     hp_moe_config moe; /* model.moe: Mixture-of-Experts MLPs (hp/moe.h; src/io/config_moe.c); experts 0: off */
+    hp_multimodal_config multimodal; /* model.multimodal: read for family multimodal (written only then) */
 } hp_model_config;
 
 typedef struct hp_data_config {

@@ -71,5 +71,6 @@
 #include "hp/eval.h"
 #include "hp/hf.h"
 #include "hp/rl.h"
+#include "hp/multimodal.h"
 
 #endif /* HP_HP_H */

@@ -7,11 +7,16 @@
 #include "hp/core.h"
 
 int hp_cli_train(int argc, char **argv);
+/* hp train for model.family multimodal (train_mm.c); frees cfg, starts and ends the world itself;
+ * trace_path NULL: no trace. */
+int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path, const char *trace_path);
 int hp_cli_generate(int argc, char **argv);
 int hp_cli_plan(int argc, char **argv);
 /* hp plan for a config with groups: (plan_pipeline.c); ranks 0: the groups' own count; calibration
  * NULL: hp calibrate's cache. */
 int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibration);
+/* hp plan for model.family multimodal (plan_mm.c); ranks 0: the groups' count (3 without groups). */
+int hp_cli_plan_mm(const hp_run_config *cfg, int ranks, const char *calibration);
 int hp_cli_check(int argc, char **argv);
 int hp_cli_ckpt(int argc, char **argv);
 int hp_cli_trace_view(int argc, char **argv);

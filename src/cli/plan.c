@@ -237,6 +237,11 @@ int hp_cli_plan(int argc, char **argv) {
     hp_run_config cfg;
     hp_status st = hp_run_config_load(config, &cfg);
     if (st != HP_STATUS_OK) return hp_cli_fail(st, NULL);
+    if (!strcmp(cfg.model.family, "multimodal")) { /* plan_mm.c: the sub-models' groups */
+        int rc = hp_cli_plan_mm(&cfg, (int)ranks, calibration);
+        hp_run_config_free(&cfg);
+        return rc;
+    }
     if (cfg.groups.present && cfg.groups.n_stages == 0) { /* RL groups (actor, learner): no plan yet */
         fprintf(stderr, "hp: error: %s: the groups are an RL job's (kind actor and learner): run it with `hp rl %s`; "
                 "hp plan plans pipelines and single programs\n", config, config);

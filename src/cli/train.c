@@ -113,6 +113,7 @@ int hp_cli_train(int argc, char **argv) {
             hp_run_config_free(&cfg);
             return 2;
         }
+    if (!strcmp(cfg.model.family, "multimodal")) return hp_cli_train_mm(&cfg, metrics_path, trace_path); /* train_mm.c */
 
     FILE *metrics = NULL;
     hp_trainer *t = NULL;

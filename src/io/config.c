@@ -12,7 +12,8 @@
 #include <limits.h>
 #include <stdarg.h>
 
-typedef enum field_type { F_INT, F_DOUBLE, F_BOOL, F_STR, F_MOE } field_type; /* F_MOE: model.moe (config_moe.c) */
+typedef enum field_type { F_INT, F_DOUBLE, F_BOOL, F_STR, F_MOE, F_MM } field_type; /* F_MM: model.multimodal (config_mm.c) */
+/* F_MOE: model.moe (config_moe.c) */
 
 typedef struct field {
     const char *key;
@@ -35,6 +36,7 @@ static const field model_fields[] = {
     FLD(hp_model_config, dropout, F_DOUBLE), FLD(hp_model_config, family, F_STR),
     INT(hp_model_config, kv_heads, 0, I32),  INT(hp_model_config, ffn_width, 0, I32),
     FLD(hp_model_config, rope_base, F_DOUBLE), FLD(hp_model_config, norm_eps, F_DOUBLE), FLD(hp_model_config, moe, F_MOE),
+    FLD(hp_model_config, multimodal, F_MM),
 };
 static const field data_fields[] = {FLD(hp_data_config, corpus, F_STR), FLD(hp_data_config, val_fraction, F_DOUBLE),
                                     FLD(hp_data_config, shards, F_STR)};
@@ -94,6 +96,7 @@ hp_run_config hp_run_config_defaults(void) {
                                 .tied_head = false, .dropout = 0.0, .rope_base = 10000.0, .norm_eps = 1e-5};
     snprintf(c.model.family, sizeof c.model.family, "gpt2");
     c.model.moe = HP_MOE_CONFIG_INIT;
+    hp__config_mm_defaults(&c.model.multimodal);
     snprintf(c.data.corpus, sizeof c.data.corpus, "data/kjv.txt");
     c.data.val_fraction = 0.05;
     hp_train_config *t = &c.train;
@@ -142,6 +145,7 @@ static hp_status read_field(const section *sec, const field *f, const hp_yaml_no
     case F_DOUBLE: return hp_yaml_as_double(v, what, (double *)p);
     case F_BOOL: return hp_yaml_as_bool(v, what, (bool *)p);
     case F_MOE: return hp__config_read_moe(v, (hp_moe_config *)p);
+    case F_MM: return hp__config_read_mm(v, (hp_multimodal_config *)p);
     case F_STR: {
         const char *s;
         HP_CHECK(hp_yaml_as_string(v, what, &s));
@@ -265,9 +269,13 @@ static hp_status check(const hp_run_config *cfg, const hp_yaml_node *root) {
                 "width %lld, train.batch %lld", sizes[i].what, (long long)m->vocab, (long long)m->context,
                 (long long)m->heads, (long long)m->width, (long long)t->batch);
     if (!(m->dropout >= 0.0 && m->dropout < 1.0)) BAD("model", "dropout", "model.dropout %g must be in [0, 1)", m->dropout);
-    bool llama = strcmp(m->family, "llama") == 0;
-    if (!llama && strcmp(m->family, "gpt2") != 0)
-        BAD("model", "family", "model.family '%s' is not a known family (gpt2, llama)", m->family);
+    bool llama = strcmp(m->family, "llama") == 0, mm = strcmp(m->family, "multimodal") == 0;
+    if (!llama && !mm && strcmp(m->family, "gpt2") != 0)
+        BAD("model", "family", "model.family '%s' is not a known family (gpt2, llama, multimodal)", m->family);
+    if (mm) HP_CHECK(hp__config_check_mm(cfg, value_at(root, "model", "multimodal"), f));
+    else if (value_at(root, "model", "multimodal"))
+        BAD("model", "multimodal", "model.multimodal is read only with model.family: multimodal (family is '%s')",
+            m->family);
     if (llama) {
         if (m->kv_heads && m->heads % m->kv_heads)
             BAD("model", "kv_heads", "model.kv_heads %lld does not divide model.heads %lld", (long long)m->kv_heads,
@@ -382,7 +390,9 @@ static cJSON *to_cjson(const hp_run_config *cfg) {
             const field *f = &sections[s].fields[i];
             const void *p = base + f->offset;
             if (f->type == F_MOE && ((const hp_moe_config *)p)->experts < 1) continue; /* MoE off: not written */
-            cJSON *v = f->type == F_MOE      ? hp__config_moe_json((const hp_moe_config *)p)
+            if (f->type == F_MM && strcmp(cfg->model.family, "multimodal") != 0) continue; /* not used: not written */
+            cJSON *v = f->type == F_MM       ? hp__config_mm_json((const hp_multimodal_config *)p)
+                       : f->type == F_MOE      ? hp__config_moe_json((const hp_moe_config *)p)
                        : f->type == F_INT      ? json_int(*(const int64_t *)p)
                        : f->type == F_DOUBLE ? hp__config_json_number(*(const double *)p)
                        : f->type == F_BOOL   ? cJSON_CreateBool(*(const bool *)p)
@@ -457,6 +467,16 @@ char *hp_run_config_to_yaml(const hp_run_config *cfg) {
                 break;
             }
             case F_BOOL: sb_printf(&b, "  %s: %s\n", f->key, *(const bool *)p ? "true" : "false"); break;
+            case F_MM: {
+                if (strcmp(cfg->model.family, "multimodal") != 0) break;
+                cJSON *js = hp__config_mm_json((const hp_multimodal_config *)p);
+                char *q = js ? cJSON_PrintUnformatted(js) : NULL;
+                if (q) sb_printf(&b, "  %s: %s\n", f->key, q);
+                else b.oom = true;
+                free(q);
+                cJSON_Delete(js);
+                break;
+            }
             case F_MOE: { /* a JSON object is a valid YAML flow mapping */
                 if (((const hp_moe_config *)p)->experts < 1) break;
                 cJSON *js = hp__config_moe_json((const hp_moe_config *)p);

@@ -255,16 +255,23 @@ static hp_status parse_group(const hp_yaml_node *n, const char *name, int *next,
             return hp__config_error(k, "%s: unknown kind '%s' (known: stage, encoder, fusion, actor, learner, critic, "
                                     "reward, reference)", what, s);
         g->kind = (hp_group_kind)found;
-        if (g->kind != HP_GROUP_KIND_STAGE && g->kind != HP_GROUP_KIND_ACTOR && g->kind != HP_GROUP_KIND_LEARNER)
-            return hp__config_error(k, "%s: kind '%s' is not built yet (multimodal groups are HyperMPMD part 2); "
-                                    "kind: stage (a pipeline stage), actor and learner (hp rl) run today", what, s);
+        bool mm = strcmp(cfg->model.family, "multimodal") == 0; /* hp/multimodal.h: two encoders + a fusion */
+        bool mm_kind = mm && (g->kind == HP_GROUP_KIND_ENCODER || g->kind == HP_GROUP_KIND_FUSION);
+        if (g->kind != HP_GROUP_KIND_STAGE && g->kind != HP_GROUP_KIND_ACTOR && g->kind != HP_GROUP_KIND_LEARNER &&
+            !mm_kind)
+            return hp__config_error(k, "%s: kind '%s' is not built yet; kind: stage (a pipeline stage), actor and "
+                                    "learner (hp rl), and encoder and fusion (model.family: multimodal) run today",
+                                    what, s);
     }
     HP_CHECK(parse_ranks(hp_yaml_map_get(n, "ranks"), n, name, next, cfg->arena, g));
     const hp_yaml_node *mod = hp_yaml_map_get(n, "module");
-    if (g->kind != HP_GROUP_KIND_STAGE) { /* actor, learner: the whole model */
+    if (g->kind != HP_GROUP_KIND_STAGE) { /* actor, learner: the whole model; encoder, fusion: by kind and order */
         if (mod && !hp_yaml_is_null(mod))
-            return hp__config_error(mod, "%s.module: a group of kind %s runs the whole model; module: is for stages",
-                                    sec, hp_group_kind_name(g->kind));
+            return hp__config_error(mod, "%s.module: a group of kind %s runs %s; module: is for stages", sec,
+                                    hp_group_kind_name(g->kind),
+                                    g->kind == HP_GROUP_KIND_ACTOR || g->kind == HP_GROUP_KIND_LEARNER
+                                        ? "the whole model"
+                                        : "the sub-model its kind and order give");
     } else
         HP_CHECK(parse_module(mod, name, (int)cfg->pipeline.chunks, g));
     g->strategy.bucket_size = (size_t)25 << 20; /* the strategy section's default */

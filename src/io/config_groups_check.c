@@ -96,9 +96,12 @@ hp_status hp__config_check_chunks(const hp_pipeline_config *p, const char *f) {
 /* Each group alone: kind, ranks, mesh, chunks. */
 static hp_status check_group(const hp_run_config *cfg, const hp_group_config *g, const char *f) {
     bool rl = g->kind == HP_GROUP_KIND_ACTOR || g->kind == HP_GROUP_KIND_LEARNER;
-    if (g->kind != HP_GROUP_KIND_STAGE && !rl)
-        return err(f, g->line, g->column, "groups.%s: kind '%s' is not built yet (multimodal and RL groups are "
-                   "HyperMPMD part 2); only kind: stage (a pipeline stage) runs today", g->name, hp_group_kind_name(g->kind));
+    bool mm = strcmp(cfg->model.family, "multimodal") == 0 &&
+              (g->kind == HP_GROUP_KIND_ENCODER || g->kind == HP_GROUP_KIND_FUSION);
+    if (g->kind != HP_GROUP_KIND_STAGE && !rl && !mm)
+        return err(f, g->line, g->column, "groups.%s: kind '%s' is not built yet; kind: stage (a pipeline stage), "
+                   "actor and learner (hp rl), and encoder and fusion (model.family: multimodal) run today", g->name,
+                   hp_group_kind_name(g->kind));
     if (g->n_ranks < 1 || !g->ranks)
         return err(f, g->line, g->column, "groups.%s has no ranks", g->name);
     for (int i = 0; i < g->n_ranks; i++) {
@@ -122,7 +125,7 @@ static hp_status check_group(const hp_run_config *cfg, const hp_group_config *g,
                        "(groups.%s.ranks, line %d): they must be equal", g->name, (long long)devices, g->n_ranks,
                        g->name, g->ranks_line);
     }
-    if (!rl && g->n_chunks != cfg->pipeline.chunks)
+    if (!rl && !mm && g->n_chunks != cfg->pipeline.chunks)
         return err(f, g->module_line ? g->module_line : g->line, g->module_line ? g->module_column : g->column,
                    "groups.%s has %d model chunks but pipeline.chunks is %lld", g->name, g->n_chunks,
                    (long long)cfg->pipeline.chunks);
@@ -285,6 +288,23 @@ static hp_status check_modules(const hp_run_config *cfg, const char *f) {
     return st;
 }
 
+/* model.family multimodal (hp/multimodal.h): encoder a, encoder b (in file order) and one fusion group. */
+static hp_status check_mm_groups(const hp_groups_config *gs, const char *f) {
+    int enc = 0, fus = 0;
+    for (int i = 0; i < gs->n_groups; i++) {
+        const hp_group_config *g = &gs->groups[i];
+        if (g->kind == HP_GROUP_KIND_ENCODER) enc++;
+        else if (g->kind == HP_GROUP_KIND_FUSION) fus++;
+        else
+            return err(f, g->line, g->column, "groups.%s: kind '%s' with model.family multimodal: the groups are two "
+                       "kind: encoder (a, then b) and one kind: fusion (the decoder)", g->name, hp_group_kind_name(g->kind));
+    }
+    if (enc != 2 || fus != 1)
+        return err(f, gs->line, gs->column, "groups: model.family multimodal needs two kind: encoder groups and one kind: "
+                   "fusion group, got %d and %d", enc, fus);
+    return HP_STATUS_OK;
+}
+
 hp_status hp__config_check_groups(const hp_run_config *cfg) {
     const hp_groups_config *gs = &cfg->groups;
     const char *f = gs->file ? gs->file : cfg->source[0] ? cfg->source : "<config>";
@@ -310,6 +330,7 @@ hp_status hp__config_check_groups(const hp_run_config *cfg) {
     for (int i = 0; i < gs->n_groups; i++) HP_CHECK(check_group(cfg, &gs->groups[i], f));
     HP_CHECK(check_pipeline(cfg, f));
     HP_CHECK(check_ranks(gs, f));
+    if (strcmp(cfg->model.family, "multimodal") == 0) return check_mm_groups(gs, f);
     int stage = 0;
     for (int i = 0; i < gs->n_groups; i++)
         if (gs->groups[i].stage >= 0 && gs->groups[i].stage != stage++)

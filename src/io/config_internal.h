@@ -49,6 +49,12 @@ hp_status hp__config_read_moe(const hp_yaml_node *n, hp_moe_config *out);
 hp_status hp__config_check_moe(const hp_moe_config *m, int64_t layers, const hp_yaml_node *moe, const char *file);
 /* model.moe as a JSON object in the input syntax (NULL when out of memory). */
 cJSON *hp__config_moe_json(const hp_moe_config *m);
+/* model.multimodal (config_mm.c): defaults, reading with file:line, the checks against the rest of the
+ * config (`node` the section's value or NULL), and the JSON object in the input syntax. */
+void hp__config_mm_defaults(hp_multimodal_config *m);
+hp_status hp__config_read_mm(const hp_yaml_node *n, hp_multimodal_config *out);
+hp_status hp__config_check_mm(const hp_run_config *cfg, const hp_yaml_node *node, const char *file);
+cJSON *hp__config_mm_json(const hp_multimodal_config *m);
 
 /* Reads the `pipeline:` value (NULL or null: absent) into *out (config_groups.c). */
 hp_status hp__config_read_pipeline(const hp_yaml_node *node, hp_pipeline_config *out);
