@@ -98,4 +98,5 @@ const hp_op_def hp__op_def_moe_combine = {
 const hp_op_def hp__op_def_moe_combine_backward = {
     .name = "moe_combine_backward", .min_in = 4, .max_in = 4, .n_out = 2, .infer = combine_backward_infer,
     .cost = combine_backward_cost, .shard = combine_shard,
+    .saved_inputs = 1u << 3, /* ys: expert parallelism's forward all-to-all-v back is reused */
 };

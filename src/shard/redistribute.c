@@ -286,6 +286,35 @@ static hp_status expand(search *s, int from) {
     return HP_STATUS_OK;
 }
 
+/*
+ * To or from a ragged split (hp_layout.ragged; MoE expert parallelism): the only transition is
+ * between the same tensor_map with and without the ragged axis, one RAGGED_ALL_TO_ALLV over that
+ * axis whose counts are read at run time. Its bytes are the balanced case's, (n-1)/n of the block
+ * (the real number depends on the routing of the step).
+ */
+static hp_status plan_ragged(const hp_mesh *m, hp_redistribute_plan *out) {
+    hp_layout a = out->src, b = out->dst;
+    const hp_layout *r = a.ragged ? &out->src : &out->dst;
+    uint32_t mask = r->ragged;
+    a.ragged = b.ragged = 0;
+    char la[256], lb[256];
+    if ((out->src.ragged && out->dst.ragged) || !hp_layout_equal(&a, &b) || a.partial)
+        return hp_error(HP_STATUS_UNSUPPORTED, "redistribute: %s -> %s: a ragged split only changes to the same "
+                        "tensor_map without it (and back)", hp_layout_format(&out->src, m, la, sizeof la),
+                        hp_layout_format(&out->dst, m, lb, sizeof lb));
+    int axis = 0;
+    while (!(mask & (1u << axis))) axis++;
+    int n = hp_mesh_dim(m, axis);
+    hp_shape ls;
+    HP_CHECK(hp_layout_local_shape(&a, m, &out->shape, 0, &ls));
+    int64_t block = hp_shape_numel(&ls) * (int64_t)hp_dtype_size(out->dtype);
+    out->nsteps = 1;
+    out->steps[0] = (hp_redist_step){.kind = HP_REDIST_RAGGED_ALL_TO_ALLV, .axis = axis, .dim_from = 0, .dim_to = 0,
+                                     .before = out->src, .after = out->dst, .bytes = block * (n - 1) / n};
+    out->bytes = out->steps[0].bytes;
+    return HP_STATUS_OK;
+}
+
 hp_status hp_redistribute_plan_make(const hp_mesh *m, const hp_layout *src, const hp_layout *dst,
                                     const hp_shape *shape, hp_dtype dt, hp_redistribute_plan *out) {
     HP_CHECK(hp_layout_validate(src, m, shape));
@@ -296,6 +325,7 @@ hp_status hp_redistribute_plan_make(const hp_mesh *m, const hp_layout *src, cons
     out->dtype = dt;
     out->src = *src;
     out->dst = *dst;
+    if (src->ragged || dst->ragged) return plan_ragged(m, out);
     hp_layout dnorm = *dst;
     if (!dnorm.partial) dnorm.partial_op = HP_REDUCE_SUM;
     search s = {.c = {m, shape, hp_dtype_size(dt)}, .dst = &dnorm};
