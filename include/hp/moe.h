@@ -33,8 +33,16 @@
  * ranks' expert-sorted blocks, an equally valid permutation), and counts is a pending sum over the
  * token axes (each rank's addend is its own tokens' loads): the grouped GEMMs use it as it is, the
  * balance loss and the bias update resolve it (an all-reduce) to the global loads. Expert weights
- * are replicated; their gradients are pending sums over the token axes. Expert parallelism (the
- * experts dim sharded, tokens exchanged by all-to-all(v)) is designed in docs/design.md, not built.
+ * are replicated; their gradients are pending sums over the token axes.
+ *
+ * Expert parallelism (docs/design.md, "Expert parallelism as a layout"): when the expert weights'
+ * experts dim is split over a mesh axis ep that also splits the tokens (the last of their axes),
+ * the grouped GEMMs ask for their rows ragged over ep (hp_layout.ragged: each rank the rows of its
+ * experts from every rank of its ep group, expert-major) and the partitioner moves them by an
+ * all-to-all-v whose counts are exchanged at run time (RAGGED_ALL_TO_ALLV, hp/redistribute.h);
+ * combine's rule brings them back the same way. The GEMMs' counts are then each local expert's rows
+ * (split over ep like the experts), the weight gradients stay on their ranks, pending only over the
+ * other token axes. Experts split over an axis that does not split the tokens are gathered.
  */
 #ifndef HP_MOE_H
 #define HP_MOE_H
@@ -154,8 +162,10 @@ hp_tid hp_moe_combine(hp_graph *g, hp_tid ys, hp_tid pos, hp_tid gates);
  * MOE_GEMM, the grouped GEMM: x (R, K) f32 whose rows are grouped by expert as counts (E) i32 says
  * (sum counts = R), w (E, N, K) -> y (R, N), y_e = x_e w[e]^T for expert e's rows x_e (as LINEAR
  * per expert). With trans_w false, w is (E, K, N) and y_e = x_e w[e] (the input gradient's form).
- * Counts that are negative or do not sum to R are a kernel error. Gradients: dx = MOE_GEMM(dy, w,
- * trans_w false), dw = MOE_GEMM_DW(dy, x, counts) (E, N, K).
+ * Counts that are negative or do not sum to R are a kernel error (attribute i[1] = 1, set by the
+ * expert-parallel sharding rule on the per-rank node: R is a capacity, the counts may sum to less,
+ * the rows past them are zero in y). Gradients: dx = MOE_GEMM(dy, w, trans_w false),
+ * dw = MOE_GEMM_DW(dy, x, counts, w) (E, N, K; w is not read, its layout places the experts).
  */
 hp_tid hp_moe_gemm(hp_graph *g, hp_tid x, hp_tid w, hp_tid counts, bool trans_w);
 
