@@ -287,31 +287,45 @@ static hp_status expand(search *s, int from) {
 }
 
 /*
- * To or from a ragged split (hp_layout.ragged; MoE expert parallelism): the only transition is
- * between the same tensor_map with and without the ragged axis, one RAGGED_ALL_TO_ALLV over that
- * axis whose counts are read at run time. Its bytes are the balanced case's, (n-1)/n of the block
- * (the real number depends on the routing of the step).
+ * To or from a ragged split (hp_layout.ragged; MoE expert parallelism): one RAGGED_ALL_TO_ALLV over
+ * the ragged axis between the ragged layout and the same tensor_map as a block split (partial axes
+ * kept: the exchange is linear), with the ordinary plan before it (to a ragged layout) or after it
+ * (from one), e.g. TP-EP's pending sum over tp all-reduced after the rows are back. The step's bytes
+ * are the balanced case's, (n-1)/n of the block (the real number depends on the step's routing).
+ * Two different ragged layouts: HP_STATUS_UNSUPPORTED.
  */
 static hp_status plan_ragged(const hp_mesh *m, hp_redistribute_plan *out) {
-    hp_layout a = out->src, b = out->dst;
-    const hp_layout *r = a.ragged ? &out->src : &out->dst;
-    uint32_t mask = r->ragged;
-    a.ragged = b.ragged = 0;
+    const hp_layout src = out->src, dst = out->dst;
     char la[256], lb[256];
-    if ((out->src.ragged && out->dst.ragged) || !hp_layout_equal(&a, &b) || a.partial)
-        return hp_error(HP_STATUS_UNSUPPORTED, "redistribute: %s -> %s: a ragged split only changes to the same "
-                        "tensor_map without it (and back)", hp_layout_format(&out->src, m, la, sizeof la),
-                        hp_layout_format(&out->dst, m, lb, sizeof lb));
+    if (hp_layout_equal(&src, &dst)) return HP_STATUS_OK;
+    if (src.ragged && dst.ragged)
+        return hp_error(HP_STATUS_UNSUPPORTED, "redistribute: %s -> %s: between two ragged splits",
+                        hp_layout_format(&src, m, la, sizeof la), hp_layout_format(&dst, m, lb, sizeof lb));
+    const hp_layout *r = src.ragged ? &src : &dst;
+    hp_layout even = *r;
+    even.ragged = 0;
     int axis = 0;
-    while (!(mask & (1u << axis))) axis++;
+    while (!(r->ragged & (1u << axis))) axis++;
     int n = hp_mesh_dim(m, axis);
     hp_shape ls;
-    HP_CHECK(hp_layout_local_shape(&a, m, &out->shape, 0, &ls));
+    HP_CHECK(hp_layout_local_shape(&even, m, &out->shape, 0, &ls));
     int64_t block = hp_shape_numel(&ls) * (int64_t)hp_dtype_size(out->dtype);
-    out->nsteps = 1;
-    out->steps[0] = (hp_redist_step){.kind = HP_REDIST_RAGGED_ALL_TO_ALLV, .axis = axis, .dim_from = 0, .dim_to = 0,
-                                     .before = out->src, .after = out->dst, .bytes = block * (n - 1) / n};
-    out->bytes = out->steps[0].bytes;
+    hp_redist_step rag = {.kind = HP_REDIST_RAGGED_ALL_TO_ALLV, .axis = axis, .dim_from = 0, .dim_to = 0,
+                          .before = src.ragged ? src : even, .after = src.ragged ? even : dst,
+                          .bytes = block * (n - 1) / n};
+    hp_redistribute_plan rest;
+    hp_status st = src.ragged ? hp_redistribute_plan_make(m, &even, &dst, &out->shape, out->dtype, &rest)
+                              : hp_redistribute_plan_make(m, &src, &even, &out->shape, out->dtype, &rest);
+    if (st != HP_STATUS_OK)
+        return hp_error_prefix(st, "redistribute: %s -> %s through the block split: ",
+                               hp_layout_format(&src, m, la, sizeof la), hp_layout_format(&dst, m, lb, sizeof lb));
+    if (rest.nsteps + 1 > HP_REDIST_MAX_STEPS)
+        return hp_error(HP_STATUS_INTERNAL, "redistribute: a ragged plan of %d steps", rest.nsteps + 1);
+    out->nsteps = 0;
+    if (src.ragged) out->steps[out->nsteps++] = rag;
+    for (int k = 0; k < rest.nsteps; k++) out->steps[out->nsteps++] = rest.steps[k];
+    if (!src.ragged) out->steps[out->nsteps++] = rag;
+    out->bytes = rest.bytes + rag.bytes;
     return HP_STATUS_OK;
 }
 

@@ -60,10 +60,16 @@ static void test_ragged_layout(void **state) {
     assert_int_equal(p.bytes, 16 * 8 * 4 / 2); /* the balanced estimate: half the block */
     assert_ok(hp_redistribute_plan_make(m, &rag, &even, &shp, HP_DTYPE_F32, &p));
     assert_int_equal(p.steps[0].kind, HP_REDIST_RAGGED_ALL_TO_ALLV);
-    hp_layout rep;
+    hp_layout rep; /* from a ragged split anywhere: through its block split */
     assert_ok(hp_layout_parse("[none, none]", m, &rep));
-    assert_int_equal(hp_redistribute_plan_make(m, &rag, &rep, &shp, HP_DTYPE_F32, &p), HP_STATUS_UNSUPPORTED);
-    assert_non_null(strstr(hp_error_message(), "ragged"));
+    assert_ok(hp_redistribute_plan_make(m, &rag, &rep, &shp, HP_DTYPE_F32, &p));
+    assert_true(p.nsteps >= 2);
+    assert_int_equal(p.steps[0].kind, HP_REDIST_RAGGED_ALL_TO_ALLV);
+    assert_true(hp_layout_equal(&p.steps[0].after, &even));
+    hp_layout rag2 = rag; /* two different ragged splits: refused */
+    rag2.ragged_by = 6;
+    assert_int_equal(hp_redistribute_plan_make(m, &rag, &rag2, &shp, HP_DTYPE_F32, &p), HP_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(hp_error_message(), "two ragged"));
     hp_mesh_free(m);
 }
 
