@@ -102,24 +102,30 @@ static void gemm_dw_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) {
 }
 
 /*
- * Expert parallelism: the axis `a` when the expert weights' experts dim (dim 0 of `w`, the only split
- * dim) is split over one mesh axis that also splits the token rows (the last of their axes, so the
- * rows of one group of the other axes stay together); -1 otherwise (data parallelism).
+ * Expert parallelism: the axis `a` when the expert weights' experts dim (dim 0 of `w`) is split
+ * over exactly one mesh axis that also splits the token rows (the last of their axes, so the rows
+ * of one group of the other axes stay together); -1 otherwise (data parallelism). The other two
+ * dims may be split over axes that do not split the rows (TP-EP: each expert's F over tp).
  */
 static int ep_axis(const hp_layout *w, const hp_layout *rows) {
-    if (w->ndim != 3 || w->nmap[0] != 1 || w->nmap[1] || w->nmap[2] || w->partial || rows->nmap[0] < 1) return -1;
+    if (w->ndim != 3 || w->nmap[0] != 1 || w->partial || rows->nmap[0] < 1) return -1;
     int a = w->map[0][0];
+    uint32_t row_axes = hp__lay_dim_axes(rows, 0);
+    if ((hp__lay_dim_axes(w, 1) | hp__lay_dim_axes(w, 2)) & row_axes) return -1;
     return rows->map[0][rows->nmap[0] - 1] == a ? a : -1;
 }
 
 /*
  * The rows of an expert-parallel grouped GEMM: split like the token rows, the last axis (ep)
- * ragged by the counts (each rank holds its experts' rows from every rank of its ep group), and
- * the counts it needs: each expert's rows on the ep group, i.e. the loads split over ep like the
- * experts and still pending over the other token axes (a reduce-scatter over ep of the addends).
+ * ragged by the counts (each rank holds its experts' rows from every rank of its ep group), dim 1
+ * split like weight dim `wdim` (TP-EP: the F dim of the expert), and the counts it needs: each
+ * expert's rows on the ep group, i.e. the loads split over ep like the experts and still pending
+ * over the other token axes (a reduce-scatter over ep of the addends).
  */
-static void ep_layouts(const hp_node *n, const hp_layout *rows_in, int a, hp_layout *rows, hp_layout *counts) {
+static void ep_layouts(const hp_node *n, const hp_layout *rows_in, int a, const hp_layout *w, int wdim,
+                       hp_layout *rows, hp_layout *counts) {
     *rows = hp__moe_rows_like(rows_in, 2);
+    hp__lay_copy_dim(rows, 1, w, wdim);
     rows->ragged = 1u << a;
     rows->ragged_by = n->in[2];
     *counts = hp__lay_replicated(1);
@@ -143,10 +149,14 @@ static hp_status gemm_shard(const hp_shard_ctx *c, const hp_node *n, const hp_la
     (void)drop;
     hp_layout rows = hp__moe_rows(c, n, in, 0, 2);
     int a = ep_axis(&in[1], &rows);
-    if (a >= 0) {
-        ep_layouts(n, &rows, a, &req[0], &req[2]);
+    if (a >= 0) { /* w (E, N, K) with trans_w, else (E, K, N): x's columns split like K, y's like N */
+        const bool tw = n->attr.i[0] != 0;
+        const int kdim = tw ? 2 : 1, ndim = tw ? 1 : 2;
+        ep_layouts(n, &rows, a, &in[1], kdim, &req[0], &req[2]);
         req[1] = in[1];
         out[0] = req[0];
+        hp__lay_copy_dim(&out[0], 1, &in[1], ndim);
+        hp__lay_set_partial(&out[0], hp__lay_dim_axes(&in[1], kdim), HP_REDUCE_SUM); /* TP-EP's row-parallel sum */
         local->i[1] = 1;
         return HP_STATUS_OK;
     }
@@ -165,9 +175,10 @@ static hp_status gemm_dw_shard(const hp_shard_ctx *c, const hp_node *n, const hp
     hp_layout rows = hp__moe_rows(c, n, in, 1, 2);
     int a = n->n_in > 3 && n->in[3] != HP_TID_NONE ? ep_axis(&in[3], &rows) : -1;
     if (n->n_in > 3) drop[3] = true;
-    if (a >= 0) {
-        ep_layouts(n, &rows, a, &req[0], &req[2]);
+    if (a >= 0) { /* w (E, N, K): dy's columns split like N, x's like K, dw like w */
+        ep_layouts(n, &rows, a, &in[3], 1, &req[0], &req[2]);
         req[1] = req[0];
+        hp__lay_copy_dim(&req[1], 1, &in[3], 2);
         req[3] = in[3];
         hp_layout o = in[3];
         hp__lay_set_partial(&o, hp__lay_dim_axes(&rows, 0) & ~(1u << a), HP_REDUCE_SUM);

@@ -16,10 +16,13 @@
  * initialised to zero, so every token picks experts 0 and 1 (skewed counts: ranks holding other
  * experts receive nothing); 6 experts (2, 2, 2, 0 on 4 ranks). Strategies: ep (mesh [n]), ep with
  * FSDP over the dense parameters (every other parameter's dim 0 over ep too), and on 4 ranks
- * dp2 x ep2 (mesh [2, 2], tokens over both axes, experts over ep, replicated over dp).
+ * dp2 x ep2 (mesh [2, 2], tokens over both axes, experts over ep, replicated over dp) and TP-EP
+ * tp2 x ep2 (mesh [2, 2] (ep, tp), tokens over ep, each expert's F dim over tp: fc [ep, tp, none],
+ * proj [ep, none, tp]).
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
+#include "hp/redistribute.h"
 #include "hp/shard.h"
 #include "hp/train.h"
 
@@ -36,16 +39,20 @@
 typedef struct variant {
     const char *moe;
     bool zero_router; /* skewed: the router's weights zeroed before step 1 */
+    int E, F;         /* experts and expert width, as in moe */
 } variant;
 
 static const variant k_var[] = {
-    {"{experts: 4, top_k: 2, expert_width: 16, every: 1, router: softmax, balance_loss: 0.05}", false},
-    {"{experts: 3, top_k: 1, expert_width: 24, layers: [1], router: softmax, balance_loss: 0.01}", false},
+    {"{experts: 4, top_k: 2, expert_width: 16, every: 1, router: softmax, balance_loss: 0.05}", false, 4, 16},
+    {"{experts: 3, top_k: 1, expert_width: 24, layers: [1], router: softmax, balance_loss: 0.01}", false, 3, 24},
     {"{experts: 4, top_k: 2, expert_width: 16, shared_experts: 1, every: 1, router: sigmoid_bias, bias_update_rate: 0.01}",
-     false},
-    {"{experts: 4, top_k: 2, expert_width: 16, every: 1, router: softmax, balance_loss: 0.05}", true},
-    {"{experts: 6, top_k: 2, expert_width: 8, layers: [0], router: softmax, balance_loss: 0.01}", false},
+     false, 4, 16},
+    {"{experts: 4, top_k: 2, expert_width: 16, every: 1, router: softmax, balance_loss: 0.05}", true, 4, 16},
+    {"{experts: 6, top_k: 2, expert_width: 8, layers: [0], router: softmax, balance_loss: 0.01}", false, 6, 8},
 };
+#define WIDTH 32
+static const variant *g_var;  /* the variant being compared */
+static const char *g_strategy; /* the strategy being compared ("" for the reference) */
 
 /* The parameters compared (L = 0, 1; absent ones are skipped on every rank alike). */
 static const char *const k_params[] = {
@@ -72,7 +79,13 @@ static hp_status load(const char *moe, const char *strategy, int n, bool grad_st
                        moe, corpus, STEPS,
                        grad_step ? "optim: {lr: 1.0, min_lr: 1.0, warmup: 0, weight_decay: 0.0, eps: 1.0, grad_clip: 0.0}\n"
                                  : "optim: {lr: 3.0e-3, min_lr: 3.0e-4, warmup: 5, weight_decay: 0.1, grad_clip: 1.0}\n");
-    if (!strcmp(strategy, "dp2xep2"))
+    if (!strcmp(strategy, "tp2xep2")) /* TP-EP: each expert's F over tp inside its ep group */
+        off += snprintf(text + off, sizeof text - (size_t)off,
+                        "strategy:\n  mesh: {device_matrix: [2, 2], alias_name: [ep, tp]}\n"
+                        "  inputs: {tokens: [ep, none], targets: [ep, none]}\n"
+                        "  params:\n    - {match: \"*.experts.fc.weight\", tensor_map: [ep, tp, none]}\n"
+                        "    - {match: \"*.experts.proj.weight\", tensor_map: [ep, none, tp]}\n");
+    else if (!strcmp(strategy, "dp2xep2"))
         off += snprintf(text + off, sizeof text - (size_t)off,
                         "strategy:\n  mesh: {device_matrix: [2, 2], alias_name: [dp, ep]}\n"
                         "  inputs: {tokens: [[dp, ep], none], targets: [[dp, ep], none]}\n"
@@ -120,9 +133,28 @@ static float **snapshot(hp_trainer *t, hp_comm *world, const int64_t *ref_numel,
         hp_comm_all_gather(world, send, all, (size_t)R, HP_DTYPE_F32);
         hp_comm_all_gather(world, &mine, sizes, 1, HP_DTYPE_I32);
         int64_t at = 0;
-        for (int r = 0; r < P && at < R; r++) {
-            memcpy(out[i] + at, all + (int64_t)r * R, sizeof(float) * (size_t)sizes[r]);
-            at += sizes[r];
+        const char *tm = !strcmp(g_strategy, "tp2xep2") ? strstr(name, "experts.fc") ? "[ep, tp, none]"
+                                                          : strstr(name, "experts.proj") ? "[ep, none, tp]" : NULL
+                                                        : NULL;
+        if (tm) { /* blocks of a 2-D split: placed by their slices */
+            hp_mesh *mm;
+            hp_layout l;
+            hp_shape full = strstr(name, "fc") ? HP_SHAPE(g_var->E, g_var->F, WIDTH) : HP_SHAPE(g_var->E, WIDTH, g_var->F);
+            hp_mesh_new(2, (int[]){2, 2}, (const char *[]){"ep", "tp"}, NULL, 0, &mm);
+            hp_layout_parse(tm, mm, &l);
+            for (int r = 0; r < P; r++) {
+                int64_t st[HP_MAX_DIMS], ln[HP_MAX_DIMS], zero[HP_MAX_DIMS] = {0};
+                hp_layout_slice_of(&l, mm, &full, r, st, ln);
+                hp_shape box = hp_shape_make(3, ln);
+                hp_copy_box(out[i], &full, st, all + (int64_t)r * R, &box, zero, ln, sizeof(float));
+                at += hp_shape_numel(&box);
+            }
+            hp_mesh_free(mm);
+        } else {
+            for (int r = 0; r < P && at < R; r++) {
+                memcpy(out[i] + at, all + (int64_t)r * R, sizeof(float) * (size_t)sizes[r]);
+                at += sizes[r];
+            }
         }
         CHECK(at == R, "%s: the ranks' blocks hold %lld of %lld elements", name, (long long)at, (long long)R);
         free(send);
@@ -173,10 +205,12 @@ int main(int argc, char **argv) {
     if (hp_comm_mpi_world(&world) != HP_STATUS_OK) return 1;
     g_rank = hp_comm_rank(world);
     int n = hp_comm_size(world);
-    const char *strategies[] = {"ep", "ep_fsdp", "dp2xep2"};
-    int n_strat = n == 4 ? 3 : 2;
+    const char *strategies[] = {"ep", "ep_fsdp", "dp2xep2", "tp2xep2"};
+    int n_strat = n == 4 ? 4 : 2;
     for (size_t v = 0; v < sizeof k_var / sizeof k_var[0]; v++) {
         const variant *var = &k_var[v];
+        g_var = var;
+        g_strategy = "";
         hp_run_config cfg;
         hp_trainer *t = NULL;
         double ref[STEPS], loss[STEPS];
@@ -209,6 +243,7 @@ int main(int argc, char **argv) {
         hp_run_config_free(&cfg);
         for (int s = 0; s < n_strat; s++) {
             const char *st = strategies[s];
+            g_strategy = st;
             if (load(var->moe, st, n, true, &cfg) != HP_STATUS_OK || hp_trainer_new_dist(&cfg, world, &t) != HP_STATUS_OK) {
                 fprintf(stderr, "[rank %d] moe %zu %s: %s\n", g_rank, v, st, hp_error_message());
                 g_failed = 1;
