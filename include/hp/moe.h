@@ -67,6 +67,7 @@ typedef enum hp_moe_router {
 } hp_moe_router;
 
 #define HP_MOE_MAX_LAYERS 64 /* entries of an explicit layer list */
+#define HP_MOE_MAX_CHUNKS 7  /* hp_moe_config.chunks (a CONCAT and a bias update take them all) */
 
 typedef struct hp_moe_config {
     int experts;        /* E >= 1; 0: no MoE layer anywhere (the model's dense MLP) */
@@ -83,12 +84,18 @@ typedef struct hp_moe_config {
     /* Set only for a training graph (like GPT's dropout): the balancing loss joins the model loss
      * and the sigmoid_bias router's bias is updated. Evaluation and generation build without. */
     bool training;
+    /* c >= 1: the tokens' positions (the second-to-last dim of x) are cut into c chunks, each with
+     * its own dispatch, expert GEMMs and combine; every chunk is dispatched before any expert runs,
+     * so under expert parallelism chunk i+1's all-to-all-v runs while the experts compute chunk i
+     * (and chunk i's combine while chunk i+1 computes). Same values as c = 1 (each token is routed
+     * once, over all of them). x needs >= 3 dims and that dim divisible by c; 1..HP_MOE_MAX_CHUNKS. */
+    int chunks;
 } hp_moe_config;
 
 #define HP_MOE_CONFIG_INIT                                                                         \
     ((hp_moe_config){.experts = 0, .top_k = 2, .expert_width = 0, .shared_experts = 0,             \
                      .router = HP_MOE_ROUTER_SOFTMAX, .balance_loss = 0.0f, .bias_update_rate = 1e-3f, \
-                     .every = 1, .n_layers = 0, .training = false})
+                     .every = 1, .n_layers = 0, .training = false, .chunks = 1})
 
 /* "softmax", "sigmoid_bias" ("?" otherwise). */
 const char *hp_moe_router_name(hp_moe_router r);
@@ -139,8 +146,10 @@ hp_tid hp_moe_route(hp_graph *g, hp_tid logits, hp_tid bias, int k, hp_moe_route
 /*
  * MOE_BIAS_UPDATE, in place: bias (E) += rate * sign(mean(counts) - counts), counts (E) i32 (the
  * global loads: its sharding rule resolves a pending sum). No output, no gradient; HP_NODE_FLAG_INPLACE.
+ * hp_moe_bias_update_n: the loads are the sum of n (1..7) counts tensors (a chunked layer's).
  */
 hp_status hp_moe_bias_update(hp_graph *g, hp_tid bias, hp_tid counts, float rate);
+hp_status hp_moe_bias_update_n(hp_graph *g, hp_tid bias, const hp_tid *counts, int n, float rate);
 
 /*
  * MOE_DISPATCH: x (N, C) f32, idx (N, k) i32 in [0, E) -> xs (N*k, C), counts (E) i32,

@@ -14,7 +14,8 @@
  * Variants: softmax top-2 with the balancing loss; top-1 over experts that do not divide the ranks
  * (3 experts: ranks holding 2/1 or 1/1/1/0); sigmoid_bias with a shared expert; a router
  * initialised to zero, so every token picks experts 0 and 1 (skewed counts: ranks holding other
- * experts receive nothing); 6 experts (2, 2, 2, 0 on 4 ranks). Strategies: ep (mesh [n]), ep with
+ * experts receive nothing); 6 experts (2, 2, 2, 0 on 4 ranks); the experts over 2 and 4 chunks of
+ * positions (hp_moe_config.chunks). Strategies: ep (mesh [n]), ep with
  * FSDP over the dense parameters (every other parameter's dim 0 over ep too), and on 4 ranks
  * dp2 x ep2 (mesh [2, 2], tokens over both axes, experts over ep, replicated over dp) and TP-EP
  * tp2 x ep2 (mesh [2, 2] (ep, tp), tokens over ep, each expert's F dim over tp: fc [ep, tp, none],
@@ -49,6 +50,11 @@ static const variant k_var[] = {
      false, 4, 16},
     {"{experts: 4, top_k: 2, expert_width: 16, every: 1, router: softmax, balance_loss: 0.05}", true, 4, 16},
     {"{experts: 6, top_k: 2, expert_width: 8, layers: [0], router: softmax, balance_loss: 0.01}", false, 6, 8},
+    /* chunked (the dispatch of chunk i+1 before the experts of chunk i): the balancing loss and the
+     * bias update sum the chunks' counts */
+    {"{experts: 4, top_k: 2, expert_width: 16, every: 1, router: softmax, balance_loss: 0.05, chunks: 2}", false, 4, 16},
+    {"{experts: 4, top_k: 2, expert_width: 16, every: 1, router: sigmoid_bias, bias_update_rate: 0.01, chunks: 4}",
+     false, 4, 16},
 };
 #define WIDTH 32
 static const variant *g_var;  /* the variant being compared */

@@ -115,13 +115,15 @@ hp_status hp__cpu_moe_route_backward(const hp_kernel_args *a) {
 hp_status hp__cpu_moe_bias_update(const hp_kernel_args *a) {
     const int64_t E = hp__in_shape(a, 0)->dim[0];
     float *bias = a->in[0];
-    const int32_t *counts = a->in[1];
     double total = 0.0;
-    for (int64_t e = 0; e < E; e++) total += counts[e];
+    for (int i = 1; i < a->node->n_in; i++)
+        for (int64_t e = 0; e < E; e++) total += ((const int32_t *)a->in[i])[e];
     const double mean = total / (double)E;
     const float u = a->node->attr.f[0];
     for (int64_t e = 0; e < E; e++) {
-        double d = mean - (double)counts[e];
+        double load = 0.0; /* summed over the counts inputs (a chunked layer's) */
+        for (int i = 1; i < a->node->n_in; i++) load += ((const int32_t *)a->in[i])[e];
+        double d = mean - load;
         bias[e] += d > 0 ? u : d < 0 ? -u : 0.0f;
     }
     return HP_STATUS_OK;
