@@ -14,7 +14,12 @@
  *              and again both ways in the backward pass (dys to the expert, dxs back); rank r
  *              receives 2 (rows into r + rows back to r) C 4 bytes. Max over ranks, mean over steps;
  *   counts     the count exchange on top (an all-gather of E i32 per all-to-all-v: 4 (n-1) E 4);
- *   load       tokens per expert max / mean of the routing (1.0 = balanced).
+ *   load       tokens per expert max / mean of the routing (1.0 = balanced);
+ *   masking    with hp_moe_config.chunks c (the experts over c chunks of positions, every chunk's
+ *              dispatch issued before any expert runs): the communication queues' busy time, the
+ *              compute thread's time blocked on them (exposed), and masking_ratio = 1 - exposed /
+ *              busy (hp_program_stats; all the step's collectives, the all-to-all-v's dominating),
+ *              after one warm-up step.
  *
  * Routers: "random" (N(0, 0.5) weights) and "skewed" (zero weights: every token picks experts
  * 0..k-1, so the ranks holding other experts receive nothing and rank 0 everything).
@@ -40,9 +45,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define C 64
 #define F 128
+#define T 64 /* positions per sequence: x0 is (N / T, T, C) */
 
 typedef struct model {
     hp_graph *g;
@@ -51,7 +58,7 @@ typedef struct model {
 
 static hp_status annotate(void *user, const hp_graph *g, const hp_mesh *mesh, hp_layout *lay) {
     const model *m = user;
-    HP_CHECK(hp_layout_parse("[ep, none]", mesh, &lay[m->x0]));
+    HP_CHECK(hp_layout_parse("[ep, none, none]", mesh, &lay[m->x0]));
     for (int t = 0; t < hp_graph_n_tensors(g); t++) {
         const hp_tensor *x = hp_graph_tensor(g, t);
         if (x->producer < 0 && x->kind == HP_TENSOR_KIND_PARAM && x->name && strstr(x->name, "experts."))
@@ -89,6 +96,12 @@ static void route(const float *x0, const float *w0, const float *wr, int N, int 
     }
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int owner(int e, int E, int n) {
     int b = (E + n - 1) / n;
     return e / b;
@@ -111,18 +124,21 @@ int main(int argc, char **argv) {
     struct cfg {
         int E, k, tokens_per_rank;
         const char *router;
-    } cfgs[] = {{8, 2, 512, "random"}, {8, 1, 512, "random"}, {6, 2, 512, "random"}, {8, 2, 512, "skewed"}};
+        int chunks;
+    } cfgs[] = {{8, 2, 512, "random", 1},  {8, 1, 512, "random", 1},  {6, 2, 512, "random", 1},
+                {8, 2, 512, "skewed", 1},  {8, 2, 4096, "random", 1}, {8, 2, 4096, "random", 2},
+                {8, 2, 4096, "random", 4}};
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         const int E = cfgs[ci].E, k = cfgs[ci].k, N = cfgs[ci].tokens_per_rank * n;
         const bool skew = !strcmp(cfgs[ci].router, "skewed");
         model m = {.g = hp_graph_new()};
-        m.x0 = hp_input(m.g, "x0", HP_DTYPE_F32, HP_SHAPE(N, C));
+        m.x0 = hp_input(m.g, "x0", HP_DTYPE_F32, HP_SHAPE(N / T, T, C));
         hp_graph_push_scope(m.g, "in");
         hp_tid w0 = hp_param(m.g, "weight", HP_SHAPE(C, C));
         hp_graph_pop_scope(m.g);
         hp_tid x = hp_linear(m.g, m.x0, w0, HP_TID_NONE);
         hp_moe_config mc = HP_MOE_CONFIG_INIT;
-        mc.experts = E, mc.top_k = k, mc.expert_width = F;
+        mc.experts = E, mc.top_k = k, mc.expert_width = F, mc.chunks = cfgs[ci].chunks;
         hp_moe_layer ml;
         hp_optim_config o = {.lr = 0.0, .min_lr = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
         if (hp_moe_build(m.g, x, &mc, "mlp", &ml) != HP_STATUS_OK) goto fail;
@@ -163,14 +179,22 @@ int main(int argc, char **argv) {
             else if (tt->kind == HP_TENSOR_KIND_INPUT && tt->name && strcmp(tt->name, "x0")) memset(d, 0, sizeof(float) * (size_t)ne);
         }
         float *lx = hp_program_data(p, hp_partition_local(part, m.x0));
-        double meas_max = 0, min_max = 0, load = 0;
-        for (int s = 0; s < steps; s++) {
+        double meas_max = 0, min_max = 0, load = 0, secs = 0;
+        hp_program_stats st0, st1;
+        for (int s = -1; s < steps; s++) { /* s = -1: warm-up, not counted */
+            if (s == 0) {
+                hp_comm_barrier(world);
+                hp_program_get_stats(p, &st0);
+            }
             for (int64_t i = 0; i < (int64_t)N * C; i++) gx[i] = value("x0", i + (int64_t)s * N * C, 1.0f);
             memcpy(lx, gx + (int64_t)rank * (N / n) * C, sizeof(float) * (size_t)(N / n) * C);
             int64_t before = hp_redistribute_ragged_bytes();
+            double t0 = now_s();
             if (hp_program_run(p) != HP_STATUS_OK) goto fail;
+            if (s >= 0) secs += now_s() - t0;
             int32_t got = (int32_t)(hp_redistribute_ragged_bytes() - before), all[64];
             hp_comm_all_gather(world, &got, all, 1, HP_DTYPE_I32);
+            if (s < 0) continue;
             route(gx, gw0, gwr, N, E, k, ids);
             int64_t into[64] = {0}, back[64] = {0}, per_e[64] = {0};
             for (int64_t i = 0; i < (int64_t)N * k; i++) {
@@ -189,14 +213,18 @@ int main(int argc, char **argv) {
             min_max += mn / steps;
             load += lmax / ((double)N * k / E) / steps;
         }
+        hp_program_get_stats(p, &st1);
+        double busy = st1.comm_busy_s - st0.comm_busy_s, wait = st1.comm_wait_s - st0.comm_wait_s;
         double counts = 4.0 * (n - 1) * E * 4;
         if (rank == 0)
             printf("{\"bench\": \"moe_ep_all_to_all\", \"ranks\": %d, \"experts\": %d, \"top_k\": %d, \"router\": \"%s\", "
                    "\"tokens\": %d, \"width\": %d, \"steps\": %d, \"measured_bytes_per_rank\": %.0f, "
                    "\"analytic_min_bytes\": %.0f, \"ratio_to_min\": %.3f, \"count_exchange_bytes\": %.0f, "
-                   "\"ratio_with_counts\": %.3f, \"planned_bytes\": %lld, \"load_max_over_mean\": %.2f}\n",
+                   "\"ratio_with_counts\": %.3f, \"planned_bytes\": %lld, \"load_max_over_mean\": %.2f, \"chunks\": %d, "
+                   "\"step_s\": %.4f, \"comm_s\": %.4f, \"comm_exposed_s\": %.4f, \"masking_ratio\": %.2f}\n",
                    n, E, k, cfgs[ci].router, N, C, steps, meas_max, min_max, min_max > 0 ? meas_max / min_max : 0.0,
-                   counts, min_max > 0 ? (meas_max + counts) / min_max : 0.0, (long long)planned, load);
+                   counts, min_max > 0 ? (meas_max + counts) / min_max : 0.0, (long long)planned, load, cfgs[ci].chunks,
+                   secs / steps, busy / steps, wait / steps, busy > 0 ? 1.0 - wait / busy : 0.0);
         fflush(stdout);
         free(gx), free(gw0), free(gwr), free(ids);
         hp_compiled_free(c);
