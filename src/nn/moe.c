@@ -161,9 +161,13 @@ hp_status hp_moe_build(hp_graph *g, hp_tid x, const hp_moe_config *c, const char
             hp_tid ys = hp_moe_gemm(g, h, wproj, out->counts, true);            /* (N*k, C) */
             out->y = hp_moe_combine(g, ys, pos, out->gates);                      /* (N, C) */
         }
-    } else if (chunk_experts(g, x2, &xs, c, out, counts) != HP_STATUS_OK) {
-        hp_graph_pop_scope(g);
-        goto done;
+    } else {
+        hp_status cst = chunk_experts(g, x2, &xs, c, out, counts);
+        if (cst != HP_STATUS_OK) {
+            hp_graph_pop_scope(g);
+            if (scoped) hp_graph_pop_scope(g);
+            return cst;
+        }
     }
     hp_graph_pop_scope(g);
     if (S > 0) {

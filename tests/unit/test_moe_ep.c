@@ -157,11 +157,32 @@ static void test_ep_axis_not_in_mesh(void **state) {
     assert_non_null(strstr(hp_error_message(), ":7:"));
 }
 
+/* model.moe.chunks: out of range in the config (named with its line), not dividing the positions
+ * in the layer (named with x's shape). */
+static void test_chunks_bad(void **state) {
+    (void)state;
+    const char *text = "model: {vocab: 32, context: 8, layers: 1, heads: 2, width: 8,\n"
+                       "        moe: {experts: 4, top_k: 2, expert_width: 8, chunks: 9}}\n";
+    hp_run_config cfg;
+    assert_int_not_equal(hp_run_config_load_string(text, strlen(text), "bad_chunks", &cfg), HP_STATUS_OK);
+    assert_non_null(strstr(hp_error_message(), "model.moe.chunks 9"));
+    assert_non_null(strstr(hp_error_message(), ":2:"));
+    hp_graph *g = hp_graph_new();
+    hp_tid x = hp_input(g, "x", HP_DTYPE_F32, HP_SHAPE(2, 6, 4));
+    hp_moe_config c = HP_MOE_CONFIG_INIT;
+    c.experts = 4, c.top_k = 2, c.expert_width = 8, c.chunks = 4;
+    hp_moe_layer ml;
+    assert_int_equal(hp_moe_build(g, x, &c, "mlp", &ml), HP_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(hp_error_message(), "chunks 4"));
+    hp_graph_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ragged_layout),
         cmocka_unit_test(test_partition_ep),
         cmocka_unit_test(test_ep_axis_not_in_mesh),
+        cmocka_unit_test(test_chunks_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
