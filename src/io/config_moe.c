@@ -3,7 +3,7 @@
  *
  *   model:
  *     moe: {experts: 8, top_k: 2, expert_width: 256, shared_experts: 0, every: 2,   # or layers: [1, 3]
- *           router: softmax, balance_loss: 0.01, bias_update_rate: 0.001}
+ *           router: softmax, balance_loss: 0.01, bias_update_rate: 0.001, chunks: 1}
  *
  * experts and expert_width are required; top_k defaults to 2, every to 1 (every layer), router to
  * softmax (or sigmoid_bias: DeepSeek-V3's bias balancing), balance_loss to 0 (none).
