@@ -106,6 +106,19 @@ typedef struct hp_layout {
     int map[HP_MAX_DIMS][HP_MESH_MAX_AXES];    /* the axes, first listed = slowest */
     uint32_t partial;                          /* bit a: mesh axis a holds a pending reduction */
     hp_reduce_op partial_op;                   /* the reduction of every partial axis */
+    /*
+     * Ragged split (MoE expert parallelism, docs/design.md): bit a set means mesh axis a, the last
+     * axis of tensor_map[0], splits dim 0 by run-time counts instead of by blocks. The rows of
+     * groups 0..E-1 (E = the length of the i32 tensor `ragged_by`, a tensor id of the graph the
+     * layout belongs to) are held by the axis's coordinate that holds the group in a block
+     * distribution of the E groups over the axis (the expert weights' layout); each rank's rows are
+     * the groups' rows it holds, group-major. The number of rows is known at run time only, so the
+     * local extent of dim 0 is the static capacity: the block as if the ragged axis did not split
+     * (every row of the group could come to one rank); rows past the run-time count are zero.
+     * 0: an ordinary block layout (ragged_by then ignored).
+     */
+    uint32_t ragged;
+    int32_t ragged_by;
 } hp_layout;
 
 /* Fully replicated layout of `ndim` dims (asserts 0 <= ndim <= HP_MAX_DIMS). */
@@ -141,13 +154,14 @@ bool hp_layout_equal(const hp_layout *a, const hp_layout *b);
 /* Bit mask of the axes used by tensor_map (not the partial ones). */
 uint32_t hp_layout_sharded_axes(const hp_layout *l);
 
-/* Number of shards of dimension d: product of the sizes of its axes (1 when none). */
+/* Number of shards of dimension d: product of the sizes of its axes (1 when none). A ragged axis
+ * counts here too (the rows are divided among its coordinates, just not in blocks). */
 int64_t hp_layout_shards(const hp_layout *l, const hp_mesh *m, int d);
 /* Block distribution of n elements over k shards: shard i is [*start, *start + *len). */
 void hp_block_range(int64_t n, int64_t k, int64_t i, int64_t *start, int64_t *len);
 /*
  * The global slice held by mesh index `index`: start[d], len[d] for d < shape->ndim (elements).
- * This is pure (no communicator), so checkpoint loaders can use it. Errors: index out of range,
+ * A ragged axis (hp_layout.ragged) is skipped in dim 0: the slice is the capacity block. This is pure (no communicator), so checkpoint loaders can use it. Errors: index out of range,
  * shape rank != layout rank.
  */
 hp_status hp_layout_slice_of(const hp_layout *l, const hp_mesh *m, const hp_shape *shape,

@@ -40,8 +40,16 @@
  * ranks' expert-sorted blocks, an equally valid permutation), and counts is a pending sum over the
  * token axes (each rank's addend is its own tokens' loads): the grouped GEMMs use it as it is, the
  * balance loss and the bias update resolve it (an all-reduce) to the global loads. Expert weights
- * are replicated; their gradients are pending sums over the token axes. Expert parallelism (the
- * experts dim sharded, tokens exchanged by all-to-all(v)) is designed in docs/design.md, not built.
+ * are replicated; their gradients are pending sums over the token axes.
+ *
+ * Expert parallelism (docs/design.md, "Expert parallelism as a layout"): when the expert weights'
+ * experts dim is split over a mesh axis ep that also splits the tokens (the last of their axes),
+ * the grouped GEMMs ask for their rows ragged over ep (hp_layout.ragged: each rank the rows of its
+ * experts from every rank of its ep group, expert-major) and the partitioner moves them by an
+ * all-to-all-v whose counts are exchanged at run time (RAGGED_ALL_TO_ALLV, hp/redistribute.h);
+ * combine's rule brings them back the same way. The GEMMs' counts are then each local expert's rows
+ * (split over ep like the experts), the weight gradients stay on their ranks, pending only over the
+ * other token axes. Experts split over an axis that does not split the tokens are gathered.
  */
 #ifndef HP_MOE_H
 #define HP_MOE_H
@@ -72,6 +80,7 @@ typedef enum hp_moe_expert {
 } hp_moe_expert;
 
 #define HP_MOE_MAX_LAYERS 64 /* entries of an explicit layer list */
+#define HP_MOE_MAX_CHUNKS 7  /* hp_moe_config.chunks (a CONCAT and a bias update take them all) */
 
 typedef struct hp_moe_config {
     int experts;        /* E >= 1; 0: no MoE layer anywhere (the model's dense MLP) */
@@ -89,13 +98,19 @@ typedef struct hp_moe_config {
     /* Set only for a training graph (like GPT's dropout): the balancing loss joins the model loss
      * and the sigmoid_bias router's bias is updated. Evaluation and generation build without. */
     bool training;
+    /* c >= 1: the tokens' positions (the second-to-last dim of x) are cut into c chunks, each with
+     * its own dispatch, expert GEMMs and combine; every chunk is dispatched before any expert runs,
+     * so under expert parallelism chunk i+1's all-to-all-v runs while the experts compute chunk i
+     * (and chunk i's combine while chunk i+1 computes). Same values as c = 1 (each token is routed
+     * once, over all of them). x needs >= 3 dims and that dim divisible by c; 1..HP_MOE_MAX_CHUNKS. */
+    int chunks;
 } hp_moe_config;
 
 #define HP_MOE_CONFIG_INIT                                                                         \
     ((hp_moe_config){.experts = 0, .top_k = 2, .expert_width = 0, .shared_experts = 0,             \
                      .router = HP_MOE_ROUTER_SOFTMAX, .expert = HP_MOE_EXPERT_GELU,                 \
                      .balance_loss = 0.0f, .bias_update_rate = 1e-3f, .every = 1, .n_layers = 0,    \
-                     .training = false})
+                     .training = false, .chunks = 1})
 
 /* "softmax", "sigmoid_bias" ("?" otherwise). */
 const char *hp_moe_router_name(hp_moe_router r);
@@ -146,8 +161,10 @@ hp_tid hp_moe_route(hp_graph *g, hp_tid logits, hp_tid bias, int k, hp_moe_route
 /*
  * MOE_BIAS_UPDATE, in place: bias (E) += rate * sign(mean(counts) - counts), counts (E) i32 (the
  * global loads: its sharding rule resolves a pending sum). No output, no gradient; HP_NODE_FLAG_INPLACE.
+ * hp_moe_bias_update_n: the loads are the sum of n (1..7) counts tensors (a chunked layer's).
  */
 hp_status hp_moe_bias_update(hp_graph *g, hp_tid bias, hp_tid counts, float rate);
+hp_status hp_moe_bias_update_n(hp_graph *g, hp_tid bias, const hp_tid *counts, int n, float rate);
 
 /*
  * MOE_DISPATCH: x (N, C) f32, idx (N, k) i32 in [0, E) -> xs (N*k, C), counts (E) i32,
@@ -169,8 +186,10 @@ hp_tid hp_moe_combine(hp_graph *g, hp_tid ys, hp_tid pos, hp_tid gates);
  * MOE_GEMM, the grouped GEMM: x (R, K) f32 whose rows are grouped by expert as counts (E) i32 says
  * (sum counts = R), w (E, N, K) -> y (R, N), y_e = x_e w[e]^T for expert e's rows x_e (as LINEAR
  * per expert). With trans_w false, w is (E, K, N) and y_e = x_e w[e] (the input gradient's form).
- * Counts that are negative or do not sum to R are a kernel error. Gradients: dx = MOE_GEMM(dy, w,
- * trans_w false), dw = MOE_GEMM_DW(dy, x, counts) (E, N, K).
+ * Counts that are negative or do not sum to R are a kernel error (attribute i[1] = 1, set by the
+ * expert-parallel sharding rule on the per-rank node: R is a capacity, the counts may sum to less,
+ * the rows past them are zero in y). Gradients: dx = MOE_GEMM(dy, w, trans_w false),
+ * dw = MOE_GEMM_DW(dy, x, counts, w) (E, N, K; w is not read, its layout places the experts).
  */
 hp_tid hp_moe_gemm(hp_graph *g, hp_tid x, hp_tid w, hp_tid counts, bool trans_w);
 

@@ -29,6 +29,7 @@ typedef enum hp_redist_kind {
     HP_REDIST_ALL_REDUCE,
     HP_REDIST_ALL_TO_ALLV,
     HP_REDIST_SEND_RECV,
+    HP_REDIST_RAGGED_ALL_TO_ALLV, /* to or from a ragged split of dim 0 (hp_layout.ragged): rows by group owner */
     HP_REDIST_KIND_COUNT
 } hp_redist_kind;
 

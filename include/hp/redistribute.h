@@ -67,6 +67,23 @@ char *hp_redistribute_plan_str(const hp_redistribute_plan *p, const hp_mesh *m, 
 hp_status hp_redistribute_execute(const hp_redistribute_plan *p, hp_mesh *m, const void *in, void *out);
 
 /*
+ * As hp_redistribute_execute, for plans whose step is a RAGGED_ALL_TO_ALLV (to or from a ragged
+ * split, hp_layout.ragged; other plans run as hp_redistribute_execute does): `counts` (n_groups
+ * i32) are this rank's rows per group (MoE: its tokens per expert, the ragged_by tensor's local
+ * addend), its block rows being grouped by group in order. The members of the ragged axis
+ * all-gather their counts, then exchange the rows by one all-to-allv; the ragged side holds its
+ * groups' rows group-major (within a group by source member), zero past the received rows.
+ * Errors: those of hp_redistribute_execute, counts NULL or negative, counts that do not add up to
+ * the blocks.
+ */
+hp_status hp_redistribute_execute_counts(const hp_redistribute_plan *p, hp_mesh *m, const void *in,
+                                         const int32_t *counts, int64_t n_groups, void *out);
+
+/* Bytes this process has received from other ranks in RAGGED_ALL_TO_ALLV steps since it started
+ * (the run-time count the plan's bytes only estimate; benchmarks read it). */
+int64_t hp_redistribute_ragged_bytes(void);
+
+/*
  * Plans and runs one redistribution: hp_redistribute_plan_make(m, src, dst, shape, dt), then
  * hp_redistribute_execute. *bytes_received (may be NULL) gets the plan's bytes received per rank.
  * Collective over the mesh. Errors: those of the two calls. Of type hp_store_redistribute_fn, so

@@ -3,7 +3,7 @@
  *
  *   model:
  *     moe: {experts: 8, top_k: 2, expert_width: 256, shared_experts: 0, every: 2,   # or layers: [1, 3]
- *           router: softmax, balance_loss: 0.01, bias_update_rate: 0.001}
+ *           router: softmax, balance_loss: 0.01, bias_update_rate: 0.001, chunks: 1}
  *
  * experts and expert_width are required; top_k defaults to 2, every to 1 (every layer), router to
  * softmax (or sigmoid_bias: DeepSeek-V3's bias balancing), balance_loss to 0 (none).
@@ -15,7 +15,7 @@
 #include <string.h>
 
 static const char *const k_keys[] = {"experts",  "top_k",        "expert_width",    "shared_experts", "every",
-                                     "layers",   "router",       "balance_loss",    "bias_update_rate"};
+                                     "layers",   "router",       "balance_loss",    "bias_update_rate", "chunks"};
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
 /* An int in [lo, hi] at key `key` of map m (absent: *out unchanged). */
@@ -61,6 +61,7 @@ hp_status hp__config_read_moe(const hp_yaml_node *n, hp_moe_config *out) {
     HP_CHECK(get_int(n, "shared_experts", 0, 1 << 16, &out->shared_experts));
     HP_CHECK(get_float(n, "balance_loss", false, &out->balance_loss));
     HP_CHECK(get_float(n, "bias_update_rate", true, &out->bias_update_rate));
+    HP_CHECK(get_int(n, "chunks", 1, HP_MOE_MAX_CHUNKS, &out->chunks));
     if (out->top_k > out->experts) {
         const hp_yaml_node *v = hp_yaml_map_get(n, "top_k");
         return hp__config_error(v ? v : n, "model.moe.top_k %d is larger than model.moe.experts %d", out->top_k,
@@ -128,6 +129,7 @@ cJSON *hp__config_moe_json(const hp_moe_config *m) {
     if (!ok) cJSON_Delete(bl);
     ok = ok && br && cJSON_AddItemToObject(o, "bias_update_rate", br);
     if (!ok) cJSON_Delete(br);
+    if (ok && m->chunks > 1) ok = cJSON_AddNumberToObject(o, "chunks", m->chunks) != NULL;
     if (ok && m->every > 0) {
         ok = cJSON_AddNumberToObject(o, "every", m->every) != NULL;
     } else if (ok) {

@@ -95,11 +95,21 @@ hp_status hp_layout_validate(const hp_layout *l, const hp_mesh *m, const hp_shap
         if ((l->partial & used) & (1u << a))
             return hp_error(HP_STATUS_INVALID_ARGUMENT, "partial on alias '%s', which shards dim %d",
                             hp_mesh_axis_name(m, a), axis_use(l, a, -1));
+    if (l->ragged) { /* one ragged axis, the last of tensor_map[0] */
+        int last = l->ndim > 0 && l->nmap[0] > 0 ? l->map[0][l->nmap[0] - 1] : -1;
+        if (last < 0 || l->ragged != (1u << last))
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "ragged mask 0x%x must name exactly the last axis of tensor_map[0]",
+                            l->ragged);
+        if (l->ragged_by < 0)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "ragged layout without its counts tensor (ragged_by %d)",
+                            (int)l->ragged_by);
+    }
     return HP_STATUS_OK;
 }
 
 bool hp_layout_equal(const hp_layout *a, const hp_layout *b) {
-    if (a->ndim != b->ndim || a->partial != b->partial) return false;
+    if (a->ndim != b->ndim || a->partial != b->partial || a->ragged != b->ragged) return false;
+    if (a->ragged && a->ragged_by != b->ragged_by) return false;
     if (a->partial && a->partial_op != b->partial_op) return false;
     for (int d = 0; d < a->ndim; d++) {
         if (a->nmap[d] != b->nmap[d]) return false;
@@ -228,6 +238,8 @@ char *hp_layout_format(const hp_layout *l, const hp_mesh *m, char *buf, size_t n
         }
         PUT(")");
     }
+    for (int a = 0; a < hp_mesh_naxes(m); a++)
+        if (l->ragged & (1u << a)) PUT(" ragged=%s(by %%%d)", hp_mesh_axis_name(m, a), (int)l->ragged_by);
 #undef PUT
     return buf;
 }
@@ -260,6 +272,7 @@ hp_status hp_layout_slice_of(const hp_layout *l, const hp_mesh *m, const hp_shap
         int64_t k = 1, i = 0;
         for (int j = 0; j < l->nmap[d]; j++) {
             int a = l->map[d][j];
+            if (d == 0 && (l->ragged & (1u << a))) continue; /* the capacity block */
             k *= hp_mesh_dim(m, a);
             i = i * hp_mesh_dim(m, a) + coords[a];
         }

@@ -79,8 +79,17 @@ static void combine_backward_cost(const hp_graph *g, const hp_node *n, hp_op_cos
     c->flops = (n->in[3] != HP_TID_NONE ? 3.0 : 1.0) * (double)hp_shape_numel(hp__shp(g, n->out[0]));
 }
 
+/* The axes of a pending sum over axes that do not split the rows, which the rule may keep: combine
+ * is linear in ys (and its backward's dgates in ys), so a TP-EP expert output pending over tp stays
+ * pending through it and is reduced on the (N, C) result instead of the (N*k, C) rows. */
+static uint32_t keepable_sum(const hp_layout *l, const hp_layout *rows) {
+    if (!l->partial || l->partial_op != HP_REDUCE_SUM || (l->partial & hp__lay_dim_axes(rows, 0))) return 0;
+    return l->partial;
+}
+
 /* Sharding rule of both: the token rows split like pos's (dispatch made it, each rank holding its
- * own tokens' rows), evenly, the channels whole. */
+ * own tokens' rows), evenly, the channels whole; a pending sum of ys (keepable_sum) stays pending
+ * in y (forward) and dgates (backward, where dy is whole). */
 static hp_status combine_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
                                hp_layout *out, hp_attrs *local, bool *drop) {
     (void)local, (void)drop;
@@ -88,6 +97,14 @@ static hp_status combine_shard(const hp_shard_ctx *c, const hp_node *n, const hp
     if (!hp__moe_even(c, &rows, hp__shp(c->g, n->in[1])->dim[0])) rows = hp__lay_replicated(2);
     for (int i = 0; i < n->n_in; i++) req[i] = rows;
     for (int j = 0; j < n->n_out; j++) out[j] = rows;
+    const bool fwd = n->op == HP_OP_MOE_COMBINE;
+    const int ys = fwd ? 0 : 3;
+    uint32_t keep = n->in[ys] != HP_TID_NONE ? keepable_sum(&in[ys], &rows) : 0;
+    if (!fwd && in[0].partial) keep = 0; /* dgates = dy . ys: one of the two may be pending */
+    if (keep) {
+        hp__lay_set_partial(&req[ys], keep, HP_REDUCE_SUM);
+        hp__lay_set_partial(&out[fwd ? 0 : 1], keep, HP_REDUCE_SUM);
+    }
     return HP_STATUS_OK;
 }
 
@@ -98,4 +115,5 @@ const hp_op_def hp__op_def_moe_combine = {
 const hp_op_def hp__op_def_moe_combine_backward = {
     .name = "moe_combine_backward", .min_in = 4, .max_in = 4, .n_out = 2, .infer = combine_backward_infer,
     .cost = combine_backward_cost, .shard = combine_shard,
+    .saved_inputs = 1u << 3, /* ys: expert parallelism's forward all-to-all-v back is reused */
 };

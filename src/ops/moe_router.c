@@ -31,10 +31,18 @@ hp_tid hp_moe_route(hp_graph *g, hp_tid logits, hp_tid bias, int k, hp_moe_route
 }
 
 hp_status hp_moe_bias_update(hp_graph *g, hp_tid bias, hp_tid counts, float rate) {
+    return hp_moe_bias_update_n(g, bias, &counts, 1, rate);
+}
+
+hp_status hp_moe_bias_update_n(hp_graph *g, hp_tid bias, const hp_tid *counts, int n, float rate) {
+    if (n < 1 || n > HP_MAX_NODE_INPUTS - 1)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "moe_bias_update: %d counts tensors, must be 1 to %d", n,
+                        HP_MAX_NODE_INPUTS - 1);
     hp_attrs at = {0};
     at.f[0] = rate;
-    hp_tid in[2] = {bias, counts};
-    hp_graph_add_node(g, HP_OP_MOE_BIAS_UPDATE, in, 2, &at);
+    hp_tid in[HP_MAX_NODE_INPUTS] = {bias};
+    for (int i = 0; i < n; i++) in[1 + i] = counts[i];
+    hp_graph_add_node(g, HP_OP_MOE_BIAS_UPDATE, in, 1 + n, &at);
     if (hp_graph_status(g) == HP_STATUS_OK) hp_graph_node(g, hp_graph_n_nodes(g) - 1)->flags |= HP_NODE_FLAG_INPLACE;
     return hp_graph_status(g);
 }
@@ -86,11 +94,15 @@ static hp_status route_backward_infer(const hp_graph *g, const hp_node *n, hp_dt
 
 static hp_status bias_update_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
     (void)dt, (void)s;
-    const hp_tensor *b = hp_graph_tensor(g, n->in[0]), *c = hp_graph_tensor(g, n->in[1]);
-    if (b->dtype != HP_DTYPE_F32 || b->shape.ndim != 1 || c->dtype != HP_DTYPE_I32 ||
-        !hp_shape_equal(&b->shape, &c->shape))
-        return hp_error(HP_STATUS_SHAPE, "moe_bias_update: bias must be f32 (E) and counts i32 (E), are %s %s and %s %s",
-                        hp_dtype_name(b->dtype), hp__shape_s(&b->shape), hp_dtype_name(c->dtype), hp__shape_s(&c->shape));
+    const hp_tensor *b = hp_graph_tensor(g, n->in[0]);
+    for (int i = 1; i < n->n_in; i++) {
+        const hp_tensor *c = hp_graph_tensor(g, n->in[i]);
+        if (b->dtype != HP_DTYPE_F32 || b->shape.ndim != 1 || c->dtype != HP_DTYPE_I32 ||
+            !hp_shape_equal(&b->shape, &c->shape))
+            return hp_error(HP_STATUS_SHAPE, "moe_bias_update: bias must be f32 (E) and counts i32 (E), are %s %s and %s %s",
+                            hp_dtype_name(b->dtype), hp__shape_s(&b->shape), hp_dtype_name(c->dtype),
+                            hp__shape_s(&c->shape));
+    }
     if (!(n->attr.f[0] > 0.0f) || !(n->attr.f[0] < INFINITY))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "moe_bias_update: rate %g must be finite and > 0",
                         (double)n->attr.f[0]);
@@ -145,9 +157,8 @@ static hp_status route_backward_shard(const hp_shard_ctx *c, const hp_node *n, c
  * per-rank counts becomes an all-reduce). */
 static hp_status bias_update_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
                                    hp_layout *out, hp_attrs *local, bool *drop) {
-    (void)c, (void)n, (void)in, (void)out, (void)local, (void)drop;
-    req[0] = hp__lay_replicated(1);
-    req[1] = hp__lay_replicated(1);
+    (void)c, (void)in, (void)out, (void)local, (void)drop;
+    for (int i = 0; i < n->n_in; i++) req[i] = hp__lay_replicated(1);
     return HP_STATUS_OK;
 }
 
@@ -160,6 +171,6 @@ const hp_op_def hp__op_def_moe_route_backward = {
     .cost = route_backward_cost, .shard = route_backward_shard,
 };
 const hp_op_def hp__op_def_moe_bias_update = {
-    .name = "moe_bias_update", .min_in = 2, .max_in = 2, .n_out = 0, .infer = bias_update_infer,
+    .name = "moe_bias_update", .min_in = 2, .max_in = HP_MAX_NODE_INPUTS, .n_out = 0, .infer = bias_update_infer,
     .shard = bias_update_shard, .inplace_inputs = 1u,
 };

@@ -2,7 +2,8 @@
  * REDISTRIBUTE and ASSIGN: the two operators only per-rank graphs contain. The partitioner
  * inserts REDISTRIBUTE where a consumer needs another layout than its producer made (its runtime
  * instruction, hp/instr.h, with the plan and mesh rides in node->extra), and ASSIGN to write an
- * in-place update made on a redistributed copy back into the original tensor.
+ * in-place update made on a redistributed copy back into the original tensor. A REDISTRIBUTE to or
+ * from a ragged split (MoE expert parallelism) has a second input: the counts its exchange reads.
  */
 #include "ops/op.h"
 #include "hp/instr.h"
@@ -29,7 +30,7 @@ static hp_status assign_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt,
 }
 
 const hp_op_def hp__op_def_redistribute = {
-    .name = "redistribute", .min_in = 1, .max_in = 1, .n_out = 1, .infer = redistribute_infer,
+    .name = "redistribute", .min_in = 1, .max_in = 2, .n_out = 1, .infer = redistribute_infer,
     .cost = redistribute_cost,
 };
 

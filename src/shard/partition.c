@@ -109,9 +109,24 @@ static hp_status add_redistribute(hp_partition *p, hp_tid lt, const hp_layout *f
     hp_status st = hp_redistribute_plan_make(p->mesh, from, want, &x->shape, x->dtype, &ex->plan);
     if (st != HP_STATUS_OK) return hp_error_prefix(st, "redistributing '%s': ", lname(p->lg, lt, nb, sizeof nb));
     ex->mesh = p->mesh;
+    ex->n_groups = 0;
     hp_attrs at = {0};
     HP_CHECK(hp_layout_local_shape(want, p->mesh, &x->shape, p->index, &at.shape));
-    hp_tid r = hp_graph_add_node(p->g, HP_OP_REDISTRIBUTE, &src, 1, &at);
+    hp_tid ins[2] = {src, HP_TID_NONE};
+    const hp_layout *rag = from->ragged ? from : want->ragged ? want : NULL;
+    if (rag) { /* a ragged exchange reads the counts: the produced version, each rank's own addend */
+        hp_tid ct = rag->ragged_by;
+        if (ct < 0 || ct >= hp_graph_n_tensors(p->lg) || !p->ver[ct])
+            return hp_error(HP_STATUS_INTERNAL, "redistributing '%s': ragged counts %%%d are not defined yet",
+                            lname(p->lg, lt, nb, sizeof nb), (int)ct);
+        const hp_tensor *ctt = hp_graph_tensor(p->lg, ct);
+        if (ctt->dtype != HP_DTYPE_I32 || ctt->shape.ndim != 1)
+            return hp_error(HP_STATUS_INTERNAL, "redistributing '%s': ragged counts %%%d must be i32 (E)",
+                            lname(p->lg, lt, nb, sizeof nb), (int)ct);
+        ins[1] = p->ver[ct]->local;
+        ex->n_groups = ctt->shape.dim[0];
+    }
+    hp_tid r = hp_graph_add_node(p->g, HP_OP_REDISTRIBUTE, ins, rag ? 2 : 1, &at);
     HP_CHECK(hp_graph_status(p->g));
     int ni = hp_graph_n_nodes(p->g) - 1;
     hp_graph_node(p->g, ni)->extra = ex;
@@ -396,6 +411,8 @@ static hp_status schedule_comm(hp_partition *p) {
             hp_tid in = n->in[0];
             bool leaf = hp_graph_tensor(g, in)->producer < 0;
             int earliest = last_write[in];
+            if (n->n_in > 1 && n->in[1] != HP_TID_NONE && last_write[n->in[1]] > earliest)
+                earliest = last_write[n->in[1]]; /* a ragged exchange's counts */
             if (leaf && i - PREFETCH_WINDOW > earliest) earliest = i - PREFETCH_WINDOW;
             key[i] = (sched_key){earliest, 1, i};
             n->flags |= HP_NODE_FLAG_ASYNC;

@@ -15,6 +15,7 @@ typedef struct hp__redist_extra {
     hp_mesh *mesh;
     char label[64];      /* instr.label: the plan's collectives, "all_reduce" */
     char group_name[48]; /* instr.group_name: the mesh axes they use, "dp" */
+    int64_t n_groups;    /* a ragged plan: the length of its counts (the node's input 1) */
 } hp__redist_extra;
 
 /*

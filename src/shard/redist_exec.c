@@ -168,6 +168,8 @@ typedef struct exec {
     hp_dtype dt;
     size_t es;
     int me;
+    const int32_t *counts; /* RAGGED_ALL_TO_ALLV: this rank's rows per group */
+    int64_t n_groups;
 } exec;
 
 static hp_status exec_alltoallv(const exec *e, const hp_redist_step *s, const void *in, void *out) {
@@ -324,12 +326,19 @@ static hp_status exec_step(const exec *e, const hp_redist_step *s, const void *i
         return hp_comm_all_reduce(comm, in, out, bytes / e->es, e->dt, s->before.partial_op);
     }
     case HP_REDIST_ALL_TO_ALLV: return exec_alltoallv(e, s, in, out);
+    case HP_REDIST_RAGGED_ALL_TO_ALLV: return hp__redist_ragged(e->m, s, e->shape, e->dt, in, e->counts, e->n_groups, out);
     default: return exec_group(e, s, in, out);
     }
 }
 
 hp_status hp_redistribute_execute(const hp_redistribute_plan *p, hp_mesh *m, const void *in, void *out) {
-    exec e = {.m = m, .shape = &p->shape, .dt = p->dtype, .es = hp_dtype_size(p->dtype), .me = hp_mesh_my_index(m)};
+    return hp_redistribute_execute_counts(p, m, in, NULL, 0, out);
+}
+
+hp_status hp_redistribute_execute_counts(const hp_redistribute_plan *p, hp_mesh *m, const void *in,
+                                         const int32_t *counts, int64_t n_groups, void *out) {
+    exec e = {.m = m, .shape = &p->shape, .dt = p->dtype, .es = hp_dtype_size(p->dtype), .me = hp_mesh_my_index(m),
+              .counts = counts, .n_groups = n_groups};
     if (e.me < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "redistribute: this rank is not in the (attached) mesh");
     hp_shape ls;
     if (p->nsteps == 0) {

@@ -12,6 +12,8 @@
 static hp_status redist_execute(hp_instr *self, const hp_node_args *a, const hp_exec_ctx *ctx) {
     (void)ctx;
     hp__redist_extra *x = (hp__redist_extra *)(void *)self;
+    if (x->n_groups > 0) /* a ragged plan: the counts are input 1 */
+        return hp_redistribute_execute_counts(&x->plan, x->mesh, a->in[0], a->in[1], x->n_groups, a->out[0]);
     return hp_redistribute_execute(&x->plan, x->mesh, a->in[0], a->out[0]);
 }
 
@@ -59,7 +61,8 @@ static int redist_xfers(const hp_instr *self, hp_xfer *out, int max) {
         case HP_REDIST_REDUCE_SCATTER: kind = HP_XFER_REDUCE_SCATTER; break;
         case HP_REDIST_ALL_REDUCE: kind = HP_XFER_ALL_REDUCE; break;
         case HP_REDIST_ALL_TO_ALL:
-        case HP_REDIST_ALL_TO_ALLV: kind = HP_XFER_ALL_TO_ALL; break;
+        case HP_REDIST_ALL_TO_ALLV:
+        case HP_REDIST_RAGGED_ALL_TO_ALLV: kind = HP_XFER_ALL_TO_ALL; break;
         case HP_REDIST_SEND_RECV: kind = HP_XFER_SEND_RECV; break;
         default: continue; /* local steps move nothing */
         }

@@ -27,4 +27,9 @@ void hp__group_free(hp__group *g);
 
 int64_t hp__numel(int ndim, const int64_t *len);
 
+/* Runs one RAGGED_ALL_TO_ALLV step (redist_ragged.c): `counts` (E i32) are this rank's rows per
+ * group, in the order its block rows are grouped. Collective over the step's axis. */
+hp_status hp__redist_ragged(hp_mesh *m, const hp_redist_step *s, const hp_shape *shape, hp_dtype dt, const void *in,
+                            const int32_t *counts, int64_t E, void *out);
+
 #endif

@@ -286,6 +286,49 @@ static hp_status expand(search *s, int from) {
     return HP_STATUS_OK;
 }
 
+/*
+ * To or from a ragged split (hp_layout.ragged; MoE expert parallelism): one RAGGED_ALL_TO_ALLV over
+ * the ragged axis between the ragged layout and the same tensor_map as a block split (partial axes
+ * kept: the exchange is linear), with the ordinary plan before it (to a ragged layout) or after it
+ * (from one), e.g. TP-EP's pending sum over tp all-reduced after the rows are back. The step's bytes
+ * are the balanced case's, (n-1)/n of the block (the real number depends on the step's routing).
+ * Two different ragged layouts: HP_STATUS_UNSUPPORTED.
+ */
+static hp_status plan_ragged(const hp_mesh *m, hp_redistribute_plan *out) {
+    const hp_layout src = out->src, dst = out->dst;
+    char la[256], lb[256];
+    if (hp_layout_equal(&src, &dst)) return HP_STATUS_OK;
+    if (src.ragged && dst.ragged)
+        return hp_error(HP_STATUS_UNSUPPORTED, "redistribute: %s -> %s: between two ragged splits",
+                        hp_layout_format(&src, m, la, sizeof la), hp_layout_format(&dst, m, lb, sizeof lb));
+    const hp_layout *r = src.ragged ? &src : &dst;
+    hp_layout even = *r;
+    even.ragged = 0;
+    int axis = 0;
+    while (!(r->ragged & (1u << axis))) axis++;
+    int n = hp_mesh_dim(m, axis);
+    hp_shape ls;
+    HP_CHECK(hp_layout_local_shape(&even, m, &out->shape, 0, &ls));
+    int64_t block = hp_shape_numel(&ls) * (int64_t)hp_dtype_size(out->dtype);
+    hp_redist_step rag = {.kind = HP_REDIST_RAGGED_ALL_TO_ALLV, .axis = axis, .dim_from = 0, .dim_to = 0,
+                          .before = src.ragged ? src : even, .after = src.ragged ? even : dst,
+                          .bytes = block * (n - 1) / n};
+    hp_redistribute_plan rest;
+    hp_status st = src.ragged ? hp_redistribute_plan_make(m, &even, &dst, &out->shape, out->dtype, &rest)
+                              : hp_redistribute_plan_make(m, &src, &even, &out->shape, out->dtype, &rest);
+    if (st != HP_STATUS_OK)
+        return hp_error_prefix(st, "redistribute: %s -> %s through the block split: ",
+                               hp_layout_format(&src, m, la, sizeof la), hp_layout_format(&dst, m, lb, sizeof lb));
+    if (rest.nsteps + 1 > HP_REDIST_MAX_STEPS)
+        return hp_error(HP_STATUS_INTERNAL, "redistribute: a ragged plan of %d steps", rest.nsteps + 1);
+    out->nsteps = 0;
+    if (src.ragged) out->steps[out->nsteps++] = rag;
+    for (int k = 0; k < rest.nsteps; k++) out->steps[out->nsteps++] = rest.steps[k];
+    if (!src.ragged) out->steps[out->nsteps++] = rag;
+    out->bytes = rest.bytes + rag.bytes;
+    return HP_STATUS_OK;
+}
+
 hp_status hp_redistribute_plan_make(const hp_mesh *m, const hp_layout *src, const hp_layout *dst,
                                     const hp_shape *shape, hp_dtype dt, hp_redistribute_plan *out) {
     HP_CHECK(hp_layout_validate(src, m, shape));
@@ -296,6 +339,7 @@ hp_status hp_redistribute_plan_make(const hp_mesh *m, const hp_layout *src, cons
     out->dtype = dt;
     out->src = *src;
     out->dst = *dst;
+    if (src->ragged || dst->ragged) return plan_ragged(m, out);
     hp_layout dnorm = *dst;
     if (!dnorm.partial) dnorm.partial_op = HP_REDUCE_SUM;
     search s = {.c = {m, shape, hp_dtype_size(dt)}, .dst = &dnorm};

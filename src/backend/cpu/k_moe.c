@@ -115,13 +115,15 @@ hp_status hp__cpu_moe_route_backward(const hp_kernel_args *a) {
 hp_status hp__cpu_moe_bias_update(const hp_kernel_args *a) {
     const int64_t E = hp__in_shape(a, 0)->dim[0];
     float *bias = a->in[0];
-    const int32_t *counts = a->in[1];
     double total = 0.0;
-    for (int64_t e = 0; e < E; e++) total += counts[e];
+    for (int i = 1; i < a->node->n_in; i++)
+        for (int64_t e = 0; e < E; e++) total += ((const int32_t *)a->in[i])[e];
     const double mean = total / (double)E;
     const float u = a->node->attr.f[0];
     for (int64_t e = 0; e < E; e++) {
-        double d = mean - (double)counts[e];
+        double load = 0.0; /* summed over the counts inputs (a chunked layer's) */
+        for (int i = 1; i < a->node->n_in; i++) load += ((const int32_t *)a->in[i])[e];
+        double d = mean - load;
         bias[e] += d > 0 ? u : d < 0 ? -u : 0.0f;
     }
     return HP_STATUS_OK;
@@ -210,17 +212,18 @@ hp_status hp__cpu_moe_combine_backward(const hp_kernel_args *a) {
 
 /* ---------------------------------------------------------------- grouped GEMM */
 
-/* Checks counts (E) against the R rows; HP_STATUS_INVALID_ARGUMENT naming the first bad count. */
-static hp_status check_counts(const int32_t *counts, int64_t E, int64_t R, const char *op) {
+/* Checks counts (E) against the R rows (ragged: R is a capacity, the counts may sum to less; an
+ * expert-parallel rank's rows); HP_STATUS_INVALID_ARGUMENT naming the first bad count. */
+static hp_status check_counts(const int32_t *counts, int64_t E, int64_t R, bool ragged, const char *op) {
     int64_t sum = 0;
     for (int64_t e = 0; e < E; e++) {
         if (counts[e] < 0)
             return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s: counts[%lld] = %d is negative", op, (long long)e, counts[e]);
         sum += counts[e];
     }
-    if (sum != R)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s: counts sum to %lld but x has %lld rows", op, (long long)sum,
-                        (long long)R);
+    if (ragged ? sum > R : sum != R)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s: counts sum to %lld but x has %lld rows%s", op, (long long)sum,
+                        (long long)R, ragged ? " (its capacity)" : "");
     return HP_STATUS_OK;
 }
 
@@ -247,8 +250,13 @@ hp_status hp__cpu_moe_gemm(const hp_kernel_args *a) {
     const hp_shape *xs = hp__in_shape(a, 0), *ws = hp__in_shape(a, 1);
     const bool tw = a->node->attr.i[0] != 0;
     const int64_t R = xs->dim[0], K = xs->dim[1], E = ws->dim[0], N = hp__out_shape(a, 0)->dim[1];
-    HP_CHECK(check_counts(a->in[2], E, R, "moe_gemm"));
+    const bool ragged = a->node->attr.i[1] != 0;
+    HP_CHECK(check_counts(a->in[2], E, R, ragged, "moe_gemm"));
     HP_TEAM_RUN(R * K * N > 65536, gemm_body(a->in[0], a->in[1], a->in[2], a->out[0], E, K, N, tw));
+    if (ragged) { /* the capacity rows past the counts: zero, like the exchange leaves them */
+        int64_t used = first_row(a->in[2], E);
+        memset((float *)a->out[0] + used * N, 0, sizeof(float) * (size_t)((R - used) * N));
+    }
     return HP_STATUS_OK;
 }
 
@@ -270,7 +278,7 @@ static void gemm_dw_body(const float *dy, const float *x, const int32_t *counts,
 hp_status hp__cpu_moe_gemm_dw(const hp_kernel_args *a) {
     const hp_shape *dys = hp__in_shape(a, 0), *xs = hp__in_shape(a, 1);
     const int64_t R = dys->dim[0], N = dys->dim[1], K = xs->dim[1], E = hp__in_shape(a, 2)->dim[0];
-    HP_CHECK(check_counts(a->in[2], E, R, "moe_gemm_dw"));
+    HP_CHECK(check_counts(a->in[2], E, R, a->node->attr.i[1] != 0, "moe_gemm_dw"));
     HP_TEAM_RUN(R * K * N > 65536, gemm_dw_body(a->in[0], a->in[1], a->in[2], a->out[0], E, N, K));
     return HP_STATUS_OK;
 }
