@@ -69,6 +69,7 @@ typedef int32_t hp_tid;
     X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward)                                              \
     X(ATTENTION, attention)         /* fused causal self-attention; outputs o, lse */              \
     X(ATTENTION_BACKWARD, attention_backward) /* outputs dq, dk, dv */                             \
+    X(ATTENTION_MERGE, attention_merge) /* (o, lse) pairs of two key blocks -> o, lse of both (ring) */ \
     X(DROPOUT, dropout)             /* inverted dropout; mask from (i[0] key, in[1] step, element) */\
     X(RMSNORM, rmsnorm)             /* over the last axis, eps f[0]; outputs y, rstd */             \
     X(RMSNORM_BACKWARD, rmsnorm_backward) /* outputs dx, dweight */                                \

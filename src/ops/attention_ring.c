@@ -1,0 +1,228 @@
+/*
+ * Ring attention (Liu et al. 2023, "Ring Attention with Blockwise Transformers"; Brandon et al.
+ * 2023, "Striped Attention"): the pieces and the partitioner's expansion of ATTENTION and
+ * ATTENTION_BACKWARD into ring steps when the sequence is split over a mesh axis and the strategy
+ * asks for it (strategy.context_parallel: ring; attention's sharding rule, attention.c, keeps the
+ * sequence split then).
+ *
+ * Pieces: ATTENTION with a rectangular (q block, kv block) pair and a causal offset (attention.c,
+ * attr i[3]); ATTENTION_MERGE here, the FlashAttention recurrence across blocks; and the backward
+ * per kv block, which is ATTENTION_BACKWARD given the final o and lse (P = exp(S - lse) is the
+ * block's share of the softmax exactly, and D = rowsum(dO o O) uses the final o), so the blocks'
+ * dq add up and each block's dk, dv are its own.
+ *
+ * Forward on rank r of n (ring axis coordinate r, block j = the rows rank j holds): step s holds
+ * block j = (r - s) mod n; it sends that K, V block to rank r + 1 and receives block j - 1 from
+ * r - 1 (non-blocking SEND/RECV on the point-to-point queue, issued before the step's compute so
+ * the transfer runs behind it), attends q to block j with offset q_start(r) - k_start(j) and
+ * merges. Causal: blocks j > r are wholly in the future and skipped (no compute, the transfers
+ * still run: every rank issues the same transfers). Backward: the K, V blocks travel again; each
+ * step adds the block's dq to the local dq and its dk, dv to accumulators that travel with the
+ * block and return home with one more hop (n hops of dk, dv, n - 1 of K, V).
+ */
+#include "ops/attention_ring.h"
+
+#include <string.h>
+
+#define RING_TAG_K 101
+#define RING_TAG_V 102
+#define RING_TAG_DK 103
+#define RING_TAG_DV 104
+
+hp_tid hp_attention_block(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal,
+                          int64_t offset, hp_tid *lse) {
+    hp_attrs at = {0};
+    at.i[0] = n_head;
+    at.i[1] = causal;
+    at.i[2] = kv_heads == n_head ? 0 : kv_heads;
+    at.i[3] = offset;
+    hp_tid in[3] = {q, k, v};
+    hp_tid o = hp_graph_add_node(g, HP_OP_ATTENTION, in, 3, &at);
+    if (lse) *lse = o == HP_TID_NONE ? HP_TID_NONE : hp_graph_node(g, hp_graph_n_nodes(g) - 1)->out[1];
+    return o;
+}
+
+hp_tid hp_attention_merge(hp_graph *g, hp_tid o_a, hp_tid lse_a, hp_tid o_b, hp_tid lse_b, int n_head, hp_tid *lse) {
+    hp_attrs at = {0};
+    at.i[0] = n_head;
+    hp_tid in[4] = {o_a, lse_a, o_b, lse_b};
+    hp_tid o = hp_graph_add_node(g, HP_OP_ATTENTION_MERGE, in, 4, &at);
+    if (lse) *lse = o == HP_TID_NONE ? HP_TID_NONE : hp_graph_node(g, hp_graph_n_nodes(g) - 1)->out[1];
+    return o;
+}
+
+static hp_status merge_infer(const hp_graph *g, const hp_node *n, hp_dtype *dt, hp_shape *s) {
+    const hp_shape *o = hp__shp(g, n->in[0]);
+    int64_t H = n->attr.i[0];
+    if (o->ndim != 3 || H <= 0 || o->dim[2] % H != 0)
+        return hp_error(HP_STATUS_SHAPE, "attention merge: o %s must be (B, T, H*D) with %lld heads", hp__shape_s(o),
+                        (long long)H);
+    hp_shape l = HP_SHAPE(o->dim[0], H, o->dim[1]);
+    for (int i = 0; i < 4; i++) {
+        const hp_tensor *t = hp_graph_tensor(g, n->in[i]);
+        const hp_shape *want = (i & 1) ? &l : o;
+        if (t->dtype != HP_DTYPE_F32 || !hp_shape_equal(&t->shape, want))
+            return hp_error(HP_STATUS_SHAPE, "attention merge: input %d is %s, must be f32 %s", i,
+                            hp__shape_s(&t->shape), hp__shape_s(want));
+    }
+    dt[0] = dt[1] = HP_DTYPE_F32;
+    s[0] = *o;
+    s[1] = l;
+    return HP_STATUS_OK;
+}
+
+static void merge_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) { hp__cost_default(g, n, 2.0, c); }
+
+const hp_op_def hp__op_def_attention_merge = {
+    .name = "attention_merge", .min_in = 4, .max_in = 4, .n_out = 2, .infer = merge_infer, .cost = merge_cost,
+};
+
+/* ---- the expansion ---- */
+
+typedef struct ring {
+    int axis, n, me;            /* ring axis, its size, this rank's coordinate on it */
+    int64_t start[HP_RING_MAX]; /* first global row of each coordinate's block */
+    hp_shape kv[HP_RING_MAX];   /* local shape of each coordinate's k (and v) block */
+    bool causal;
+} ring;
+
+static hp_status ring_of(const hp_expand_ctx *c, const hp_node *n, int qi, ring *R, bool *ok) {
+    const hp_shard_ctx *sc = c->shard;
+    const hp_layout *q = &c->in[qi];
+    *ok = false;
+    if (!sc->ring || q->nmap[1] != 1 || q->partial) return HP_STATUS_OK;
+    R->axis = q->map[1][0];
+    R->n = hp_mesh_dim(sc->mesh, R->axis);
+    if (R->n < 2) return HP_STATUS_OK;
+    if (R->n > HP_RING_MAX)
+        return hp_error(HP_STATUS_UNSUPPORTED, "ring attention: axis '%s' of %d ranks (at most %d)",
+                        hp_mesh_axis_name(sc->mesh, R->axis), R->n, HP_RING_MAX);
+    int coords[HP_MESH_MAX_AXES];
+    hp_mesh_coords(sc->mesh, sc->index, coords);
+    R->me = coords[R->axis];
+    R->causal = n->attr.i[1] != 0;
+    const hp_shape *qs = hp__shp(sc->g, n->in[qi]), *ks = hp__shp(sc->g, n->in[qi + 1]);
+    for (int j = 0; j < R->n; j++) {
+        coords[R->axis] = j;
+        int idx = hp_mesh_index(sc->mesh, coords);
+        int64_t st[HP_MAX_DIMS], len[HP_MAX_DIMS];
+        HP_CHECK(hp_layout_slice_of(q, sc->mesh, qs, idx, st, len));
+        R->start[j] = st[1];
+        HP_CHECK(hp_layout_local_shape(&c->in[qi + 1], sc->mesh, ks, idx, &R->kv[j]));
+    }
+    *ok = true;
+    return HP_STATUS_OK;
+}
+
+/* Whether some query row of this rank sees some key of block j (always, without the mask). */
+static bool sees(const ring *R, int j, int64_t q_rows) {
+    if (!R->causal) return true;
+    return q_rows > 0 && R->kv[j].dim[1] > 0 && R->start[R->me] + q_rows - 1 >= R->start[j];
+}
+
+static hp_status send_to(hp_graph *g, hp_tid x, const ring *R, int tag) {
+    hp_attrs at = {0};
+    at.i[0] = (R->me + 1) % R->n;
+    at.i[1] = tag;
+    at.i[3] = R->axis + 1;
+    hp_graph_add_node(g, HP_OP_SEND, &x, 1, &at);
+    return hp_graph_status(g);
+}
+
+static hp_status recv_from(hp_graph *g, const hp_shape *s, const ring *R, int tag, hp_tid *out) {
+    hp_attrs at = {0};
+    at.i[0] = (R->me + R->n - 1) % R->n;
+    at.i[1] = tag;
+    at.i[2] = HP_DTYPE_F32;
+    at.i[3] = R->axis + 1;
+    at.shape = *s;
+    *out = hp_graph_add_node(g, HP_OP_RECV, NULL, 0, &at);
+    return hp_graph_status(g);
+}
+
+/* The K, V block of step s (coordinate j) goes to the next rank, block j - 1 comes in. */
+static hp_status pass_kv(hp_graph *g, const ring *R, int j, hp_tid *k, hp_tid *v) {
+    const hp_shape *next = &R->kv[(j + R->n - 1) % R->n];
+    hp_tid kn, vn;
+    HP_CHECK(send_to(g, *k, R, RING_TAG_K));
+    HP_CHECK(send_to(g, *v, R, RING_TAG_V));
+    HP_CHECK(recv_from(g, next, R, RING_TAG_K, &kn));
+    HP_CHECK(recv_from(g, next, R, RING_TAG_V, &vn));
+    *k = kn;
+    *v = vn;
+    return HP_STATUS_OK;
+}
+
+hp_status hp__attention_ring_expand(const hp_expand_ctx *c, const hp_node *n, const hp_tid *lin, const hp_attrs *local,
+                                    hp_tid *lout, bool *done) {
+    ring R;
+    HP_CHECK(ring_of(c, n, 0, &R, done));
+    if (!*done) return HP_STATUS_OK;
+    hp_graph *g = c->g;
+    int64_t rows = hp_graph_tensor(g, lin[0])->shape.dim[1];
+    hp_tid k = lin[1], v = lin[2], o = HP_TID_NONE, lse = HP_TID_NONE;
+    for (int s = 0; s < R.n; s++) {
+        int j = (R.me - s + R.n) % R.n;
+        hp_tid kb = k, vb = v;
+        if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, j, &k, &v)); /* issued before the step's compute */
+        if (s > 0 && !sees(&R, j, rows)) continue;
+        hp_attrs at = *local;
+        at.i[3] = R.start[R.me] - R.start[j];
+        hp_tid in[3] = {lin[0], kb, vb};
+        hp_tid ob = hp_graph_add_node(g, HP_OP_ATTENTION, in, 3, &at);
+        HP_CHECK(hp_graph_status(g));
+        hp_tid lb = hp_graph_node(g, hp_graph_n_nodes(g) - 1)->out[1];
+        if (o == HP_TID_NONE) {
+            o = ob;
+            lse = lb;
+        } else {
+            o = hp_attention_merge(g, o, lse, ob, lb, (int)local->i[0], &lse);
+            HP_CHECK(hp_graph_status(g));
+        }
+    }
+    lout[0] = o;
+    lout[1] = lse;
+    return HP_STATUS_OK;
+}
+
+/* ATTENTION_BACKWARD(do, q, k, v, o, lse) -> dq, dk, dv. */
+hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_node *n, const hp_tid *lin,
+                                             const hp_attrs *local, hp_tid *lout, bool *done) {
+    ring R;
+    HP_CHECK(ring_of(c, n, 1, &R, done));
+    if (!*done) return HP_STATUS_OK;
+    hp_graph *g = c->g;
+    int64_t rows = hp_graph_tensor(g, lin[1])->shape.dim[1];
+    hp_tid k = lin[2], v = lin[3], dq = HP_TID_NONE, dk = HP_TID_NONE, dv = HP_TID_NONE;
+    for (int s = 0; s < R.n; s++) {
+        int j = (R.me - s + R.n) % R.n;
+        hp_tid kb = k, vb = v;
+        if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, j, &k, &v));
+        if (s == 0 || sees(&R, j, rows)) {
+            hp_attrs at = *local;
+            at.i[3] = R.start[R.me] - R.start[j];
+            hp_tid in[6] = {lin[0], lin[1], kb, vb, lin[4], lin[5]};
+            hp_graph_add_node(g, HP_OP_ATTENTION_BACKWARD, in, 6, &at);
+            HP_CHECK(hp_graph_status(g));
+            const hp_node *b = hp_graph_node(g, hp_graph_n_nodes(g) - 1);
+            hp_tid bq = b->out[0], bk = b->out[1], bv = b->out[2];
+            dq = dq == HP_TID_NONE ? bq : hp_add(g, dq, bq);
+            dk = dk == HP_TID_NONE ? bk : hp_add(g, dk, bk);
+            dv = dv == HP_TID_NONE ? bv : hp_add(g, dv, bv);
+            HP_CHECK(hp_graph_status(g));
+        }
+        /* the accumulators of block j travel on with it; after step n - 1 they are home */
+        const hp_shape *next = &R.kv[(j + R.n - 1) % R.n];
+        hp_tid dkn, dvn;
+        HP_CHECK(send_to(g, dk, &R, RING_TAG_DK));
+        HP_CHECK(send_to(g, dv, &R, RING_TAG_DV));
+        HP_CHECK(recv_from(g, next, &R, RING_TAG_DK, &dkn));
+        HP_CHECK(recv_from(g, next, &R, RING_TAG_DV, &dvn));
+        dk = dkn;
+        dv = dvn;
+    }
+    lout[0] = dq;
+    lout[1] = dk;
+    lout[2] = dv;
+    return HP_STATUS_OK;
+}
