@@ -113,6 +113,9 @@ typedef struct hp_compile_opts {
     /* Gradient buckets (hp_partition_opts.bucket_size), bytes per rank: < 0 takes the strategy's
      * strategy.bucket_size (HP_BUCKET_SIZE_DEFAULT without a strategy); 0 turns bucketing off. */
     int64_t bucket_size;
+    /* Attention under a sequence split without a strategy (with one: its context_parallel key):
+     * HP_CP_ULYSSES (default) or HP_CP_RING (hp_partition_opts.context_parallel). */
+    hp_cp_algo context_parallel;
     /* HyperOffload budgets (NULL or device_budget 0: the offload pass changes nothing). */
     const hp_offload_plan_config *offload;
     /* Extra logical tensors to make available replicated and keep readable after a run

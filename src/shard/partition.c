@@ -33,6 +33,8 @@ struct hp_partition {
     hp_collective_info *coll;
     int n_coll, cap_coll;
     int64_t bytes;
+    int64_t p2p_bytes; /* bytes this rank receives point to point (ring attention) */
+    bool ring;         /* hp_partition_opts.context_parallel == HP_CP_RING */
     hp_bucket_info *buckets;
     int n_buckets;
 };
@@ -41,6 +43,7 @@ hp_graph *hp_partition_graph(const hp_partition *p) { return p->g; }
 int hp_partition_n_collectives(const hp_partition *p) { return p->n_coll; }
 const hp_collective_info *hp_partition_collective(const hp_partition *p, int i) { return &p->coll[i]; }
 int64_t hp_partition_bytes(const hp_partition *p) { return p->bytes; }
+int64_t hp_partition_p2p_bytes(const hp_partition *p) { return p->p2p_bytes; }
 int hp_partition_n_buckets(const hp_partition *p) { return p->n_buckets; }
 const hp_bucket_info *hp_partition_bucket(const hp_partition *p, int i) { return &p->buckets[i]; }
 hp_tid hp_partition_resolved(const hp_partition *p, int i) { return p->resolved[i]; }
@@ -245,7 +248,7 @@ static hp_status partition_node(hp_partition *p, int i) {
     hp_attrs local = n->attr;
     hp_shard_ctx ctx = {
         .g = lg, .mesh = p->mesh, .index = p->index, .hint = hint, .cost = planner_cost, .cost_user = p->mesh,
-        .publish = publish,
+        .publish = publish, .ring = p->ring,
     };
     if (d->shard) {
         hp_status st = d->shard(&ctx, n, in, req, out, &local, drop);
@@ -274,11 +277,23 @@ static hp_status partition_node(hp_partition *p, int i) {
                            (d->saved_inputs >> k) & 1u, &lin[k]));
         if (drop[k]) lin[k] = HP_TID_NONE;
     }
-    hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
-    HP_CHECK(hp_graph_status(p->g));
-    const hp_node *ln = hp_graph_node(p->g, hp_graph_n_nodes(p->g) - 1);
     hp_tid louts[HP_MAX_NODE_OUTPUTS];
-    for (int j = 0; j < n->n_out; j++) louts[j] = ln->out[j];
+    bool expanded = false;
+    if (d->expand) { /* a rule that expands into a sub-graph (ring attention's steps) */
+        int first = hp_graph_n_nodes(p->g);
+        hp_expand_ctx ec = {.shard = &ctx, .g = p->g, .in = req, .out = out};
+        hp_status st = d->expand(&ec, n, lin, &local, louts, &expanded);
+        if (st == HP_STATUS_OK) st = hp_graph_status(p->g);
+        if (st != HP_STATUS_OK)
+            return hp_error_prefix(st, "expanding %s (node %d in '%s'): ", d->name, i, n->scope ? n->scope : "");
+        if (expanded) HP_CHECK(hp__p2p_attach_range(p->g, p->mesh, first, hp_graph_n_nodes(p->g), &p->p2p_bytes));
+    }
+    if (!expanded) {
+        hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
+        HP_CHECK(hp_graph_status(p->g));
+        const hp_node *ln = hp_graph_node(p->g, hp_graph_n_nodes(p->g) - 1);
+        for (int j = 0; j < n->n_out; j++) louts[j] = ln->out[j];
+    }
     for (int j = 0; j < n->n_out; j++) {
         const hp_tensor *x = hp_graph_tensor(lg, n->out[j]);
         hp_shape want;
@@ -435,6 +450,7 @@ hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp
     p->lg = logical;
     p->mesh = mesh;
     p->index = index;
+    p->ring = o.context_parallel == HP_CP_RING;
     p->g = hp_graph_new();
     p->ver = calloc((size_t)nt, sizeof *p->ver);
     p->hints = calloc((size_t)nt, sizeof *p->hints);
