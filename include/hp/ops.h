@@ -246,6 +246,14 @@ hp_status hp_adamw(hp_graph *g, hp_tid param, hp_tid grad, hp_tid m, hp_tid v, h
  */
 int hp_send(hp_graph *g, hp_tid x, int peer, int tag);
 hp_tid hp_recv(hp_graph *g, hp_dtype dtype, hp_shape shape, int peer, int tag);
+/*
+ * One point-to-point exchange (MPI_Sendrecv): sends x to rank send_peer and returns y (recv_shape,
+ * x's dtype) received from rank recv_peer, both with `tag`; ring attention passes its K/V blocks
+ * so. Like SEND and RECV it runs only with a runtime instruction a pass attaches (the partitioner,
+ * for a ring's expansion: hp/shard.h); the send is non-blocking and completes with the receive,
+ * so x lives only until y is read. Errors: HP_STATUS_INVALID_ARGUMENT for a negative peer or tag.
+ */
+hp_tid hp_sendrecv(hp_graph *g, hp_tid x, int send_peer, int recv_peer, int tag, hp_shape recv_shape);
 
 /* ---------------------------------------------------------------- cost model */
 

@@ -45,9 +45,10 @@ typedef struct hp_shard_ctx {
 
 /*
  * What an expansion (hp_op_def.expand) works with: the rule's context and the per-rank graph with
- * the layouts the rule chose. Point-to-point nodes an expansion emits (SEND, RECV) carry attr i[3]
- * = mesh axis + 1 and name their peer by its coordinate on that axis (attr i[0]); the partitioner
- * attaches their instruction (the axis communicator, on the point-to-point queue, asynchronous).
+ * the layouts the rule chose. Point-to-point nodes an expansion emits (SENDRECV; SEND, RECV) carry
+ * attr i[3] = mesh axis + 1 and name their peers by their coordinates on that axis (i[0], and i[4]
+ * for SENDRECV's source); the partitioner attaches their instruction (the axis communicator, on the
+ * point-to-point queue, asynchronous).
  */
 typedef struct hp_expand_ctx {
     const hp_shard_ctx *shard; /* the logical graph, mesh, this rank's index, options */

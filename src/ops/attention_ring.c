@@ -13,12 +13,14 @@
  *
  * Forward on rank r of n (ring axis coordinate r, block j = the rows rank j holds): step s holds
  * block j = (r - s) mod n; it sends that K, V block to rank r + 1 and receives block j - 1 from
- * r - 1 (non-blocking SEND/RECV on the point-to-point queue, issued before the step's compute so
- * the transfer runs behind it), attends q to block j with offset q_start(r) - k_start(j) and
+ * r - 1 (SENDRECV, asynchronous on the point-to-point queue, issued before the step's compute so
+ * the transfer runs behind it; the compute waits for it at the next step), attends q to block j with offset q_start(r) - k_start(j) and
  * merges. Causal: blocks j > r are wholly in the future and skipped (no compute, the transfers
  * still run: every rank issues the same transfers). Backward: the K, V blocks travel again; each
- * step adds the block's dq to the local dq and its dk, dv to accumulators that travel with the
- * block and return home with one more hop (n hops of dk, dv, n - 1 of K, V).
+ * step adds the block's dq to the local dq and its dk, dv to accumulators that travel one step
+ * behind the block and reach its owner after n - 1 hops. Per layer a rank receives 2(n - 1)
+ * blocks forward and 4(n - 1) backward (K, V, dK, dV), B x T/n x KV*D floats each: the minimum
+ * for a ring that keeps one K/V block resident.
  */
 #include "ops/attention_ring.h"
 
@@ -120,37 +122,19 @@ static bool sees(const ring *R, int j, int64_t q_rows) {
     return q_rows > 0 && R->kv[j].dim[1] > 0 && R->start[R->me] + q_rows - 1 >= R->start[j];
 }
 
-static hp_status send_to(hp_graph *g, hp_tid x, const ring *R, int tag) {
-    hp_attrs at = {0};
-    at.i[0] = (R->me + 1) % R->n;
-    at.i[1] = tag;
-    at.i[3] = R->axis + 1;
-    hp_graph_add_node(g, HP_OP_SEND, &x, 1, &at);
-    return hp_graph_status(g);
-}
-
-static hp_status recv_from(hp_graph *g, const hp_shape *s, const ring *R, int tag, hp_tid *out) {
-    hp_attrs at = {0};
-    at.i[0] = (R->me + R->n - 1) % R->n;
-    at.i[1] = tag;
-    at.i[2] = HP_DTYPE_F32;
-    at.i[3] = R->axis + 1;
-    at.shape = *s;
-    *out = hp_graph_add_node(g, HP_OP_RECV, NULL, 0, &at);
-    return hp_graph_status(g);
+/* x goes to the next rank on the ring; the block of shape s comes in from the previous one. */
+static hp_status exchange(hp_graph *g, hp_tid x, const hp_shape *s, const ring *R, int tag, hp_tid *out) {
+    *out = hp_sendrecv(g, x, (R->me + 1) % R->n, (R->me + R->n - 1) % R->n, tag, *s);
+    HP_CHECK(hp_graph_status(g));
+    hp_graph_node(g, hp_graph_n_nodes(g) - 1)->attr.i[3] = R->axis + 1; /* peers are coordinates on the axis */
+    return HP_STATUS_OK;
 }
 
 /* The K, V block of step s (coordinate j) goes to the next rank, block j - 1 comes in. */
 static hp_status pass_kv(hp_graph *g, const ring *R, int j, hp_tid *k, hp_tid *v) {
     const hp_shape *next = &R->kv[(j + R->n - 1) % R->n];
-    hp_tid kn, vn;
-    HP_CHECK(send_to(g, *k, R, RING_TAG_K));
-    HP_CHECK(send_to(g, *v, R, RING_TAG_V));
-    HP_CHECK(recv_from(g, next, R, RING_TAG_K, &kn));
-    HP_CHECK(recv_from(g, next, R, RING_TAG_V, &vn));
-    *k = kn;
-    *v = vn;
-    return HP_STATUS_OK;
+    HP_CHECK(exchange(g, *k, next, R, RING_TAG_K, k));
+    return exchange(g, *v, next, R, RING_TAG_V, v);
 }
 
 hp_status hp__attention_ring_expand(const hp_expand_ctx *c, const hp_node *n, const hp_tid *lin, const hp_attrs *local,
@@ -185,7 +169,13 @@ hp_status hp__attention_ring_expand(const hp_expand_ctx *c, const hp_node *n, co
     return HP_STATUS_OK;
 }
 
-/* ATTENTION_BACKWARD(do, q, k, v, o, lse) -> dq, dk, dv. */
+/*
+ * ATTENTION_BACKWARD(do, q, k, v, o, lse) -> dq, dk, dv. Step 0 computes the own block's share and
+ * keeps it; from step 1 on, the accumulators of block j start at rank j + 1 (its first other
+ * reader), gain each rank's share and travel on with the block, so after step n - 1 they arrive at
+ * their owner, which adds its own share: n - 1 hops of dK and dV, the minimum (every other rank's
+ * share must reach the owner).
+ */
 hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_node *n, const hp_tid *lin,
                                              const hp_attrs *local, hp_tid *lout, bool *done) {
     ring R;
@@ -193,10 +183,11 @@ hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_no
     if (!*done) return HP_STATUS_OK;
     hp_graph *g = c->g;
     int64_t rows = hp_graph_tensor(g, lin[1])->shape.dim[1];
-    hp_tid k = lin[2], v = lin[3], dq = HP_TID_NONE, dk = HP_TID_NONE, dv = HP_TID_NONE;
+    hp_tid k = lin[2], v = lin[3], dq = HP_TID_NONE, dk_own = HP_TID_NONE, dv_own = HP_TID_NONE;
+    hp_tid dk = HP_TID_NONE, dv = HP_TID_NONE; /* the travelling accumulators, received */
     for (int s = 0; s < R.n; s++) {
         int j = (R.me - s + R.n) % R.n;
-        hp_tid kb = k, vb = v;
+        hp_tid kb = k, vb = v, bk = HP_TID_NONE, bv = HP_TID_NONE;
         if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, j, &k, &v));
         if (s == 0 || sees(&R, j, rows)) {
             hp_attrs at = *local;
@@ -205,24 +196,32 @@ hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_no
             hp_graph_add_node(g, HP_OP_ATTENTION_BACKWARD, in, 6, &at);
             HP_CHECK(hp_graph_status(g));
             const hp_node *b = hp_graph_node(g, hp_graph_n_nodes(g) - 1);
-            hp_tid bq = b->out[0], bk = b->out[1], bv = b->out[2];
+            hp_tid bq = b->out[0];
+            bk = b->out[1];
+            bv = b->out[2];
             dq = dq == HP_TID_NONE ? bq : hp_add(g, dq, bq);
-            dk = dk == HP_TID_NONE ? bk : hp_add(g, dk, bk);
-            dv = dv == HP_TID_NONE ? bv : hp_add(g, dv, bv);
             HP_CHECK(hp_graph_status(g));
         }
-        /* the accumulators of block j travel on with it; after step n - 1 they are home */
+        if (s == 0) {
+            dk_own = bk;
+            dv_own = bv;
+            continue;
+        }
+        /* block j's accumulators: started here at step 1 (zeros where this rank does not see it) */
+        if (s == 1) {
+            dk = bk != HP_TID_NONE ? bk : hp_fill(g, R.kv[j], 0.0f);
+            dv = bv != HP_TID_NONE ? bv : hp_fill(g, R.kv[j], 0.0f);
+        } else if (bk != HP_TID_NONE) {
+            dk = hp_add(g, dk, bk);
+            dv = hp_add(g, dv, bv);
+        }
+        HP_CHECK(hp_graph_status(g));
         const hp_shape *next = &R.kv[(j + R.n - 1) % R.n];
-        hp_tid dkn, dvn;
-        HP_CHECK(send_to(g, dk, &R, RING_TAG_DK));
-        HP_CHECK(send_to(g, dv, &R, RING_TAG_DV));
-        HP_CHECK(recv_from(g, next, &R, RING_TAG_DK, &dkn));
-        HP_CHECK(recv_from(g, next, &R, RING_TAG_DV, &dvn));
-        dk = dkn;
-        dv = dvn;
+        HP_CHECK(exchange(g, dk, next, &R, RING_TAG_DK, &dk));
+        HP_CHECK(exchange(g, dv, next, &R, RING_TAG_DV, &dv));
     }
     lout[0] = dq;
-    lout[1] = dk;
-    lout[2] = dv;
-    return HP_STATUS_OK;
+    lout[1] = hp_add(g, dk, dk_own);
+    lout[2] = hp_add(g, dv, dv_own);
+    return hp_graph_status(g);
 }

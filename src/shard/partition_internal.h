@@ -29,10 +29,10 @@ hp_status hp__bucket_gradients(hp_graph *g, hp_mesh *mesh, int64_t bucket_size, 
                                int64_t *bytes, hp_bucket_info **buckets, int *n_buckets);
 
 /*
- * Attaches the runtime instruction of each SEND and RECV node in [first, last) of per-rank graph g
- * that an expansion emitted (attr i[3] = mesh axis + 1, peer i[0] = a coordinate on that axis,
- * ring_p2p.c): asynchronous, on the point-to-point queue, over the axis's communicator (created
- * in the instruction's prepare). Adds the bytes each RECV brings to *bytes. Errors: out of memory,
+ * Attaches the runtime instruction of each SENDRECV, SEND and RECV node in [first, last) of
+ * per-rank graph g that an expansion emitted (attr i[3] = mesh axis + 1, peers i[0] (and i[4]) =
+ * coordinates on that axis, ring_p2p.c): asynchronous, on the point-to-point queue, over the axis's communicator (created
+ * in the instruction's prepare). Adds the bytes each SENDRECV or RECV brings to *bytes. Errors: out of memory,
  * an axis or peer outside the mesh.
  */
 hp_status hp__p2p_attach_range(hp_graph *g, hp_mesh *mesh, int first, int last, int64_t *bytes);

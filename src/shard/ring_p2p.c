@@ -1,10 +1,11 @@
 /*
- * The runtime instruction of the SEND and RECV nodes an expansion emits (ring attention's K/V and
- * dK/dV passing, src/ops/attention_ring.c): point-to-point over the communicator of one mesh axis,
- * asynchronous on the runtime's point-to-point queue (hp/instr.h). A SEND is non-blocking
- * (completed at the end of the run, its input kept alive until then); a RECV receives on the
- * queue and the compute thread waits for it where its output is first read, so a ring step's
- * transfer runs behind that step's block compute. Every rank of the ring issues the same transfers
+ * The runtime instruction of the SENDRECV (and SEND, RECV) nodes an expansion emits (ring
+ * attention's K/V and dK/dV passing, src/ops/attention_ring.c): point-to-point over the
+ * communicator of one mesh axis, asynchronous on the runtime's point-to-point queue (hp/instr.h).
+ * A SENDRECV starts its send non-blocking, receives, and completes the send, all on the queue; the
+ * compute thread waits for it where its output is first read (the next ring step), so the transfer
+ * runs behind the step's block compute and the sent block lives only until then. A lone SEND is
+ * non-blocking, completed at the end of the run. Every rank of the ring issues the same transfers
  * in the same order (the expansion's contract), so matching by (peer, tag) in issue order holds.
  */
 #include "shard/partition_internal.h"
@@ -40,7 +41,13 @@ static hp_status ring_execute(hp_instr *self, const hp_node_args *a, const hp_ex
         return hp_comm_isend(c, a->in[0], (size_t)hp_shape_numel(&t->shape), t->dtype, peer, tag, &x->req);
     }
     const hp_tensor *t = hp_graph_tensor(a->g, n->out[0]);
-    return hp_comm_recv(c, a->out[0], (size_t)hp_shape_numel(&t->shape), t->dtype, peer, tag);
+    if (n->op == HP_OP_RECV) return hp_comm_recv(c, a->out[0], (size_t)hp_shape_numel(&t->shape), t->dtype, peer, tag);
+    const hp_tensor *x0 = hp_graph_tensor(a->g, n->in[0]);
+    hp_comm_request *req = NULL;
+    HP_CHECK(hp_comm_isend(c, a->in[0], (size_t)hp_shape_numel(&x0->shape), x0->dtype, peer, tag, &req));
+    hp_status st = hp_comm_recv(c, a->out[0], (size_t)hp_shape_numel(&t->shape), t->dtype, (int)n->attr.i[4], tag);
+    hp_status sw = hp_comm_wait(req);
+    return st != HP_STATUS_OK ? st : sw;
 }
 
 static hp_status ring_complete(hp_instr *self) {
@@ -59,23 +66,25 @@ static int ring_xfers(const hp_instr *self, hp_xfer *out, int max) {
 hp_status hp__p2p_attach_range(hp_graph *g, hp_mesh *mesh, int first, int last, int64_t *bytes) {
     for (int i = first; i < last; i++) {
         hp_node *n = hp_graph_node(g, i);
-        if ((n->op != HP_OP_SEND && n->op != HP_OP_RECV) || n->attr.i[3] <= 0) continue;
+        bool sr = n->op == HP_OP_SENDRECV;
+        if ((n->op != HP_OP_SEND && n->op != HP_OP_RECV && !sr) || n->attr.i[3] <= 0) continue;
         int axis = (int)n->attr.i[3] - 1;
-        if (axis >= hp_mesh_naxes(mesh) || n->attr.i[0] < 0 || n->attr.i[0] >= hp_mesh_dim(mesh, axis))
+        if (axis >= hp_mesh_naxes(mesh) || n->attr.i[0] < 0 || n->attr.i[0] >= hp_mesh_dim(mesh, axis) ||
+            (sr && (n->attr.i[4] < 0 || n->attr.i[4] >= hp_mesh_dim(mesh, axis))))
             return hp_error(HP_STATUS_INTERNAL, "ring p2p: node %d names axis %d peer %lld outside the mesh", i, axis,
                             (long long)n->attr.i[0]);
         ring_p2p *x = hp_arena_alloc(hp_graph_arena(g), sizeof *x, 16);
         if (!x) return hp_error(HP_STATUS_OUT_OF_MEMORY, "ring p2p: out of memory");
-        const hp_tensor *t = hp_graph_tensor(g, n->op == HP_OP_RECV ? n->out[0] : n->in[0]);
+        const hp_tensor *t = hp_graph_tensor(g, n->op == HP_OP_SEND ? n->in[0] : n->out[0]);
         *x = (ring_p2p){
             .instr = {.queue = HP_QUEUE_P2P, .group = mesh, .execute = ring_execute, .prepare = ring_prepare,
                       .complete = n->op == HP_OP_SEND ? ring_complete : NULL, .xfers = ring_xfers,
-                      .label = n->op == HP_OP_SEND ? "ring_send" : "ring_recv", .group_name = hp_mesh_axis_name(mesh, axis)},
+                      .label = sr ? "ring_sendrecv" : n->op == HP_OP_SEND ? "ring_send" : "ring_recv", .group_name = hp_mesh_axis_name(mesh, axis)},
             .mesh = mesh,
             .axis = axis,
             .msg_bytes = (double)hp_shape_numel(&t->shape) * (double)hp_dtype_size(t->dtype),
         };
-        if (n->op == HP_OP_RECV) {
+        if (n->op != HP_OP_SEND) {
             x->instr.bytes = x->msg_bytes;
             *bytes += (int64_t)x->msg_bytes;
         }
