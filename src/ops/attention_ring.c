@@ -18,9 +18,12 @@
  * merges. Causal: blocks j > r are wholly in the future and skipped (no compute, the transfers
  * still run: every rank issues the same transfers). Backward: the K, V blocks travel again; each
  * step adds the block's dq to the local dq and its dk, dv to accumulators that travel one step
- * behind the block and reach its owner after n - 1 hops. Per layer a rank receives 2(n - 1)
- * blocks forward and 4(n - 1) backward (K, V, dK, dV), B x T/n x KV*D floats each: the minimum
- * for a ring that keeps one K/V block resident.
+ * behind the block and reach its owner after n - 1 hops. Without the mask a rank receives per layer
+ * 2(n - 1) blocks forward and 4(n - 1) backward (K, V, dK, dV), B x T/n x KV*D floats each: the
+ * minimum for a ring that keeps one K/V block resident. Causal, a block never travels past the
+ * last rank that reads it (and an accumulator exists only once a rank after its owner read the
+ * block): the ring moves n(n - 1) K/V blocks in all forward (n(n - 1)/2 each of K and V), as many
+ * backward, and 2(n - 1)^2 dK/dV blocks.
  */
 #include "ops/attention_ring.h"
 
@@ -84,6 +87,7 @@ const hp_op_def hp__op_def_attention_merge = {
 typedef struct ring {
     int axis, n, me;            /* ring axis, its size, this rank's coordinate on it */
     int64_t start[HP_RING_MAX]; /* first global row of each coordinate's block */
+    int64_t rows[HP_RING_MAX];  /* query rows of each coordinate */
     hp_shape kv[HP_RING_MAX];   /* local shape of each coordinate's k (and v) block */
     bool causal;
 } ring;
@@ -110,16 +114,26 @@ static hp_status ring_of(const hp_expand_ctx *c, const hp_node *n, int qi, ring 
         int64_t st[HP_MAX_DIMS], len[HP_MAX_DIMS];
         HP_CHECK(hp_layout_slice_of(q, sc->mesh, qs, idx, st, len));
         R->start[j] = st[1];
+        R->rows[j] = len[1];
         HP_CHECK(hp_layout_local_shape(&c->in[qi + 1], sc->mesh, ks, idx, &R->kv[j]));
     }
     *ok = true;
     return HP_STATUS_OK;
 }
 
-/* Whether some query row of this rank sees some key of block j (always, without the mask). */
-static bool sees(const ring *R, int j, int64_t q_rows) {
+/* Whether some query row of coordinate `at` sees some key of block j (always, without the mask). */
+static bool sees_at(const ring *R, int at, int j) {
     if (!R->causal) return true;
-    return q_rows > 0 && R->kv[j].dim[1] > 0 && R->start[R->me] + q_rows - 1 >= R->start[j];
+    return R->rows[at] > 0 && R->kv[j].dim[1] > 0 && R->start[at] + R->rows[at] - 1 >= R->start[j];
+}
+
+/* Whether block j, arriving at coordinate `at` for its step s, is read there or further on. A
+ * causal ring never sends a block past the last rank that reads it: the sender and the receiver
+ * decide alike, so every send meets its receive. */
+static bool needed_from(const ring *R, int j, int at, int s) {
+    for (int t = s; t < R->n; t++)
+        if (sees_at(R, (at + t - s) % R->n, j)) return true;
+    return false;
 }
 
 /* x goes to the next rank on the ring; the block of shape s comes in from the previous one. */
@@ -130,11 +144,36 @@ static hp_status exchange(hp_graph *g, hp_tid x, const hp_shape *s, const ring *
     return HP_STATUS_OK;
 }
 
+/* Marks a lone SEND or RECV as a transfer on the ring axis (peer = a coordinate on it). */
+static hp_status on_axis(hp_graph *g, const ring *R) {
+    HP_CHECK(hp_graph_status(g));
+    hp_graph_node(g, hp_graph_n_nodes(g) - 1)->attr.i[3] = R->axis + 1;
+    return HP_STATUS_OK;
+}
+
+/* One ring hop of x (block j at step s): sent to the next rank where it is read there or further
+ * on, block j - 1 received from the previous rank where it is read here or further on (else *out
+ * is HP_TID_NONE). */
+static hp_status hop(hp_graph *g, const ring *R, int s, int j, hp_tid x, int tag, hp_tid *out) {
+    int next = (R->me + 1) % R->n, prev = (R->me + R->n - 1) % R->n, jin = (j + R->n - 1) % R->n;
+    bool send = needed_from(R, j, next, s + 1), recv = needed_from(R, jin, R->me, s + 1);
+    *out = HP_TID_NONE;
+    if (send && recv) return exchange(g, x, &R->kv[jin], R, tag, out);
+    if (send) {
+        hp_send(g, x, next, tag);
+        return on_axis(g, R);
+    }
+    if (recv) {
+        *out = hp_recv(g, HP_DTYPE_F32, R->kv[jin], prev, tag);
+        return on_axis(g, R);
+    }
+    return HP_STATUS_OK;
+}
+
 /* The K, V block of step s (coordinate j) goes to the next rank, block j - 1 comes in. */
-static hp_status pass_kv(hp_graph *g, const ring *R, int j, hp_tid *k, hp_tid *v) {
-    const hp_shape *next = &R->kv[(j + R->n - 1) % R->n];
-    HP_CHECK(exchange(g, *k, next, R, RING_TAG_K, k));
-    return exchange(g, *v, next, R, RING_TAG_V, v);
+static hp_status pass_kv(hp_graph *g, const ring *R, int s, int j, hp_tid *k, hp_tid *v) {
+    HP_CHECK(hop(g, R, s, j, *k, RING_TAG_K, k));
+    return hop(g, R, s, j, *v, RING_TAG_V, v);
 }
 
 hp_status hp__attention_ring_expand(const hp_expand_ctx *c, const hp_node *n, const hp_tid *lin, const hp_attrs *local,
@@ -143,13 +182,12 @@ hp_status hp__attention_ring_expand(const hp_expand_ctx *c, const hp_node *n, co
     HP_CHECK(ring_of(c, n, 0, &R, done));
     if (!*done) return HP_STATUS_OK;
     hp_graph *g = c->g;
-    int64_t rows = hp_graph_tensor(g, lin[0])->shape.dim[1];
     hp_tid k = lin[1], v = lin[2], o = HP_TID_NONE, lse = HP_TID_NONE;
     for (int s = 0; s < R.n; s++) {
         int j = (R.me - s + R.n) % R.n;
         hp_tid kb = k, vb = v;
-        if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, j, &k, &v)); /* issued before the step's compute */
-        if (s > 0 && !sees(&R, j, rows)) continue;
+        if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, s, j, &k, &v)); /* issued before the step's compute */
+        if (s > 0 && !sees_at(&R, R.me, j)) continue;
         hp_attrs at = *local;
         at.i[3] = R.start[R.me] - R.start[j];
         hp_tid in[3] = {lin[0], kb, vb};
@@ -169,12 +207,19 @@ hp_status hp__attention_ring_expand(const hp_expand_ctx *c, const hp_node *n, co
     return HP_STATUS_OK;
 }
 
+/* Whether block j's dK, dV accumulator exists after step s (a rank j + t, 1 <= t <= s, read j). */
+static bool acc_exists(const ring *R, int j, int s) {
+    for (int t = 1; t <= s; t++)
+        if (sees_at(R, (j + t) % R->n, j)) return true;
+    return false;
+}
+
 /*
  * ATTENTION_BACKWARD(do, q, k, v, o, lse) -> dq, dk, dv. Step 0 computes the own block's share and
- * keeps it; from step 1 on, the accumulators of block j start at rank j + 1 (its first other
- * reader), gain each rank's share and travel on with the block, so after step n - 1 they arrive at
- * their owner, which adds its own share: n - 1 hops of dK and dV, the minimum (every other rank's
- * share must reach the owner).
+ * keeps it; from step 1 on, the accumulators of block j start at the first rank after j that reads
+ * it, gain each reading rank's share and travel on one step behind the block, so after step n - 1
+ * they arrive at their owner, which adds its own share: at most n - 1 hops of dK and dV (every
+ * other rank's share must reach the owner), none for a block no other rank reads (causal: the last).
  */
 hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_node *n, const hp_tid *lin,
                                              const hp_attrs *local, hp_tid *lout, bool *done) {
@@ -182,14 +227,13 @@ hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_no
     HP_CHECK(ring_of(c, n, 1, &R, done));
     if (!*done) return HP_STATUS_OK;
     hp_graph *g = c->g;
-    int64_t rows = hp_graph_tensor(g, lin[1])->shape.dim[1];
     hp_tid k = lin[2], v = lin[3], dq = HP_TID_NONE, dk_own = HP_TID_NONE, dv_own = HP_TID_NONE;
     hp_tid dk = HP_TID_NONE, dv = HP_TID_NONE; /* the travelling accumulators, received */
     for (int s = 0; s < R.n; s++) {
         int j = (R.me - s + R.n) % R.n;
         hp_tid kb = k, vb = v, bk = HP_TID_NONE, bv = HP_TID_NONE;
-        if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, j, &k, &v));
-        if (s == 0 || sees(&R, j, rows)) {
+        if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, s, j, &k, &v));
+        if (s == 0 || sees_at(&R, R.me, j)) {
             hp_attrs at = *local;
             at.i[3] = R.start[R.me] - R.start[j];
             hp_tid in[6] = {lin[0], lin[1], kb, vb, lin[4], lin[5]};
@@ -207,21 +251,34 @@ hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_no
             dv_own = bv;
             continue;
         }
-        /* block j's accumulators: started here at step 1 (zeros where this rank does not see it) */
-        if (s == 1) {
-            dk = bk != HP_TID_NONE ? bk : hp_fill(g, R.kv[j], 0.0f);
-            dv = bv != HP_TID_NONE ? bv : hp_fill(g, R.kv[j], 0.0f);
-        } else if (bk != HP_TID_NONE) {
-            dk = hp_add(g, dk, bk);
-            dv = hp_add(g, dv, bv);
+        if (bk != HP_TID_NONE) { /* this rank's share of block j joins its accumulator */
+            dk = dk == HP_TID_NONE ? bk : hp_add(g, dk, bk);
+            dv = dv == HP_TID_NONE ? bv : hp_add(g, dv, bv);
+            HP_CHECK(hp_graph_status(g));
         }
-        HP_CHECK(hp_graph_status(g));
-        const hp_shape *next = &R.kv[(j + R.n - 1) % R.n];
-        HP_CHECK(exchange(g, dk, next, &R, RING_TAG_DK, &dk));
-        HP_CHECK(exchange(g, dv, next, &R, RING_TAG_DV, &dv));
+        /* block j's accumulator goes on (where it exists), block j - 1's comes in (where it exists) */
+        int next = (R.me + 1) % R.n, prev = (R.me + R.n - 1) % R.n, jin = (j + R.n - 1) % R.n;
+        bool send = acc_exists(&R, j, s), recv = acc_exists(&R, jin, s);
+        hp_tid acc[2] = {dk, dv};
+        int tags[2] = {RING_TAG_DK, RING_TAG_DV};
+        for (int a = 0; a < 2; a++) {
+            hp_tid in = HP_TID_NONE;
+            if (send && recv) {
+                HP_CHECK(exchange(g, acc[a], &R.kv[jin], &R, tags[a], &in));
+            } else if (send) {
+                hp_send(g, acc[a], next, tags[a]);
+                HP_CHECK(on_axis(g, &R));
+            } else if (recv) {
+                in = hp_recv(g, HP_DTYPE_F32, R.kv[jin], prev, tags[a]);
+                HP_CHECK(on_axis(g, &R));
+            }
+            acc[a] = in;
+        }
+        dk = acc[0];
+        dv = acc[1];
     }
     lout[0] = dq;
-    lout[1] = hp_add(g, dk, dk_own);
-    lout[2] = hp_add(g, dv, dv_own);
+    lout[1] = dk == HP_TID_NONE ? dk_own : hp_add(g, dk, dk_own);
+    lout[2] = dv == HP_TID_NONE ? dv_own : hp_add(g, dv, dv_own);
     return hp_graph_status(g);
 }

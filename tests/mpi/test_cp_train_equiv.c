@@ -78,7 +78,7 @@ static void make_config(char *buf, size_t cap, const char *model, int context, c
     else if (!strcmp(family, "ringoffload")) /* the ring's blocks need more than Ulysses' 450 KiB */
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s  context_parallel: ring\n"
-                 "offload:\n  device_budget: 640KiB\n  host_budget: 64MiB\n"
+                 "offload:\n  device_budget: 768KiB\n  host_budget: 64MiB\n"
                  "  policy: {params: host, grads: host, optimizer: host, activations: host}\n", n, cp_in);
     else if (!strcmp(family, "ringdpxcp"))
         snprintf(buf + off, cap - off,

@@ -424,8 +424,9 @@ static void test_llama_cp_matches_single_device(void **state) {
 /*
  * Ring attention: the same results with the sequence split kept through attention, K/V passed
  * around the cp axis point to point, no collective on the attention activations. Rank 0's bytes
- * received per step: per layer, forward n - 1 hops of a K and a V block, backward n - 1 of K and V
- * and n - 1 of the dK, dV accumulators: 6(n - 1) blocks of B x T/n x C floats (the ring's minimum).
+ * received per step under the causal mask: no K/V block (it reads only its own and a block is
+ * never passed beyond its last reader), and per layer n - 1 dK and n - 1 dV accumulator blocks of
+ * B x T/n x C floats (every other rank's share of rank 0's block comes home).
  */
 static void test_ring_matches_single_device(void **state) {
     (void)state;
@@ -441,7 +442,7 @@ static void test_ring_matches_single_device(void **state) {
         int64_t batch = gpt_cases[i] == &RING_DP2XCP2 || gpt_cases[i] == &RING_CP2_FSDP ? BATCH / 2 : BATCH;
         int64_t width = gpt_cases[i] == &RING_TP2XCP2 ? GPT.width / 2 : GPT.width;
         int64_t block = batch * (GPT.context / n) * width * 4;
-        assert_int_equal(c.p2p_bytes, GPT.layers * 6 * (n - 1) * block);
+        assert_int_equal(c.p2p_bytes, GPT.layers * 2 * (n - 1) * block);
     }
     free_reference(&r);
     hp_gpt_config c7 = with_context(GPT, 7); /* 4 + 3 rows */
