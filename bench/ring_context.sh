@@ -25,7 +25,7 @@ config() { # SETUP T STEPS -> path
     cat >"$f" <<YAML
 model: {family: llama, vocab: 256, context: $t, layers: 4, heads: 4, kv_heads: 4, width: 256, ffn_width: 512, tied_head: true}
 data: {corpus: "$PWD/data/kjv.txt", val_fraction: 0.01}
-train: {steps: $steps, batch: 1, seed: 1, log_every: 1, eval_every: 0, checkpoint_dir: "$TMP/ck_$1_$2", checkpoint_every: 0, threads: 1}
+train: {steps: $steps, batch: 1, seed: 1, log_every: 1, eval_every: 0, checkpoint_dir: "$TMP/ck_$1_$2", checkpoint_every: 0, sample_tokens: 0, threads: 1}
 YAML
     if [ "$setup" != one ]; then
         cat >>"$f" <<YAML
