@@ -116,6 +116,9 @@ typedef struct hp_compile_opts {
     /* true: no weight-stationary search (hp_partition_opts.search): the sharding rules' local
      * choices only (for comparisons). */
     bool no_search;
+    /* Attention under a sequence split without a strategy (with one: its context_parallel key):
+     * HP_CP_ULYSSES (default) or HP_CP_RING (hp_partition_opts.context_parallel). */
+    hp_cp_algo context_parallel;
     /* HyperOffload budgets (NULL or device_budget 0: the offload pass changes nothing). */
     const hp_offload_plan_config *offload;
     /* Extra logical tensors to make available replicated and keep readable after a run

@@ -21,7 +21,7 @@
  *                eps: 1.0e-8, grad_clip: 1.0}
  *     strategy: {mesh: {device_matrix: [..], alias_name: [..], ranks: [..]}, inputs: {NAME: TENSOR_MAP},
  *                params: [{match: GLOB, tensor_map: TENSOR_MAP}, ...], optimizer: {shard: [AXIS, ...]},
- *                bucket_size: 25MiB}                          (absent: one device; see hp/strategy.h)
+ *                bucket_size: 25MiB, context_parallel: ulysses} (absent: one device; see hp/strategy.h)
  *     offload:  {device_budget: (none), host_budget: 0, disk_dir: "", disk_budget: 0,
  *                policy: {params: host, grads: host, optimizer: host, activations: host},
  *                bandwidth: {host: 1.0e10, disk: 1.0e9}, machine: {flops: (model), bytes: (model)},
@@ -244,6 +244,12 @@ typedef struct hp_strategy_rule {
     int line;                        /* params: of the rule's match key; inputs: of the entry's value */
 } hp_strategy_rule;
 
+/* How attention runs when the sequence is split over a mesh axis (strategy.context_parallel). */
+typedef enum hp_cp_algo {
+    HP_CP_ULYSSES = 0, /* all-to-all from sequence-split to head-split and back (DeepSpeed-Ulysses) */
+    HP_CP_RING,        /* K/V blocks passed around the ring point to point (ring attention) */
+} hp_cp_algo;
+
 /* The `strategy:` section (HyperShard), checked as far as it can be without the world size. */
 typedef struct hp_strategy_config {
     bool present;        /* false: no (or a null) strategy section: one device, no rules */
@@ -262,6 +268,7 @@ typedef struct hp_strategy_config {
     int n_opt_shard;                         /* optimizer.shard: ZeRO axes for optimizer states */
     int opt_shard[HP_CONFIG_MAX_AXES];       /* axis indices, in the order given */
     size_t bucket_size; /* bytes of gradient per all-reduce bucket; 0: no bucketing; default 25 MiB */
+    hp_cp_algo context_parallel; /* `ulysses` (default) or `ring` */
 } hp_strategy_config;
 
 /* Where a class of tensors lives under offload.policy. */

@@ -71,6 +71,7 @@ typedef int32_t hp_tid;
     X(GRPO_LOSS_BACKWARD, grpo_loss_backward)                                                      \
     X(ATTENTION, attention)         /* fused causal self-attention; outputs o, lse */              \
     X(ATTENTION_BACKWARD, attention_backward) /* outputs dq, dk, dv */                             \
+    X(ATTENTION_MERGE, attention_merge) /* (o, lse) pairs of two key blocks -> o, lse of both (ring) */ \
     X(DROPOUT, dropout)             /* inverted dropout; mask from (i[0] key, in[1] step, element) */\
     X(RMSNORM, rmsnorm)             /* over the last axis, eps f[0]; outputs y, rstd */             \
     X(RMSNORM_BACKWARD, rmsnorm_backward) /* outputs dx, dweight */                                \
@@ -90,6 +91,7 @@ typedef int32_t hp_tid;
     X(ADAMW_STREAM, adamw_stream)   /* ADAMW where param/grad/m/v may live on slower tiers: chunked */\
     X(SEND, send)                   /* point-to-point: in[0] to rank i[0] with tag i[1] (no output) */ \
     X(RECV, recv)                   /* point-to-point: y (attr.shape, dtype i[2]) from rank i[0], tag i[1] */ \
+    X(SENDRECV, sendrecv)           /* exchange: in[0] to rank i[0], y (attr.shape) from rank i[4], tag i[1] */ \
     X(ATTENTION_CACHE, attention_cache) /* inference: append k, v to a KV cache in place, attend; i[0] heads, i[2] kv heads */ \
     X(MOE_ROUTE, moe_route)         /* MoE router: logits (N, E) [, bias (E)] -> gates, idx (N, k), probs (N, E) */ \
     X(MOE_ROUTE_BACKWARD, moe_route_backward) /* dgates, dprobs, logits, idx -> dlogits */              \

@@ -164,6 +164,28 @@ hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool 
  */
 hp_tid hp_attention_gqa(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal);
 /*
+ * One block pair of ring attention (the ATTENTION operator on a rectangle): q (B, Tq, n_head*D)
+ * against a key/value block k, v (B, Tk, kv_heads*D); with `causal`, query row i sees key j when
+ * j <= i + offset (offset = the global position of q's first row minus that of k's first row;
+ * 0 is ordinary causal self-attention). Returns o (B, Tq, n_head*D), softmax-normalized over this
+ * block's keys, and in *lse (may be NULL) the block's log-sum-exp (B, n_head, Tq) f32; a row that
+ * sees no key has o = 0 and lse = -inf. Its gradient rule is ATTENTION_BACKWARD with the same
+ * attrs (dk, dv shaped like k). ATTENTION_BACKWARD given the o and lse of the whole attention (the
+ * merge of every block) instead of the block's gives exactly this block's share of dq and its dk,
+ * dv (FlashAttention-2's recomputation, Dao 2023): the ring's backward. Errors as hp_attention_gqa.
+ */
+hp_tid hp_attention_block(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal,
+                          int64_t offset, hp_tid *lse);
+/*
+ * The FlashAttention recurrence across key blocks (ring attention's merge): from the (o, lse) of
+ * attention over two disjoint key sets, those over their union: lse = logaddexp(lse_a, lse_b),
+ * o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b. o_a, o_b (B, T, n_head*D) f32; lse_a, lse_b
+ * (B, n_head, T) f32 (-inf: no key seen on that side). Returns o; *lse (may be NULL) receives the
+ * merged lse. Not differentiable (ring attention's backward uses ATTENTION_BACKWARD per block).
+ * Errors: HP_STATUS_SHAPE naming the input whose shape or dtype differs.
+ */
+hp_tid hp_attention_merge(hp_graph *g, hp_tid o_a, hp_tid lse_a, hp_tid o_b, hp_tid lse_b, int n_head, hp_tid *lse);
+/*
  * Attention with a key/value cache (incremental decoding; an inference operator, no gradient):
  * q (S, T, n_head*D), k and v (S, T, kv_heads*D), k_cache and v_cache (S, kv_heads, T_max, D) (STATE
  * tensors, written in place), positions (S, T) i32 -> o (S, T, n_head*D). S slots (one sequence
@@ -238,6 +260,14 @@ hp_status hp_adamw(hp_graph *g, hp_tid param, hp_tid grad, hp_tid m, hp_tid v, h
  */
 int hp_send(hp_graph *g, hp_tid x, int peer, int tag);
 hp_tid hp_recv(hp_graph *g, hp_dtype dtype, hp_shape shape, int peer, int tag);
+/*
+ * One point-to-point exchange (MPI_Sendrecv): sends x to rank send_peer and returns y (recv_shape,
+ * x's dtype) received from rank recv_peer, both with `tag`; ring attention passes its K/V blocks
+ * so. Like SEND and RECV it runs only with a runtime instruction a pass attaches (the partitioner,
+ * for a ring's expansion: hp/shard.h); the send is non-blocking and completes with the receive,
+ * so x lives only until y is read. Errors: HP_STATUS_INVALID_ARGUMENT for a negative peer or tag.
+ */
+hp_tid hp_sendrecv(hp_graph *g, hp_tid x, int send_peer, int recv_peer, int tag, hp_shape recv_shape);
 
 /* ---------------------------------------------------------------- cost model */
 

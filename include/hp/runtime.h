@@ -329,10 +329,11 @@ typedef struct hp_p2p_instr {
 } hp_p2p_instr;
 
 /*
- * Attaches `x` (caller-owned storage that must outlive every program of g) to SEND or RECV node
- * `node` of g and flags it HP_NODE_FLAG_INSTR, plus HP_NODE_FLAG_ASYNC when `async`. Errors:
- * HP_STATUS_INVALID_ARGUMENT for a node out of range or not a SEND/RECV (naming it), a NULL comm,
- * or a peer not in comm.
+ * Attaches `x` (caller-owned storage that must outlive every program of g) to SEND, RECV or
+ * SENDRECV node `node` of g (a SENDRECV sends non-blocking, receives, then completes its send, all
+ * in its execute) and flags it HP_NODE_FLAG_INSTR, plus HP_NODE_FLAG_ASYNC when `async`. Errors:
+ * HP_STATUS_INVALID_ARGUMENT for a node out of range or not a SEND/RECV/SENDRECV (naming it), a
+ * NULL comm, or a peer (or SENDRECV's source) not in comm.
  */
 hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p_instr *x);
 

@@ -39,6 +39,7 @@
 #ifndef HP_SHARD_H
 #define HP_SHARD_H
 
+#include "hp/config.h"
 #include "hp/ir.h"
 #include "hp/mesh.h"
 #include "hp/redistribute.h"
@@ -67,6 +68,11 @@ typedef struct hp_partition_opts {
      * and keep the choice when the step's planned bytes per rank drop. One extra partition when no
      * rule had that choice; one per group otherwise. false: the rules' local choices only. */
     bool search;
+    /* Attention under a sequence split (strategy.context_parallel): HP_CP_ULYSSES (default) moves
+     * the sequence axes to the heads by all-to-all; HP_CP_RING keeps the sequence split on its
+     * (single) mesh axis and expands attention and its backward into ring steps (K/V passed point
+     * to point, src/ops/attention_ring.c). A sequence split over two axes takes Ulysses either way. */
+    hp_cp_algo context_parallel;
 } hp_partition_opts;
 
 #define HP_PARTITION_OPTS_DEFAULT \
@@ -137,6 +143,9 @@ int hp_partition_n_collectives(const hp_partition *p);
 const hp_collective_info *hp_partition_collective(const hp_partition *p, int i);
 /* Bytes this rank receives per step over all inserted redistributions. */
 int64_t hp_partition_bytes(const hp_partition *p);
+/* Bytes this rank receives point to point per run (ring attention's K/V blocks and dK/dV
+ * accumulators; not in hp_partition_bytes). */
+int64_t hp_partition_p2p_bytes(const hp_partition *p);
 /* Gradient buckets, in issue order (0 when bucketing is off or nothing could be coalesced). A
  * bucket is one collective record; its members have none of their own. */
 int hp_partition_n_buckets(const hp_partition *p);

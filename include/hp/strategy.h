@@ -34,6 +34,7 @@
  *       optimizer:
  *         shard: [dp]               # ZeRO: optimizer states also split over these axes
  *       bucket_size: 25MiB          # gradient bytes per all-reduce bucket (a size; 0: off); default 25MiB
+ *       context_parallel: ring      # attention under a sequence split: ulysses (default) or ring
  *
  * Every key is optional except mesh (with device_matrix and alias_name). A tensor_map is a
  * sequence with one entry per leading tensor dimension; an entry is an alias, `none` (or `[]`),
@@ -57,7 +58,7 @@
  *     alias used twice, more entries than HP_MAX_DIMS;
  *   - params not a sequence of {match, tensor_map} maps, an empty pattern, a malformed glob (an
  *     unclosed '[' or a trailing '\');
- *   - bucket_size not a size.
+ *   - bucket_size not a size; context_parallel neither ulysses nor ring.
  */
 #ifndef HP_STRATEGY_H
 #define HP_STRATEGY_H
@@ -104,6 +105,10 @@ hp_mesh *hp_strategy_mesh(hp_strategy *s);
 /* strategy.bucket_size in bytes per rank (HP_BUCKET_SIZE_DEFAULT when not given, also for NULL s;
  * 0: bucketing off), for hp_partition_opts.bucket_size. */
 int64_t hp_strategy_bucket_size(const hp_strategy *s);
+
+/* strategy.context_parallel (HP_CP_ULYSSES when not given, also for NULL s), for
+ * hp_partition_opts.context_parallel. */
+hp_cp_algo hp_strategy_context_parallel(const hp_strategy *s);
 
 /*
  * Fills layouts[t] for every tensor t of `g` (an array of hp_graph_n_tensors(g) entries, as the

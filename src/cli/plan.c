@@ -150,6 +150,18 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dum
     int64_t total = by_phase[0] + by_phase[1] + by_phase[2];
     printf("  total: %lld bytes received per rank per step (forward %lld, backward %lld, optimizer %lld)\n",
            (long long)total, (long long)by_phase[0], (long long)by_phase[1], (long long)by_phase[2]);
+    int64_t p2p[2] = {0};
+    int n_p2p = 0;
+    for (int i = 0; i < hp_graph_n_nodes(lg); i++) { /* ring attention's transfers (hp_partition_p2p_bytes) */
+        const hp_node *n = hp_graph_node(lg, i);
+        if ((n->op != HP_OP_SENDRECV && n->op != HP_OP_RECV) || !(n->flags & HP_NODE_FLAG_INSTR)) continue;
+        const hp_tensor *y = hp_graph_tensor(lg, n->out[0]);
+        p2p[(n->flags & HP_NODE_FLAG_BACKWARD) ? 1 : 0] += hp_shape_numel(&y->shape) * (int64_t)hp_dtype_size(y->dtype);
+        n_p2p++;
+    }
+    if (n_p2p)
+        printf("  point to point (ring attention): %lld bytes received per rank per step (forward %lld, backward %lld) in "
+               "%d receives\n", (long long)(p2p[0] + p2p[1]), (long long)p2p[0], (long long)p2p[1], n_p2p);
     printf("  steps:");
     for (int k = 0; k < HP_REDIST_KIND_COUNT; k++)
         if (count[k]) printf(" %s x%d", hp_redist_kind_name((hp_redist_kind)k), count[k]);

@@ -143,6 +143,7 @@ static hp_status pass_shard(hp_compiled *c) {
     po.bucket_size = c->opts.bucket_size >= 0 ? c->opts.bucket_size
                      : c->strategy               ? hp_strategy_bucket_size(c->strategy)
                                                  : HP_BUCKET_SIZE_DEFAULT;
+    po.context_parallel = c->strategy ? hp_strategy_context_parallel(c->strategy) : c->opts.context_parallel;
     if (st == HP_STATUS_OK)
         st = hp_partition_new_opts(c->logical, c->mesh, lay, c->resolve, c->n_resolve, &po, &c->part);
     free(lay);

@@ -131,8 +131,10 @@ void hp_run_config_free(hp_run_config *cfg) {
     hp_arena_free(cfg->arena);
     cfg->arena = NULL;
     size_t bucket = cfg->strategy.bucket_size;
+    hp_cp_algo cp = cfg->strategy.context_parallel;
     memset(&cfg->strategy, 0, sizeof cfg->strategy);
     cfg->strategy.bucket_size = bucket;
+    cfg->strategy.context_parallel = cp;
     memset(&cfg->groups, 0, sizeof cfg->groups);
 }
 

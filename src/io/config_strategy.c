@@ -267,13 +267,21 @@ static hp_status parse_optimizer(const hp_yaml_node *opt, const char *sec, hp_st
     return HP_STATUS_OK;
 }
 
-/* The rules (inputs, params, optimizer, bucket_size) of map `rules` (NULL or null: none); `sec` names
+/* The rules (inputs, params, optimizer, bucket_size, context_parallel) of map `rules` (NULL or null: none); `sec` names
  * the map in messages. The mesh is already in *s. */
 static hp_status parse_rules(const hp_yaml_node *rules, const char *sec, hp_arena *arena, hp_strategy_config *s) {
     if (hp_yaml_is_null(rules)) return HP_STATUS_OK;
     HP_CHECK(parse_inputs(hp_yaml_map_get(rules, "inputs"), sec, arena, s));
     HP_CHECK(parse_params(hp_yaml_map_get(rules, "params"), sec, arena, s));
     HP_CHECK(parse_optimizer(hp_yaml_map_get(rules, "optimizer"), sec, s));
+    const hp_yaml_node *cp = hp_yaml_map_get(rules, "context_parallel");
+    if (cp && !hp_yaml_is_null(cp)) {
+        if (cp->kind == HP_YAML_KIND_SCALAR && !strcmp(cp->scalar, "ring")) s->context_parallel = HP_CP_RING;
+        else if (cp->kind == HP_YAML_KIND_SCALAR && !strcmp(cp->scalar, "ulysses")) s->context_parallel = HP_CP_ULYSSES;
+        else
+            return hp__config_error(cp, "%s.context_parallel: %s is not an algorithm (expected ulysses or ring)", sec,
+                                    hp__config_node_text(cp));
+    }
     char what[320];
     snprintf(what, sizeof what, "%s.bucket_size", sec);
     return hp__config_read_size(hp_yaml_map_get(rules, "bucket_size"), what, &s->bucket_size);
@@ -289,8 +297,8 @@ static hp_status refuse_partial(const hp_yaml_node *n, const char *sec, const ch
 
 hp_status hp__config_read_strategy(const hp_yaml_node *node, hp_arena *arena, hp_strategy_config *s) {
     if (hp_yaml_is_null(node)) return HP_STATUS_OK;
-    static const char *const keys[] = {"mesh", "inputs", "params", "optimizer", "bucket_size"};
-    HP_CHECK(refuse_partial(node, "strategy", "mesh, inputs, params, optimizer, bucket_size"));
+    static const char *const keys[] = {"mesh", "inputs", "params", "optimizer", "bucket_size", "context_parallel"};
+    HP_CHECK(refuse_partial(node, "strategy", "mesh, inputs, params, optimizer, bucket_size, context_parallel"));
     HP_CHECK(hp_yaml_check_keys(node, keys, sizeof keys / sizeof keys[0], "strategy"));
     s->present = true;
     s->file = hp_arena_strdup(arena, node->file ? node->file : "<string>");
@@ -308,8 +316,8 @@ hp_status hp__config_read_group_strategy(const hp_yaml_node *mesh, const hp_yaml
     char mw[256], sec[256];
     snprintf(mw, sizeof mw, "groups.%s.mesh", name);
     snprintf(sec, sizeof sec, "groups.%s.strategy", name);
-    static const char *const keys[] = {"inputs", "params", "optimizer", "bucket_size"};
-    HP_CHECK(refuse_partial(rules, sec, "inputs, params, optimizer, bucket_size"));
+    static const char *const keys[] = {"inputs", "params", "optimizer", "bucket_size", "context_parallel"};
+    HP_CHECK(refuse_partial(rules, sec, "inputs, params, optimizer, bucket_size, context_parallel"));
     const hp_yaml_node *inner = rules && rules->kind == HP_YAML_KIND_MAP ? hp_yaml_map_get(rules, "mesh") : NULL;
     if (inner)
         return hp__config_error(inner, "%s: the group's mesh is its own key %s, not part of its strategy", sec, mw);
@@ -415,6 +423,7 @@ cJSON *hp__config_strategy_json(const hp_strategy_config *s) {
     for (int k = 0; ok && k < s->n_opt_shard; k++)
         ok = cJSON_AddItemToArray(shard, cJSON_CreateString(s->alias_name[s->opt_shard[k]]));
     ok = ok && add(root, "bucket_size", hp__config_json_number((double)s->bucket_size));
+    ok = ok && add(root, "context_parallel", cJSON_CreateString(s->context_parallel == HP_CP_RING ? "ring" : "ulysses"));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;

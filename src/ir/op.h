@@ -54,7 +54,24 @@ typedef struct hp_shard_ctx {
     /* Per input, pre-filled false: a rule may set saved[k] so that input k's copy made in any phase
      * (the forward pass's redistribution) is reused, as hp_op_def.saved_inputs does per operator. */
     bool *saved;
+    bool ring;              /* context parallelism by ring attention (strategy.context_parallel:
+                             * ring): attention keeps the sequence split and expands into ring
+                             * steps (hp_op_def.expand) instead of Ulysses' all-to-alls */
 } hp_shard_ctx;
+
+/*
+ * What an expansion (hp_op_def.expand) works with: the rule's context and the per-rank graph with
+ * the layouts the rule chose. Point-to-point nodes an expansion emits (SENDRECV; SEND, RECV) carry
+ * attr i[3] = mesh axis + 1 and name their peers by their coordinates on that axis (i[0], and i[4]
+ * for SENDRECV's source); the partitioner attaches their instruction (the axis communicator, on the
+ * point-to-point queue, asynchronous).
+ */
+typedef struct hp_expand_ctx {
+    const hp_shard_ctx *shard; /* the logical graph, mesh, this rank's index, options */
+    hp_graph *g;               /* the per-rank graph: the expansion appends its nodes here */
+    const hp_layout *in;       /* per input: the layout the rule required (the local inputs') */
+    const hp_layout *out;      /* per output: the layout the rule gave it */
+} hp_expand_ctx;
 
 typedef struct hp_op_def {
     const char *name;
@@ -95,6 +112,18 @@ typedef struct hp_op_def {
      */
     hp_status (*shard)(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
                        hp_layout *out, hp_attrs *local, bool *drop);
+
+    /*
+     * Optional expansion into a per-rank sub-graph (ring attention's steps). Called by the
+     * partitioner after the sharding rule, with the local inputs `lin` in the rule's layouts and
+     * the local attrs; sets *done = false to emit the one per-rank node as usual, or appends nodes
+     * to c->g computing the outputs, stores their local tensors in lout[j] (shapes as the rule's
+     * out layouts say) and sets *done = true. Everything an expansion emits must be the same
+     * sequence of collectives and point-to-point transfers on every rank of a group (compute may
+     * differ: a causal ring skips the blocks a rank does not see).
+     */
+    hp_status (*expand)(const hp_expand_ctx *c, const hp_node *n, const hp_tid *lin, const hp_attrs *local,
+                        hp_tid *lout, bool *done);
 
     /* Bit i set: the kernel writes input i in place (ADAMW: param, m, v; ASSIGN: the target). */
     uint32_t inplace_inputs;

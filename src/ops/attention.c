@@ -4,8 +4,11 @@
  * log-sum-exp of the scaled scores; the backward recomputes the probabilities from q, k and lse
  * block by block, so no (T, T) matrix per head outlives a kernel call.
  *
- * ATTENTION attrs: i[0] = n_head H, i[1] = causal (1/0), i[2] = kv_heads KV (0: KV = H).
- * q (B, T, H*D), k and v (B, T, KV*D), heads interleaved as (H, D) in the last axis; o (B, T, H*D);
+ * ATTENTION attrs: i[0] = n_head H, i[1] = causal (1/0), i[2] = kv_heads KV (0: KV = H), i[3] = the
+ * causal offset (query row i sees key j when j <= i + offset: q_start - k_start of a ring step's
+ * block pair; 0 for self-attention).
+ * q (B, T, H*D), k and v (B, Tk, KV*D) (Tk = T for self-attention; a ring step's block may differ;
+ * a row that sees no key gets o = 0 and lse = -inf), heads interleaved as (H, D) in the last axis; o (B, T, H*D);
  * lse (B, H, T) f32. Scale 1/sqrt(D) on the scores. Grouped-query attention (Ainslie et al. 2023):
  * KV divides H and query head h reads key/value head h / (H / KV), as Hugging Face's repeat_kv;
  * KV = 1 is multi-query attention (Shazeer 2019).
@@ -16,7 +19,7 @@
  * two blocks plus T floats of rowsum(dO * O)). The rule below sizes it for omp_get_max_threads()
  * threads at program build; the kernels never use more threads than the workspace holds.
  */
-#include "ops/op.h"
+#include "ops/attention_ring.h"
 
 #include <omp.h>
 
@@ -50,7 +53,9 @@ static hp_status check_qkv(const hp_graph *g, const hp_node *n, int first, int64
     if (KV <= 0 || H % KV != 0)
         return hp_error(HP_STATUS_SHAPE, "attention: kv_heads %lld does not divide n_head %lld", (long long)KV,
                         (long long)H);
-    hp_shape kv = HP_SHAPE(q->dim[0], q->dim[1], q->dim[2] / H * KV);
+    /* k and v may hold another number of rows than q (a ring step's key/value block) */
+    const hp_shape *k = hp__shp(g, n->in[first + 1]);
+    hp_shape kv = HP_SHAPE(q->dim[0], k->ndim == 3 ? k->dim[1] : q->dim[1], q->dim[2] / H * KV);
     for (int i = 0; i < 3; i++) {
         const hp_tensor *t = hp_graph_tensor(g, n->in[first + i]);
         if (t->dtype != HP_DTYPE_F32) return hp_error(HP_STATUS_SHAPE, "attention %s must be f32", names[i]);
@@ -112,18 +117,27 @@ static hp_status attention_grad(hp_graph *g, int node, const hp_tid *dout, const
     return HP_STATUS_OK;
 }
 
-/* Score-matrix entries computed (causal: the lower triangle with the diagonal). */
+/* Score-matrix entries computed (causal: those with j <= i + offset). */
 static double score_pairs(const hp_graph *g, const hp_node *n, int qi) {
     const hp_shape *q = hp__shp(g, n->in[qi]);
-    double B = (double)q->dim[0], T = (double)q->dim[1], H = (double)n->attr.i[0];
-    return B * H * (n->attr.i[1] ? T * (T + 1) / 2 : T * T);
+    int64_t T = q->dim[1], Tk = hp__shp(g, n->in[qi + 1])->dim[1], off = n->attr.i[3];
+    double B = (double)q->dim[0], H = (double)n->attr.i[0], pairs = (double)T * (double)Tk;
+    if (n->attr.i[1]) { /* sum over rows of clamp(i + off + 1, 0, Tk) */
+        pairs = 0.0;
+        for (int64_t i = 0; i < T; i++) {
+            int64_t v = i + off + 1;
+            pairs += (double)(v < 0 ? 0 : v > Tk ? Tk : v);
+        }
+    }
+    return B * H * pairs;
 }
 
 /* The kernel class of input qi's attention: B x H score matrices of T x T, head dim D. */
 static void attention_shape(const hp_graph *g, const hp_node *n, int qi, hp_op_cost *c) {
     const hp_shape *q = hp__shp(g, n->in[qi]);
     c->kind = HP_COST_ATTENTION;
-    c->m = c->n = q->dim[1];
+    c->m = q->dim[1];
+    c->n = hp__shp(g, n->in[qi + 1])->dim[1];
     c->k = q->dim[2] / n->attr.i[0];
     c->batch = q->dim[0] * n->attr.i[0];
 }
@@ -143,9 +157,10 @@ static void attention_backward_cost(const hp_graph *g, const hp_node *n, hp_op_c
 }
 
 static size_t workspace_common(const hp_graph *g, const hp_node *n, int qi, int n_blocks) {
-    int64_t T = hp__shp(g, n->in[qi])->dim[1];
+    int64_t T = hp__shp(g, n->in[qi])->dim[1], Tk = hp__shp(g, n->in[qi + 1])->dim[1];
     int64_t rows = T < HP_ATTN_BLOCK ? T : HP_ATTN_BLOCK;
-    size_t per_thread = (size_t)(n_blocks * rows * T + T) * sizeof(float); /* + row sums / rowsum(dO o O) */
+    /* n_blocks (rows, Tk) score blocks + row sums / rowsum(dO o O) */
+    size_t per_thread = (size_t)(n_blocks * rows * Tk + (T > Tk ? T : Tk)) * sizeof(float);
     per_thread = (per_thread + 63) & ~(size_t)63;
     return per_thread * (size_t)omp_get_max_threads();
 }
@@ -175,6 +190,19 @@ static hp_layout attn_layout(const hp_shard_ctx *c, const hp_node *n, int qi, co
     hp_layout r = hp__lay_resolve(c, q, NULL, s);
     *home = r;
     int64_t H = n->attr.i[0], KV = n->attr.i[2] ? n->attr.i[2] : H;
+    if (c->ring && r.nmap[1] == 1) {
+        /* Ring attention (attention_ring.c): the sequence stays split on its one axis and the node
+         * expands into ring steps; the heads keep the head dim's own axes where they divide. */
+        hp_layout u = r;
+        int64_t shards = hp_layout_shards(&u, c->mesh, 2);
+        if (shards > 1 && (H % shards != 0 || KV % shards != 0)) {
+            hp__lay_unshard_dim(&u, 2);
+            shards = 1;
+        }
+        local->i[0] = H / shards;
+        local->i[2] = n->attr.i[2] ? KV / shards : 0;
+        return u;
+    }
     hp_layout u = r; /* Ulysses: the sequence axes go to the heads */
     for (int k = 0; k < r.nmap[1]; k++) u.map[2][u.nmap[2]++] = r.map[1][k];
     hp__lay_unshard_dim(&u, 1);
@@ -197,6 +225,7 @@ static hp_layout lse_layout(const hp_layout *q) {
     hp_layout l = hp__lay_replicated(3); /* (B, H, T) */
     hp__lay_copy_dim(&l, 0, q, 0);
     hp__lay_copy_dim(&l, 1, q, 2);
+    hp__lay_copy_dim(&l, 2, q, 1); /* split only under ring attention */
     return l;
 }
 
@@ -234,9 +263,11 @@ static hp_status attention_backward_shard(const hp_shard_ctx *c, const hp_node *
 const hp_op_def hp__op_def_attention = {
     .name = "attention", .min_in = 3, .max_in = 3, .n_out = 2, .infer = attention_infer,
     .grad = attention_grad, .cost = attention_cost, .workspace = attention_workspace, .shard = attention_shard,
+    .expand = hp__attention_ring_expand,
 };
 const hp_op_def hp__op_def_attention_backward = {
     .name = "attention_backward", .min_in = 6, .max_in = 6, .n_out = 3, .infer = attention_backward_infer,
     .cost = attention_backward_cost, .workspace = attention_backward_workspace,
-    .shard = attention_backward_shard, .saved_inputs = 0x3eu, /* q, k, v, o, lse */
+    .shard = attention_backward_shard, .expand = hp__attention_backward_ring_expand,
+    .saved_inputs = 0x3eu, /* q, k, v, o, lse */
 };

@@ -1,4 +1,4 @@
-/* The point-to-point instructions of SEND and RECV nodes (hp/runtime.h: hp_p2p_instr). */
+/* The point-to-point instructions of SEND, RECV and SENDRECV nodes (hp/runtime.h: hp_p2p_instr). */
 #include "hp/runtime.h"
 
 static size_t count_of(const hp_tensor *t) { return (size_t)hp_shape_numel(&t->shape); }
@@ -15,7 +15,14 @@ static hp_status p2p_execute(hp_instr *self, const hp_node_args *a, const hp_exe
         return hp_comm_isend(x->comm, a->in[0], count_of(t), t->dtype, peer, tag, &x->req);
     }
     const hp_tensor *t = hp_graph_tensor(a->g, n->out[0]);
-    return hp_comm_recv(x->comm, a->out[0], count_of(t), t->dtype, peer, tag);
+    if (n->op == HP_OP_RECV) return hp_comm_recv(x->comm, a->out[0], count_of(t), t->dtype, peer, tag);
+    /* SENDRECV: the send non-blocking, the receive, then the send completed */
+    const hp_tensor *s = hp_graph_tensor(a->g, n->in[0]);
+    hp_comm_request *req = NULL;
+    HP_CHECK(hp_comm_isend(x->comm, a->in[0], count_of(s), s->dtype, peer, tag, &req));
+    hp_status st = hp_comm_recv(x->comm, a->out[0], count_of(t), t->dtype, (int)n->attr.i[4], tag);
+    hp_status sw = hp_comm_wait(req);
+    return st != HP_STATUS_OK ? st : sw;
 }
 
 static hp_status p2p_complete(hp_instr *self) {
@@ -37,9 +44,12 @@ hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: node %d out of range (graph has %d)", node,
                         hp_graph_n_nodes(g));
     hp_node *n = hp_graph_node(g, node);
-    if (n->op != HP_OP_SEND && n->op != HP_OP_RECV)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: node %d is %s, not send or recv", node,
+    if (n->op != HP_OP_SEND && n->op != HP_OP_RECV && n->op != HP_OP_SENDRECV)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: node %d is %s, not send, recv or sendrecv", node,
                         hp_op_name(n->op));
+    if (n->op == HP_OP_SENDRECV && n->attr.i[4] >= hp_comm_size(comm))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: source %lld of node %d is not in a communicator of %d",
+                        (long long)n->attr.i[4], node, hp_comm_size(comm));
     if (!comm) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: NULL communicator");
     if (n->attr.i[0] >= hp_comm_size(comm))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_p2p_attach: peer %lld of node %d is not in a communicator of %d",
@@ -50,9 +60,9 @@ hp_status hp_p2p_attach(hp_graph *g, int node, hp_comm *comm, bool async, hp_p2p
         .comm = comm,
     };
     x->instr.xfers = p2p_xfers;
-    const hp_tensor *t = hp_graph_tensor(g, n->op == HP_OP_RECV ? n->out[0] : n->in[0]);
+    const hp_tensor *t = hp_graph_tensor(g, n->op == HP_OP_SEND ? n->in[0] : n->out[0]);
     x->msg_bytes = (double)count_of(t) * (double)hp_dtype_size(t->dtype);
-    if (n->op == HP_OP_RECV) x->instr.bytes = x->msg_bytes;
+    if (n->op != HP_OP_SEND) x->instr.bytes = x->msg_bytes;
     n->extra = x;
     n->flags |= HP_NODE_FLAG_INSTR | (async ? HP_NODE_FLAG_ASYNC : 0u);
     return HP_STATUS_OK;

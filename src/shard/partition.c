@@ -33,6 +33,8 @@ struct hp_partition {
     hp_collective_info *coll;
     int n_coll, cap_coll;
     int64_t bytes;
+    int64_t p2p_bytes; /* bytes this rank receives point to point (ring attention) */
+    bool ring;         /* hp_partition_opts.context_parallel == HP_CP_RING */
     hp_bucket_info *buckets;
     int n_buckets;
     const uint8_t *stationary; /* per logical tensor (NULL: none): see hp_shard_ctx.stationary */
@@ -46,6 +48,7 @@ hp_graph *hp_partition_graph(const hp_partition *p) { return p->g; }
 int hp_partition_n_collectives(const hp_partition *p) { return p->n_coll; }
 const hp_collective_info *hp_partition_collective(const hp_partition *p, int i) { return &p->coll[i]; }
 int64_t hp_partition_bytes(const hp_partition *p) { return p->bytes; }
+int64_t hp_partition_p2p_bytes(const hp_partition *p) { return p->p2p_bytes; }
 int hp_partition_n_buckets(const hp_partition *p) { return p->n_buckets; }
 int hp_partition_n_stationary(const hp_partition *p) { return p->n_stationary; }
 bool hp_partition_is_stationary(const hp_partition *p, hp_tid t) {
@@ -285,7 +288,7 @@ static hp_status partition_node(hp_partition *p, int i) {
     hp_shard_ctx ctx = {
         .g = lg, .mesh = p->mesh, .index = p->index, .hint = hint, .cost = planner_cost, .cost_user = p->mesh,
         .publish = publish, .stationary = p->stationary, .conflict = p->conflict, .has_copy = has_copy,
-        .copy_user = p, .saved = saved,
+        .copy_user = p, .saved = saved, .ring = p->ring,
     };
     if (d->shard) {
         hp_status st = d->shard(&ctx, n, in, req, out, &local, drop);
@@ -314,11 +317,23 @@ static hp_status partition_node(hp_partition *p, int i) {
                            ((d->saved_inputs >> k) & 1u) || saved[k], &lin[k]));
         if (drop[k]) lin[k] = HP_TID_NONE;
     }
-    hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
-    HP_CHECK(hp_graph_status(p->g));
-    const hp_node *ln = hp_graph_node(p->g, hp_graph_n_nodes(p->g) - 1);
     hp_tid louts[HP_MAX_NODE_OUTPUTS];
-    for (int j = 0; j < n->n_out; j++) louts[j] = ln->out[j];
+    bool expanded = false;
+    if (d->expand) { /* a rule that expands into a sub-graph (ring attention's steps) */
+        int first = hp_graph_n_nodes(p->g);
+        hp_expand_ctx ec = {.shard = &ctx, .g = p->g, .in = req, .out = out};
+        hp_status st = d->expand(&ec, n, lin, &local, louts, &expanded);
+        if (st == HP_STATUS_OK) st = hp_graph_status(p->g);
+        if (st != HP_STATUS_OK)
+            return hp_error_prefix(st, "expanding %s (node %d in '%s'): ", d->name, i, n->scope ? n->scope : "");
+        if (expanded) HP_CHECK(hp__p2p_attach_range(p->g, p->mesh, first, hp_graph_n_nodes(p->g), &p->p2p_bytes));
+    }
+    if (!expanded) {
+        hp_graph_add_node(p->g, n->op, lin, n->n_in, &local);
+        HP_CHECK(hp_graph_status(p->g));
+        const hp_node *ln = hp_graph_node(p->g, hp_graph_n_nodes(p->g) - 1);
+        for (int j = 0; j < n->n_out; j++) louts[j] = ln->out[j];
+    }
     for (int j = 0; j < n->n_out; j++) {
         const hp_tensor *x = hp_graph_tensor(lg, n->out[j]);
         hp_shape want;
@@ -459,8 +474,8 @@ hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index,
  * (the search's cost oracle skips both: they do not change the bytes).
  */
 static hp_status partition_run(const hp_graph *logical, hp_mesh *mesh, int index, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, int64_t bucket_size, const uint8_t *stationary,
-                               uint8_t *conflict, bool full, hp_partition **out) {
+                               const hp_tid *resolve, int n_resolve, int64_t bucket_size, bool ring,
+                               const uint8_t *stationary, uint8_t *conflict, bool full, hp_partition **out) {
     *out = NULL;
     hp_partition *p = calloc(1, sizeof *p);
     int nt = hp_graph_n_tensors(logical);
@@ -468,6 +483,7 @@ static hp_status partition_run(const hp_graph *logical, hp_mesh *mesh, int index
     p->lg = logical;
     p->mesh = mesh;
     p->index = index;
+    p->ring = ring;
     p->stationary = stationary;
     p->conflict = conflict;
     p->g = hp_graph_new();
@@ -507,11 +523,11 @@ fail:
 }
 
 hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, const uint8_t *stationary, uint8_t *conflict,
-                               int64_t *bytes) {
+                               const hp_tid *resolve, int n_resolve, bool ring, const uint8_t *stationary,
+                               uint8_t *conflict, int64_t *bytes) {
     hp_partition *p;
-    HP_CHECK(partition_run(logical, mesh, 0, leaf_layouts, resolve, n_resolve, 0, stationary, conflict, false, &p));
-    *bytes = p->bytes;
+    HP_CHECK(partition_run(logical, mesh, 0, leaf_layouts, resolve, n_resolve, 0, ring, stationary, conflict, false, &p));
+    *bytes = p->bytes + p->p2p_bytes;
     hp_partition_free(p);
     return HP_STATUS_OK;
 }
@@ -536,10 +552,12 @@ hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp
                         hp_mesh_size(mesh));
     uint8_t *stationary = NULL;
     int n_stationary = 0;
+    const bool ring = o.context_parallel == HP_CP_RING;
     if (o.search)
-        HP_CHECK(hp__partition_search(logical, mesh, leaf_layouts, resolve, n_resolve, &stationary, &n_stationary));
-    hp_status st = partition_run(logical, mesh, index, leaf_layouts, resolve, n_resolve, o.bucket_size, stationary,
-                                 NULL, true, out);
+        HP_CHECK(hp__partition_search(logical, mesh, leaf_layouts, resolve, n_resolve, ring, &stationary,
+                                      &n_stationary));
+    hp_status st = partition_run(logical, mesh, index, leaf_layouts, resolve, n_resolve, o.bucket_size, ring,
+                                 stationary, NULL, true, out);
     if (st == HP_STATUS_OK) {
         (*out)->stationary_set = stationary;
         (*out)->n_stationary = n_stationary;

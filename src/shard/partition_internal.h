@@ -33,11 +33,12 @@ hp_status hp__bucket_gradients(hp_graph *g, hp_mesh *mesh, int64_t bucket_size, 
  * The search's cost oracle (partition.c): partitions `logical` at mesh index 0 (so that every rank
  * reaches the same choice) with weight-stationary set `stationary` (NULL: none), recording in
  * `conflict` (NULL: not) the parameters a contraction could have kept in place, and returns the
- * bytes per rank per step it plans. Errors: the partitioner's.
+ * bytes per rank per step it plans (collectives and ring attention's point-to-point; `ring`:
+ * hp_partition_opts.context_parallel is HP_CP_RING). Errors: the partitioner's.
  */
 hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, const uint8_t *stationary, uint8_t *conflict,
-                               int64_t *bytes);
+                               const hp_tid *resolve, int n_resolve, bool ring, const uint8_t *stationary,
+                               uint8_t *conflict, int64_t *bytes);
 
 /*
  * The weight-stationary search (partition_search.c): *stationary (malloc'ed, one byte per logical
@@ -45,7 +46,16 @@ hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_
  * Errors: out of memory, the baseline partition's errors.
  */
 hp_status hp__partition_search(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, uint8_t **stationary, int *n);
+                               const hp_tid *resolve, int n_resolve, bool ring, uint8_t **stationary, int *n);
+
+/*
+ * Attaches the runtime instruction of each SENDRECV, SEND and RECV node in [first, last) of
+ * per-rank graph g that an expansion emitted (attr i[3] = mesh axis + 1, peers i[0] (and i[4]) =
+ * coordinates on that axis, ring_p2p.c): asynchronous, on the point-to-point queue, over the axis's communicator (created
+ * in the instruction's prepare). Adds the bytes each SENDRECV or RECV brings to *bytes. Errors: out of memory,
+ * an axis or peer outside the mesh.
+ */
+hp_status hp__p2p_attach_range(hp_graph *g, hp_mesh *mesh, int first, int last, int64_t *bytes);
 
 /* Fills x->instr from x->plan and x->mesh (redist_instr.c). */
 void hp__redist_instr_init(hp__redist_extra *x);

@@ -37,6 +37,7 @@ struct hp_strategy {
     int n_opt_shard;
     int opt_shard[HP_MESH_MAX_AXES]; /* optimizer.shard axes, in the order given */
     int64_t bucket_size;             /* gradient bucket bytes per rank; 0: off */
+    hp_cp_algo context_parallel;     /* strategy.context_parallel */
 };
 
 /* ---------------------------------------------------------------- from the typed config */
@@ -94,6 +95,7 @@ hp_status hp_strategy_new(const hp_strategy_config *cfg, int world_size, hp_stra
     }
     hp_status st = HP_STATUS_OK;
     s->bucket_size = cfg ? (int64_t)cfg->bucket_size : HP_BUCKET_SIZE_DEFAULT;
+    s->context_parallel = cfg ? cfg->context_parallel : HP_CP_ULYSSES;
     if (!cfg || !cfg->present) {
         s->bucket_size = HP_BUCKET_SIZE_DEFAULT;
         s->file = "";
@@ -129,6 +131,7 @@ void hp_strategy_free(hp_strategy *s) {
 hp_mesh *hp_strategy_mesh(hp_strategy *s) { return s ? s->mesh : NULL; }
 
 int64_t hp_strategy_bucket_size(const hp_strategy *s) { return s ? s->bucket_size : HP_BUCKET_SIZE_DEFAULT; }
+hp_cp_algo hp_strategy_context_parallel(const hp_strategy *s) { return s ? s->context_parallel : HP_CP_ULYSSES; }
 
 /* ---------------------------------------------------------------- annotation */
 

@@ -11,6 +11,8 @@
  * dp2 x cp2 and tp2 x cp2 (Megatron rules inside each cp group). Llama's 2 kv heads do not split 4
  * ways: there (cp4, tp2 x cp2) attention gathers the sequence instead, and the result is the same.
  * Also on 4 ranks: 2-D tensor parallelism (examples/tp2d.yaml's layouts, 2 x 2, no cp).
+ * Ring attention (strategy.context_parallel: ring, K/V passed point to point around cp) the same
+ * way: cpN, cpN with offload, and dp2 x cp2 on 4 ranks.
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -54,7 +56,8 @@ static const char *LLAMA_TP =
     "    - {match: \"model.layers.*.mlp.down_proj.weight\", tensor_map: [none, tp]}\n";
 
 /* model: "gpt" or "llama"; family: "" (single rank), "cp", "cpfsdp", "cpoffload", "dpxcp", "tpxcp",
- * "tp2d". */
+ * "tp2d"; with strategy.context_parallel: ring, "ring" (cpN), "ringoffload" (cpN + HyperOffload) and
+ * "ringdpxcp" (dp2 x cp2). */
 static void make_config(char *buf, size_t cap, const char *model, int context, const char *family, int n) {
     char corpus[1024];
     const char *root = getenv("HP_SOURCE_DIR");
@@ -69,6 +72,18 @@ static void make_config(char *buf, size_t cap, const char *model, int context, c
     const char *cp_in = "  inputs: {tokens: [none, cp], targets: [none, cp]}\n";
     if (!strcmp(family, "cp"))
         snprintf(buf + off, cap - off, "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s", n, cp_in);
+    else if (!strcmp(family, "ring"))
+        snprintf(buf + off, cap - off,
+                 "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s  context_parallel: ring\n", n, cp_in);
+    else if (!strcmp(family, "ringoffload")) /* the ring's blocks need more than Ulysses' 450 KiB */
+        snprintf(buf + off, cap - off,
+                 "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s  context_parallel: ring\n"
+                 "offload:\n  device_budget: 768KiB\n  host_budget: 64MiB\n"
+                 "  policy: {params: host, grads: host, optimizer: host, activations: host}\n", n, cp_in);
+    else if (!strcmp(family, "ringdpxcp"))
+        snprintf(buf + off, cap - off,
+                 "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, cp]}\n"
+                 "  inputs: {tokens: [dp, cp], targets: [dp, cp]}\n  context_parallel: ring\n", n / 2);
     else if (!strcmp(family, "cpfsdp"))
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s"
@@ -116,10 +131,11 @@ static void check_model(hp_comm *world, const char *model, int context) {
     run(t, STEPS, ref_loss, ref_gn);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-    const char *families[] = {"cp", "cpfsdp", "cpoffload", "dpxcp", "tpxcp", "tp2d"};
+    const char *families[] = {"cp", "cpfsdp", "cpoffload", "dpxcp", "tpxcp", "tp2d", "ring", "ringoffload", "ringdpxcp"};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const char *fam = families[f];
-        if (strncmp(fam, "cp", 2) && n != 4) continue;
+        bool any_n = !strncmp(fam, "cp", 2) || !strcmp(fam, "ring") || !strcmp(fam, "ringoffload");
+        if (!any_n && n != 4) continue;
         make_config(text, sizeof text, model, context, fam, n);
         OK(hp_run_config_load_string(text, strlen(text), fam, &cfg));
         t = NULL;

@@ -65,6 +65,7 @@ static void test_defaults(void **state) {
     assert_false(c.strategy.present);
     assert_false(c.offload.present);
     assert_int_equal(c.strategy.bucket_size, 25u << 20);
+    assert_int_equal(c.strategy.context_parallel, HP_CP_ULYSSES);
     assert_int_equal(c.offload.chunk, 1u << 20);
     assert_ok(hp_run_config_validate(&c));
     hp_run_config_free(&c);
@@ -94,6 +95,7 @@ static const char *k_full =
     "    - {match: \"wte.weight\", tensor_map: [[dp, tp]]}\n"
     "  optimizer: {shard: [dp]}\n"
     "  bucket_size: 4MiB\n"
+    "  context_parallel: ring\n"
     "offload: {device_budget: 1.5GiB, disk_dir: /tmp/off, policy: {params: disk, activations: false},\n"
     "          bandwidth: {host: measure}, machine: {flops: 2.0e11}, chunk: 64KiB, read_ahead: false}\n";
 
@@ -135,6 +137,7 @@ static void check_full(const hp_run_config *c) {
     assert_int_equal(st->n_opt_shard, 1);
     assert_int_equal(st->opt_shard[0], 0);
     assert_int_equal(st->bucket_size, 4u << 20);
+    assert_int_equal(st->context_parallel, HP_CP_RING);
     const hp_offload_run_config *o = &c->offload;
     assert_true(o->present);
     assert_int_equal(o->device_budget, 3u << 29);
@@ -339,6 +342,7 @@ static void test_strategy_errors(void **state) {
     expect_at(WITH("  params:\n    - {match: \"blocks.[qk.weight\", tensor_map: [tp]}\n"), 4, "bad glob pattern");
     expect_at(WITH("  optimizer: {shard: [ep]}\n"), 3, "unknown alias 'ep'");
     expect_at(WITH("  bucket_size: 25 parsecs\n"), 3, "strategy.bucket_size");
+    expect_at(WITH("  context_parallel: zigzag\n"), 3, "strategy.context_parallel: zigzag is not an algorithm (expected ulysses or ring)");
     expect_at(WITH("  buckets: 4\n"), 3, "unknown key 'buckets' in section 'strategy'");
     expect_at(WITH("  bucket_size: 1e19B\n"), 3, "is too large");
     expect_at(WITH("  bucket_size: 0x100\n"), 3, "is not a number of bytes");

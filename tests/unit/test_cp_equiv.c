@@ -71,6 +71,17 @@ static const strategy TP4SP = {"tp4sp", 1, {4}, {"tp"}, {{"tokens", "[none, tp]"
 static const strategy CP2_FSDP = {"cp2xfsdp2", 2, {2, 2}, {"cp", "fsdp"},
                                   {{"tokens", "[fsdp, cp]"}, {"targets", "[fsdp, cp]"}, {"*", "[fsdp]"}}};
 
+/* Ring attention (strategy.context_parallel: ring): the sequence stays split through attention. */
+static const strategy RING_CP2 = {"ring-cp2", 1, {2}, {"cp"}, {CP_INPUTS}};
+static const strategy RING_CP4 = {"ring-cp4", 1, {4}, {"cp"}, {CP_INPUTS}};
+static const strategy RING_DP2XCP2 = {"ring-dp2xcp2", 2, {2, 2}, {"dp", "cp"},
+                                      {{"tokens", "[dp, cp]"}, {"targets", "[dp, cp]"}}};
+static const strategy RING_TP2XCP2 = {"ring-tp2xcp2", 2, {2, 2}, {"tp", "cp"}, {CP_INPUTS, TP_RULES}};
+static const strategy RING_LLAMA_TP2XCP2 = {"ring-llama-tp2xcp2", 2, {2, 2}, {"tp", "cp"},
+                                            {CP_INPUTS, LLAMA_TP_RULES}};
+static const strategy RING_CP2_FSDP = {"ring-cp2xfsdp2", 2, {2, 2}, {"cp", "fsdp"},
+                                       {{"tokens", "[fsdp, cp]"}, {"targets", "[fsdp, cp]"}, {"*", "[fsdp]"}}};
+
 /* 2-D tensor parallelism (Optimus / SUMMA layouts, Xu et al. 2021): every block weight split over
  * both axes, the batch over tpr; activations move only within tpc groups, weights within tpr. */
 #define TP2D_RULES(prefix_qkv, prefix_up, prefix_out)                                              \
@@ -169,6 +180,7 @@ static void free_reference(reference *r) {
 typedef struct counts {
     int all_to_all, all_gather, other;
     int act_axis[3], weight_axis[3]; /* collective steps per mesh axis on (B, T, C) and on matrices */
+    int64_t p2p_bytes;               /* rank 0's point-to-point bytes received per step */
 } counts;
 
 typedef struct job {
@@ -177,6 +189,8 @@ typedef struct job {
     pthread_mutex_t mu;
     char failure[1024]; /* first mismatch or error, "" if none */
     int64_t bytes;      /* rank 0: bytes per step */
+    int64_t p2p_bytes;  /* rank 0: bytes received point to point per step (ring attention) */
+    hp_cp_algo cp;      /* attention under the sequence split: Ulysses or ring */
     int n_coll;
     counts act;         /* rank 0: steps on (B, T, C) activations */
 } job;
@@ -263,6 +277,11 @@ static hp_status rank_main(hp_comm *comm, int rank, void *user) {
     o.annotate = annotate;
     o.annotate_user = j;
     o.comm = comm;
+    o.context_parallel = j->cp;
+    /* the counts below are the attention algorithm's; the weight-stationary search (which at these
+     * tiny shapes gathers some activations instead of FSDP's weights) is tested on its own
+     * (test_partition_search, test_shard_equiv) */
+    o.no_search = true;
     HP_CHECK_GOTO(hp_compile(r->g, &o, &c), st, out);
     hp_partition *part = hp_compiled_partition(c);
     hp_program *prog = hp_compiled_program(c);
@@ -310,6 +329,7 @@ static hp_status rank_main(hp_comm *comm, int rank, void *user) {
     }
     if (rank == 0) {
         j->bytes = hp_partition_bytes(part);
+        j->p2p_bytes = hp_partition_p2p_bytes(part);
         j->n_coll = hp_partition_n_collectives(part);
         count_activation_steps(j, part);
     }
@@ -320,11 +340,12 @@ out:
     return st;
 }
 
-static counts run_strategy(const reference *r, const strategy *st) {
+static counts run_strategy_cp(const reference *r, const strategy *st, hp_cp_algo cp) {
     job j;
     memset(&j, 0, sizeof j);
     j.ref = r;
     j.st = st;
+    j.cp = cp;
     pthread_mutex_init(&j.mu, NULL);
     int n = 1;
     for (int a = 0; a < st->naxes; a++) n *= st->dims[a];
@@ -332,11 +353,16 @@ static counts run_strategy(const reference *r, const strategy *st) {
     pthread_mutex_destroy(&j.mu);
     if (j.failure[0]) fail_msg("%s", j.failure);
     if (s != HP_STATUS_OK) fail_msg("%s: %s", st->name, hp_error_message());
-    print_message("%-14s T=%-2d %d ranks: %3d redistributions, %7lld bytes per rank per step; on (B, T, C) "
-                  "activations %d all-to-all, %d all-gather, %d other steps\n",
-                  st->name, r->T, n, j.n_coll, (long long)j.bytes, j.act.all_to_all, j.act.all_gather, j.act.other);
+    print_message("%-14s T=%-2d %d ranks: %3d redistributions, %7lld bytes per rank per step (+%lld point to point); "
+                  "on (B, T, C) activations %d all-to-all, %d all-gather, %d other steps\n",
+                  st->name, r->T, n, j.n_coll, (long long)j.bytes, (long long)j.p2p_bytes, j.act.all_to_all,
+                  j.act.all_gather, j.act.other);
+    j.act.p2p_bytes = j.p2p_bytes;
     return j.act;
 }
+
+static counts run_strategy(const reference *r, const strategy *st) { return run_strategy_cp(r, st, HP_CP_ULYSSES); }
+static counts run_ring(const reference *r, const strategy *st) { return run_strategy_cp(r, st, HP_CP_RING); }
 
 static const hp_gpt_config GPT = {.vocab = 32, .context = 8, .layers = 2, .heads = 4, .width = 16, .tied_head = false};
 static const hp_gpt_config LLAMA = {.family = HP_MODEL_FAMILY_LLAMA, .vocab = 32, .context = 8, .layers = 2,
@@ -399,6 +425,53 @@ static void test_llama_cp_matches_single_device(void **state) {
     free_reference(&r);
 }
 
+/*
+ * Ring attention: the same results with the sequence split kept through attention, K/V passed
+ * around the cp axis point to point, no collective on the attention activations. Rank 0's bytes
+ * received per step under the causal mask: no K/V block (it reads only its own and a block is
+ * never passed beyond its last reader), and per layer n - 1 dK and n - 1 dV accumulator blocks of
+ * B x T/n x C floats (every other rank's share of rank 0's block comes home).
+ */
+static void test_ring_matches_single_device(void **state) {
+    (void)state;
+    reference r;
+    build_reference(&r, &GPT);
+    const strategy *gpt_cases[] = {&RING_CP2, &RING_CP4, &RING_DP2XCP2, &RING_TP2XCP2, &RING_CP2_FSDP};
+    for (size_t i = 0; i < sizeof gpt_cases / sizeof gpt_cases[0]; i++) {
+        counts c = run_ring(&r, gpt_cases[i]);
+        /* cp2 x fsdp2's 2 all-to-alls are outside attention (Ulysses' run has them too: 18 = 16 + 2) */
+        assert_int_equal(c.all_to_all, gpt_cases[i] == &RING_CP2_FSDP ? 2 : 0);
+        /* under FSDP the weight-gradient contractions may gather an activation where that is cheaper
+         * than moving the other operand (src/ops/matmul.c's fold candidates): not attention's */
+        if (gpt_cases[i] != &RING_CP2_FSDP) assert_int_equal(c.all_gather, 0);
+        int n = gpt_cases[i]->dims[gpt_cases[i]->naxes - 1 - (gpt_cases[i] == &RING_CP2_FSDP)];
+        int64_t batch = gpt_cases[i] == &RING_DP2XCP2 || gpt_cases[i] == &RING_CP2_FSDP ? BATCH / 2 : BATCH;
+        int64_t width = gpt_cases[i] == &RING_TP2XCP2 ? GPT.width / 2 : GPT.width;
+        int64_t block = batch * (GPT.context / n) * width * 4;
+        assert_int_equal(c.p2p_bytes, GPT.layers * 2 * (n - 1) * block);
+    }
+    free_reference(&r);
+    hp_gpt_config c7 = with_context(GPT, 7); /* 4 + 3 rows */
+    build_reference(&r, &c7);
+    run_ring(&r, &RING_CP2);
+    run_ring(&r, &RING_DP2XCP2);
+    free_reference(&r);
+    hp_gpt_config c10 = with_context(GPT, 10); /* 3 + 3 + 3 + 1 rows */
+    build_reference(&r, &c10);
+    run_ring(&r, &RING_CP4);
+    free_reference(&r);
+    /* Llama: RoPE with global offsets; 2 kv heads need no split under ring (Ulysses gathers for cp4) */
+    build_reference(&r, &LLAMA);
+    run_ring(&r, &RING_CP2);
+    run_ring(&r, &RING_CP4);
+    run_ring(&r, &RING_LLAMA_TP2XCP2);
+    free_reference(&r);
+    hp_gpt_config l7 = with_context(LLAMA, 7);
+    build_reference(&r, &l7);
+    run_ring(&r, &RING_CP2);
+    free_reference(&r);
+}
+
 /* 2-D TP on 2 x 2 equals the single device, and each GEMM's collectives stay in one group kind. */
 static void test_tp2d_matches_single_device(void **state) {
     (void)state;
@@ -424,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_gpt_cp_uneven_sequence),
         cmocka_unit_test(test_llama_cp_matches_single_device),
         cmocka_unit_test(test_tp2d_matches_single_device),
+        cmocka_unit_test(test_ring_matches_single_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

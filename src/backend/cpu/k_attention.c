@@ -125,6 +125,7 @@ static float row_max(const float *s, int64_t n) {
 
 typedef struct attn_dims {
     int64_t B, T, C, H, D;
+    int64_t Tk, off; /* key/value rows; causal offset: query row i sees keys j <= i + off */
     int64_t KV, Ck, G; /* kv heads, k/v row length KV*D, query heads per kv head */
     bool causal;
     float scale;
@@ -142,14 +143,17 @@ static attn_dims dims_of(const hp_kernel_args *a, int qi) {
     d.Ck = d.KV * d.D;
     d.G = d.H / d.KV;
     d.causal = a->node->attr.i[1] != 0;
+    d.Tk = hp__in_shape(a, qi + 1)->dim[1];
+    d.off = a->node->attr.i[3];
     d.scale = 1.0f / sqrtf((float)d.D);
     return d;
 }
 
-/* Floats of scratch per thread, rounded to 64 bytes (the same rule as the workspace size). */
-static size_t per_thread_floats(int64_t T, int nbuf, bool with_vec) {
-    int64_t rows = T < BQ ? T : BQ;
-    size_t bytes = (size_t)(nbuf * rows * T + (with_vec ? T : 0)) * sizeof(float);
+/* Floats of scratch per thread, rounded to 64 bytes (the same rule as the workspace size): nbuf
+ * blocks of (query rows, Tk) plus max(Tq, Tk) floats. */
+static size_t per_thread_floats(int64_t Tq, int64_t Tk, int nbuf) {
+    int64_t rows = Tq < BQ ? Tq : BQ;
+    size_t bytes = (size_t)(nbuf * rows * Tk + (Tq > Tk ? Tq : Tk)) * sizeof(float);
     bytes = (bytes + 63) & ~(size_t)63;
     return bytes / sizeof(float);
 }
@@ -169,9 +173,22 @@ static hp_status threads_for(const hp_kernel_args *a, size_t per_thread, int *nt
     return HP_STATUS_OK;
 }
 
+/* Keys visible to query row i: all Tk, or under the causal mask those j <= i + off, clamped. */
+static inline int64_t visible(const attn_dims *d, int64_t i) {
+    if (!d->causal) return d->Tk;
+    int64_t v = i + d->off + 1;
+    return v < 0 ? 0 : v > d->Tk ? d->Tk : v;
+}
+
 /* Unnormalized row softmax: s[0, valid) = exp(s - max) in place, s[valid, L) = 0. Returns the
- * row's sum; the caller divides the row of P V by it (D values, not L) and stores lse. */
+ * row's sum (0 for a row that sees no key: lse = -inf); the caller divides the row of P V by it
+ * (D values, not L) and stores lse. */
 static float softmax_row(float *s, int64_t valid, int64_t L, float *lse) {
+    if (valid == 0) {
+        memset(s, 0, sizeof(float) * (size_t)L);
+        *lse = -INFINITY;
+        return 0.0f;
+    }
     float m = row_max(s, valid);
     float sum = exp_shift(s, valid, m);
     if (valid < L) memset(s + valid, 0, sizeof(float) * (size_t)(L - valid));
@@ -196,18 +213,24 @@ static void attention_body(const attn_fwd *f) {
         int64_t blk = f->nblk - 1 - it / (d.B * d.H), bh = it % (d.B * d.H), b = bh / d.H, h = bh % d.H;
         float *S = f->ws + (size_t)omp_get_thread_num() * f->pt;
         int64_t i0 = blk * BQ, i1 = i0 + BQ < d.T ? i0 + BQ : d.T, rows = i1 - i0;
-        int64_t L = d.causal ? i1 : d.T;
+        int64_t L = visible(&d, i1 - 1);
         const float *Q = f->q + (b * d.T + i0) * d.C + h * d.D;
-        const float *K = f->k + b * d.T * d.Ck + h / d.G * d.D, *V = f->v + b * d.T * d.Ck + h / d.G * d.D;
+        const float *K = f->k + b * d.Tk * d.Ck + h / d.G * d.D, *V = f->v + b * d.Tk * d.Ck + h / d.G * d.D;
+        float *lrow = f->lse + (b * d.H + h) * d.T + i0, *O = f->o + (b * d.T + i0) * d.C + h * d.D;
+        if (L == 0) { /* the block sees no key (a ring step's future block): o = 0, lse = -inf */
+            for (int64_t r = 0; r < rows; r++) {
+                lrow[r] = -INFINITY;
+                memset(O + r * d.C, 0, sizeof(float) * (size_t)d.D);
+            }
+            continue;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, D, d.scale, Q, C, K, Ck, 0.0f, S,
                     (int)L);
-        float *lrow = f->lse + (b * d.H + h) * d.T + i0, *O = f->o + (b * d.T + i0) * d.C + h * d.D;
         float *rsum = S + rows * L; /* BQ floats after the score block (see per_thread_floats) */
-        for (int64_t r = 0; r < rows; r++)
-            rsum[r] = softmax_row(S + r * L, d.causal ? i0 + r + 1 : L, L, &lrow[r]);
+        for (int64_t r = 0; r < rows; r++) rsum[r] = softmax_row(S + r * L, visible(&d, i0 + r), L, &lrow[r]);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, D, (int)L, 1.0f, S, (int)L, V, Ck, 0.0f, O, C);
         for (int64_t r = 0; r < rows; r++) {
-            float inv = 1.0f / rsum[r], *orow = O + r * d.C;
+            float inv = rsum[r] > 0.0f ? 1.0f / rsum[r] : 0.0f, *orow = O + r * d.C;
             for (int64_t e = 0; e < d.D; e++) orow[e] *= inv;
         }
     }
@@ -217,7 +240,12 @@ static void attention_body(const attn_fwd *f) {
 hp_status hp__cpu_attention(const hp_kernel_args *a) {
     attn_dims d = dims_of(a, 0);
     if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
-    attn_fwd f = {d, a->in[0], a->in[1], a->in[2], a->out[0], a->out[1], a->workspace, per_thread_floats(d.T, 1, true),
+    if (d.Tk == 0) { /* no keys: every row sees none */
+        memset(a->out[0], 0, sizeof(float) * (size_t)(d.B * d.T * d.C));
+        for (int64_t i = 0; i < d.B * d.H * d.T; i++) ((float *)a->out[1])[i] = -INFINITY;
+        return HP_STATUS_OK;
+    }
+    attn_fwd f = {d, a->in[0], a->in[1], a->in[2], a->out[0], a->out[1], a->workspace, per_thread_floats(d.T, d.Tk, 1),
                   (d.T + BQ - 1) / BQ, 0};
     f.items = d.B * d.H * f.nblk;
     int nt = 1;
@@ -231,14 +259,15 @@ hp_status hp__cpu_attention(const hp_kernel_args *a) {
     return HP_STATUS_OK;
 }
 
-/* Backward of query head h of batch b with scratch `ws` (two BQ x T buffers and T floats),
- * accumulating into its kv head's dK and dV (zeroed by the caller). */
+/* Backward of query head h of batch b with scratch `ws` (two BQ x Tk buffers and max(T, Tk) floats),
+ * accumulating into its kv head's dK and dV (zeroed by the caller). o and lse may be those of a
+ * larger attention (a ring's final ones): P = exp(S - lse) is then this block's share, exactly. */
 static void backward_head(const attn_dims *d, int64_t b, int64_t h, const float *dout, const float *q,
                           const float *k, const float *v, const float *o, const float *lse, float *dq, float *dk,
                           float *dv, float *ws) {
-    int64_t T = d->T, C = d->C, D = d->D, Ck = d->Ck, rows0 = T < BQ ? T : BQ;
-    float *P = ws, *dP = ws + rows0 * T, *Dv = ws + 2 * rows0 * T;
-    size_t base = (size_t)(b * T * C + h * D), kbase = (size_t)(b * T * Ck + h / d->G * D);
+    int64_t T = d->T, Tk = d->Tk, C = d->C, D = d->D, Ck = d->Ck, rows0 = T < BQ ? T : BQ;
+    float *P = ws, *dP = ws + rows0 * Tk, *Dv = ws + 2 * rows0 * Tk;
+    size_t base = (size_t)(b * T * C + h * D), kbase = (size_t)(b * Tk * Ck + h / d->G * D);
     const float *Q = q + base, *K = k + kbase, *V = v + kbase, *dO = dout + base, *O = o + base;
     float *dQ = dq + base, *dK = dk + kbase, *dV = dv + kbase;
     const float *l = lse + (b * d->H + h) * T;
@@ -248,14 +277,18 @@ static void backward_head(const attn_dims *d, int64_t b, int64_t h, const float 
         Dv[i] = s;
     }
     for (int64_t i0 = 0; i0 < T; i0 += BQ) {
-        int64_t i1 = i0 + BQ < T ? i0 + BQ : T, rows = i1 - i0, L = d->causal ? i1 : T;
+        int64_t i1 = i0 + BQ < T ? i0 + BQ : T, rows = i1 - i0, L = visible(d, i1 - 1);
         const float *Qb = Q + i0 * C, *dOb = dO + i0 * C;
+        if (L == 0) { /* no key visible to the block: no gradient */
+            for (int64_t r = 0; r < rows; r++) memset(dQ + (i0 + r) * C, 0, sizeof(float) * (size_t)D);
+            continue;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L, (int)D, d->scale, Qb, (int)C, K,
                     (int)Ck, 0.0f, P, (int)L);
         for (int64_t r = 0; r < rows; r++) {
             float *pr = P + r * L, li = l[i0 + r];
-            int64_t valid = d->causal ? i0 + r + 1 : L;
-            exp_shift(pr, valid, li);
+            int64_t valid = visible(d, i0 + r);
+            if (valid > 0) exp_shift(pr, valid, li);
             if (valid < L) memset(pr + valid, 0, sizeof(float) * (size_t)(L - valid));
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L, (int)D, (int)rows, 1.0f, P, (int)L, dOb, (int)C,
@@ -289,8 +322,8 @@ static void attention_backward_body(const attn_bwd *p) {
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t bk = 0; bk < pairs; bk++) {
         int64_t b = bk / d->KV, kh = bk % d->KV;
-        float *dK = p->dk + b * d->T * d->Ck + kh * d->D, *dV = p->dv + b * d->T * d->Ck + kh * d->D;
-        for (int64_t i = 0; i < d->T; i++) {
+        float *dK = p->dk + b * d->Tk * d->Ck + kh * d->D, *dV = p->dv + b * d->Tk * d->Ck + kh * d->D;
+        for (int64_t i = 0; i < d->Tk; i++) {
             memset(dK + i * d->Ck, 0, sizeof(float) * (size_t)d->D);
             memset(dV + i * d->Ck, 0, sizeof(float) * (size_t)d->D);
         }
@@ -303,10 +336,16 @@ static void attention_backward_body(const attn_bwd *p) {
 /* A team kernel (team.h): each (b, h) pair owned by one thread, its GEMMs single-threaded. */
 hp_status hp__cpu_attention_backward(const hp_kernel_args *a) {
     attn_dims d = dims_of(a, 1);
-    if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
+    if (d.B == 0 || d.D == 0) return HP_STATUS_OK;
+    if (d.T == 0 || d.Tk == 0) { /* an empty side: dq and dk, dv are zero */
+        memset(a->out[0], 0, sizeof(float) * (size_t)(d.B * d.T * d.C));
+        memset(a->out[1], 0, sizeof(float) * (size_t)(d.B * d.Tk * d.Ck));
+        memset(a->out[2], 0, sizeof(float) * (size_t)(d.B * d.Tk * d.Ck));
+        return HP_STATUS_OK;
+    }
     attn_bwd p = {d,         a->in[0],  a->in[1],  a->in[2],    a->in[3],
                   a->in[4],  a->in[5],  a->out[0], a->out[1],   a->out[2],
-                  a->workspace, per_thread_floats(d.T, 2, true)};
+                  a->workspace, per_thread_floats(d.T, d.Tk, 2)};
     int nt = 1;
     HP_CHECK(threads_for(a, p.pt, &nt));
     if (hp__team_all()) {

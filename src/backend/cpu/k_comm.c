@@ -21,6 +21,7 @@ hp_status hp__cpu_run_instr(const hp_kernel_args *a, const hp_exec_ctx *ctx) {
 hp_status hp__cpu_redistribute(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
 hp_status hp__cpu_send(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
 hp_status hp__cpu_recv(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
+hp_status hp__cpu_sendrecv(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
 hp_status hp__cpu_prefetch(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
 hp_status hp__cpu_offload(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
 hp_status hp__cpu_offload_wait(const hp_kernel_args *a) { return hp__cpu_run_instr(a, NULL); }
