@@ -350,6 +350,16 @@ int hp_cli_train(int argc, char **argv) {
     rc = 0;
 out:
 #ifdef HP_HAVE_MPI
+    if (mpi && world && rc != 0 && !together && !hp_comm_stalled(world))
+        hp_comm_report_failure(world, hp_error_message()); /* the others stop with this rank's message */
+    if (mpi && world && hp_comm_peer_failed(world)) {
+        /* Another rank failed or is gone: its transfers were abandoned, so nothing is freed. */
+        char prefix[32] = "";
+        if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
+        fprintf(stderr, "%shp: a rank of the job failed or is gone: ending the job (MPI_Abort)\n", prefix);
+        if (metrics) fflush(metrics);
+        hp_comm_mpi_abort(1);
+    }
     if (mpi && world && hp_comm_stalled(world)) {
         /* A rank stalled (train.comm_timeout): the stopped rank ends only if the job is aborted, and
          * the abandoned transfers may still write into the trainer's buffers, so nothing is freed. */
