@@ -107,6 +107,8 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp);
  * malloc'd, freed by the caller even on error): the strategy's annotation, each "grad_acc.<param>"
  * laid out as its parameter, everything else replicated (ndim -1). */
 hp_status hp__pp_leaf_layouts(const hp_pipeline *pp, const hp_graph *g, hp_layout **out);
+/* The same under any group strategy (planning, hp_pipeline_plan_stage_group). */
+hp_status hp__pp_leaf_layouts_of(const hp_strategy *strategy, const hp_graph *g, hp_layout **out);
 
 /* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
 hp_status hp__pp_build_optimizer(hp_pipeline *pp);
