@@ -222,7 +222,9 @@ bool hp_comm_stalled(const hp_comm *c);
  */
 
 /* Labels world rank r as names[r] (r < n) in the fault and timeout messages of c's family, e.g.
- * "rank 0 of group 'stage1'" gives "world rank 3 (rank 0 of group 'stage1')". Copies the strings;
+ * "rank 0 of group 'stage1'" gives "world rank 3 (rank 0 of group 'stage1')" in a fault's message
+ * and "; world rank 3 is rank 0 of group 'stage1'" after a timeout's (the peer of a send or recv,
+ * every member of a collective's group). Copies the strings;
  * NULL entries (or n = 0) leave ranks unlabelled. Not collective; call it before transfers start
  * (not concurrently with waits). HP_STATUS_INVALID_ARGUMENT for n < 0, HP_STATUS_OUT_OF_MEMORY. */
 hp_status hp_comm_set_rank_names(hp_comm *c, int n, const char *const *names);

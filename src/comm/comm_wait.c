@@ -152,6 +152,20 @@ void hp__comm_abandoned_free(hp_comm *c) {
     }
 }
 
+/* "; world rank 3 is rank 1 of group 'stage1'" for the peer of a send or recv, or for every member
+ * of the group when it has labels (hp_comm_set_rank_names): which groups a stall is between. */
+static void add_labels(char *msg, size_t n, const hp_comm_request *r) {
+    const hp_comm *c = r->comm;
+    const hp__comm_family *f = c->family;
+    if (!f->n_names) return;
+    bool p2p = r->op == HP__COMM_OP_SEND || r->op == HP__COMM_OP_RECV;
+    for (int k = 0; k < c->size; k++) {
+        if (p2p && k != r->peer) continue;
+        int w = world_of(c, k);
+        if (w >= 0 && w < f->n_names && f->names[w]) add(msg, n, "; world rank %d is %s", w, f->names[w]);
+    }
+}
+
 /* The timeout's error: the operation, how long, the group, who did not arrive. */
 static hp_status timed_out(hp_comm_request *r, long long waited) {
     hp_comm *c = r->comm;
@@ -188,6 +202,7 @@ static hp_status timed_out(hp_comm_request *r, long long waited) {
         free(missing);
     }
     hp__comm_family *f = c->family;
+    add_labels(msg, sizeof msg, r);
     int expect = 0;
     if (atomic_compare_exchange_strong(&f->stalled, &expect, 1)) {
         snprintf(f->msg, sizeof f->msg, "%s", msg);

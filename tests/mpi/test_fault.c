@@ -8,6 +8,7 @@
  * rank itself has heard of no fault. The last rank then sends what was waited for, so the abandoned
  * receives complete and every process ends cleanly; the verdict is reduced with MPI itself, since
  * this process's communicators stay failed. (A rank whose process dies is tested by tests/fault.sh.)
+ * Before that, on a communicator family of its own: a receive that times out names the peer's label.
  */
 #include "hp/comm_mpi.h"
 
@@ -24,6 +25,34 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A timeout between labelled ranks names the peer's group too (a communicator family of its own,
+ * so the failure below is not mixed up with this stall). */
+static void test_timeout_label(void) {
+    hp_comm *w = NULL;
+    OK(hp_comm_mpi_world(&w));
+    int last = g_size - 1;
+    const char *use[3] = {"rank 0 of group 'a'", g_size == 3 ? "rank 1 of group 'a'" : "rank 0 of group 'b'",
+                          "rank 0 of group 'b'"};
+    OK(hp_comm_set_rank_names(w, g_size, use));
+    OK(hp_comm_set_timeout(w, 1));
+    static float y; /* completed after the timeout, when this function has returned */
+    if (g_rank == last) {
+        nanosleep(&(struct timespec){2, 500000000L}, NULL);
+        for (int r = 0; r < last; r++) {
+            float one = 1;
+            OK(hp_comm_send(w, &one, 1, HP_DTYPE_F32, r, 9));
+        }
+    } else {
+        hp_status st = hp_comm_recv(w, &y, 1, HP_DTYPE_F32, last, 9);
+        char want[128];
+        snprintf(want, sizeof want, "; world rank %d is rank 0 of group 'b'", last);
+        CHECK(st == HP_STATUS_TIMEOUT && strstr(hp_error_message(), want), "timeout %s: '%s' not in '%s'",
+              hp_status_str(st), want, hp_error_message());
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* the late send has been received (MPI orders it before the barrier's) */
+    hp_comm_free(w);
 }
 
 static void test_report(hp_comm *world) {
@@ -75,6 +104,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "run with 2 or 3 ranks\n");
         return 1;
     }
+    test_timeout_label();
     test_report(world);
     int failed = g_failed;
     MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
