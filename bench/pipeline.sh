@@ -62,6 +62,25 @@ strategy:
     - {match: "blocks.*.mlp.proj.weight", tensor_map: [none, tp]}
 EOF
 } > tp2.yaml
+{ # one pipeline stage over both ranks, tensor parallel inside: the stage's collectives in the plan
+    base "$steps"
+    cat <<'EOF'
+pipeline: {schedule: 1f1b, micro_batches: 2}
+groups:
+  only:
+    ranks: [0, 1]
+    module: [embedding, blocks.0-3, head]
+    mesh: {device_matrix: [2], alias_name: [tp]}
+    strategy:
+      params:
+        - {match: "blocks.*.attn.[qkv].weight", tensor_map: [tp, none]}
+        - {match: "blocks.*.attn.[qkv].bias", tensor_map: [tp]}
+        - {match: "blocks.*.mlp.fc.weight", tensor_map: [tp, none]}
+        - {match: "blocks.*.mlp.fc.bias", tensor_map: [tp]}
+        - {match: "blocks.*.attn.proj.weight", tensor_map: [none, tp]}
+        - {match: "blocks.*.mlp.proj.weight", tensor_map: [none, tp]}
+EOF
+} > pp1-tp2.yaml
 pipe gpipe 1 > pp2-gpipe.yaml
 pipe 1f1b 1 > pp2-1f1b.yaml
 pipe interleaved 2 > pp2-interleaved.yaml
@@ -69,7 +88,7 @@ pipe zb-h1 1 > pp2-zb-h1.yaml
 pipe zb-v 2 > pp2-zb-v.yaml
 pipe dualpipev 2 > pp2-dualpipev.yaml
 
-names=(single dp2 tp2 pp2-gpipe pp2-1f1b pp2-interleaved pp2-zb-h1 pp2-zb-v pp2-dualpipev)
+names=(single dp2 tp2 pp1-tp2 pp2-gpipe pp2-1f1b pp2-interleaved pp2-zb-h1 pp2-zb-v pp2-dualpipev)
 only="${HP_BENCH_ONLY:-}"
 want() { [[ -z "$only" || " $only " == *" $1 "* ]]; }
 load() { cut -d' ' -f1 /proc/loadavg; }

@@ -202,8 +202,43 @@ hp_comm_wait_mode hp_comm_thread_wait(void);
 hp_status hp_comm_set_timeout(hp_comm *c, double seconds);
 /* The timeout of c in seconds (0: no limit). */
 double hp_comm_timeout(const hp_comm *c);
-/* Whether a transfer of c's family (see hp_comm_set_timeout) has timed out. */
+/* Whether a transfer of c's family (see hp_comm_set_timeout) has timed out, or was given up
+ * because a rank of the job failed or is gone (hp_comm_peer_failed). */
 bool hp_comm_stalled(const hp_comm *c);
+
+/* ---------------------------------------------------------------- faults: failed and dead ranks */
+
+/*
+ * A rank of the job that fails (its caller reports it: hp_comm_report_failure) or whose process is
+ * gone (it exited or was killed, SIGKILL included) must not leave the others waiting for the
+ * timeout. Every wait that lasts beyond its first 2 ms asks the implementation every 10 ms whether
+ * a rank of the job failed (hp_comm_i.fault); when one did, the wait is given up with
+ * HP_STATUS_COMM naming the operation, the failed rank (world rank and, with hp_comm_set_rank_names,
+ * its label, e.g. its group) and what happened to it ("its process 1234 on host h is gone
+ * (exited or killed)", "it failed: <its message>"), and so is every later wait of c's family that
+ * lasts beyond its first 2 ms (as after a timeout; hp_comm_stalled and hp_comm_peer_failed then
+ * say so). Implementations without the method (self, sim) never report a fault. The MPI
+ * communicator's rules (which deaths it sees) are in hp/comm_mpi.h.
+ */
+
+/* Labels world rank r as names[r] (r < n) in the fault and timeout messages of c's family, e.g.
+ * "rank 0 of group 'stage1'" gives "world rank 3 (rank 0 of group 'stage1')" in a fault's message
+ * and "; world rank 3 is rank 0 of group 'stage1'" after a timeout's (the peer of a send or recv,
+ * every member of a collective's group). Copies the strings;
+ * NULL entries (or n = 0) leave ranks unlabelled. Not collective; call it before transfers start
+ * (not concurrently with waits). HP_STATUS_INVALID_ARGUMENT for n < 0, HP_STATUS_OUT_OF_MEMORY. */
+hp_status hp_comm_set_rank_names(hp_comm *c, int n, const char *const *names);
+
+/* Tells every other rank of the job (not only c's members) that this rank failed, with `msg` (at
+ * most 900 bytes are sent): their waits then fail at once with "world rank R (label) failed: msg"
+ * instead of waiting for the timeout. Does not wait; a no-op when the implementation cannot send
+ * it or when c's family has already given up because of another rank's fault (the first message
+ * is the one that travels). Call it when this rank is about to stop while others may wait for it
+ * (e.g. before ending the job); the receivers' communicators are unusable afterwards. */
+void hp_comm_report_failure(hp_comm *c, const char *msg);
+
+/* Whether c's family gave up a wait because a rank of the job failed or is gone. */
+bool hp_comm_peer_failed(const hp_comm *c);
 
 /* ---------------------------------------------------------------- simulated communicator */
 
@@ -257,6 +292,13 @@ typedef struct hp_comm_i {
     void (*arrive)(void *ctx, uint64_t seq);
     /* arrived[r] (size entries) = whether member r announced collective seq or a later one. */
     void (*arrivals)(void *ctx, uint64_t seq, bool *arrived);
+    /* Optional, for faults (see hp_comm_report_failure). Whether a rank of the job failed or is
+     * gone: its world rank, with what happened in msg (capacity n: "its process 1234 on host h is
+     * gone (exited or killed)", "it failed: ..."); -1 when none. Called from any thread, every
+     * 10 ms by each waiting thread: it must be cheap and thread-safe. */
+    int (*fault)(void *ctx, char *msg, size_t n);
+    /* Sends msg to every other rank of the job without waiting (see hp_comm_report_failure). */
+    void (*report_fault)(void *ctx, const char *msg);
 } hp_comm_i;
 
 /* Wraps an implementation. The communicator owns ctx (freed through iface->free). NULL when out of

@@ -26,6 +26,17 @@
  * point-to-point calls are used, so it works with any transport of Open MPI (no one-sided RMA,
  * which over TCP would need the stopped rank's own progress). The world ranks of the group come
  * from MPI_Group_translate_ranks.
+ *
+ * Faults (hp/comm.h: hp_comm_report_failure, hp_comm_i.fault): the first hp_comm_mpi_world makes
+ * one fault channel for the process, a duplicate of MPI_COMM_WORLD plus every world rank's process
+ * id and host name (one MPI_Allgather); hp_comm_mpi_finalize frees it. A failure report is an
+ * MPI_Isend of the message to every other world rank on it (MPI_Request_free: no wait). A waiting
+ * thread asks every 10 ms whether a report came (MPI_Improbe/MPI_Mrecv) and, at most every 50 ms
+ * per process, whether the process of every rank on this host (same host name) is still there
+ * (kill(pid, 0), and /proc/PID/stat not a zombie): a killed or exited rank is found within about
+ * 60 ms, before Open MPI's mpirun ends the job (it sends the other ranks SIGTERM about 1 s after a
+ * rank dies, SIGKILL 1 s later). A dead rank on another host is not seen (mpirun still ends the
+ * job, without this message); a stopped (SIGSTOP) process is alive: that is a stall (the timeout).
  */
 #ifndef HP_COMM_MPI_H
 #define HP_COMM_MPI_H

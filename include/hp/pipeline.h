@@ -243,6 +243,20 @@ typedef struct hp_pipeline_stage_plan {
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out);
 
+/*
+ * hp_pipeline_plan_stage for a stage group whose strategy `sc` (its mesh of n_ranks devices and its
+ * rules; NULL or not present: hp_pipeline_plan_stage) partitions the stage (tensor parallelism,
+ * FSDP, rows split by an inputs rule): the stage graph for one replica's `rows` (a micro-batch's
+ * rows divided among the group's data-parallel replicas, hp_pipeline_group_shape) partitioned over
+ * the group's mesh as hp_pipeline_new does, for mesh index 0. The phases' seconds are those of the
+ * per-rank graph with its collectives (hp_predict_nodes: each on its queue, overlapping compute
+ * where the graph lets it); the bytes are one process's. Errors: hp_pipeline_plan_stage's, the
+ * strategy's (hp_strategy_new, hp_strategy_annotate) and the partitioner's.
+ */
+hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                       const hp_strategy_config *sc, int n_ranks, const hp_machine_model *mm,
+                                       hp_pipeline_stage_plan *out);
+
 /* What this rank did over the steps since the pipeline was made (or the stats reset). */
 typedef struct hp_pipeline_stats {
     int64_t steps;             /* hp_pipeline_forward_backward calls */

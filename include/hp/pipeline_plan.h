@@ -22,9 +22,13 @@
  * instances the schedule keeps for the stage (hp_pipeline_stage_slots: the micro-batches in flight,
  * hp_schedule_peak_formula for one chunk per rank). With optimizer.shard (ZeRO-1) the two moments
  * and the update's compute are divided by the ranks they are split over (the gathers after the
- * update not counted). Under partitioned ranks (tensor parallelism, FSDP) the stage is counted
- * unsplit (an upper bound) and its compute divided by their number (their collectives not counted),
- * as hp plan has always done.
+ * update not counted). Under partitioned ranks (tensor parallelism, FSDP) the stage's memory is
+ * counted unsplit (an upper bound). Its time, in hp_pipeline_predict with the groups' strategies
+ * (hp_pipeline_plan_opts.strategy, filled from a config), is the per-rank partitioned graph's with its
+ * collectives (TP's activation all-reduces, FSDP's parameter all-gathers and gradient
+ * reduce-scatters, the all-gather of the stage's output and input gradient to the replica's rows),
+ * each on its queue as the runtime issues them; without the strategies (and in hp_pipeline_split)
+ * it is the unsplit compute divided by their number, collectives not counted.
  */
 #ifndef HP_PIPELINE_PLAN_H
 #define HP_PIPELINE_PLAN_H
@@ -58,6 +62,9 @@ typedef struct hp_pipeline_plan_opts {
     /* [p] each, or NULL: one process per group, no budget, no name */
     const int *dp, *tp;             /* the group's data-parallel replicas and model-parallel ranks */
     const size_t *memory_budget;    /* bytes per process; 0: none */
+    const hp_strategy_config *strategy; /* [p] or NULL: each group's strategy (mesh and rules; borrowed); a
+                                       group with tp > 1 is planned partitioned, its collectives counted
+                                       (hp_pipeline_plan_stage_group) */
     const int *zero;                /* ranks AdamW's states are split over (optimizer.shard: the product of
                                        its axes' sizes); NULL or 1: not split */
     const char *const *group_name;  /* for messages ("groups.NAME.memory_budget") */
@@ -139,7 +146,9 @@ typedef struct hp_pipeline_prediction {
 
 /*
  * Predicts one training step for the split first_layer (n_stages entries): each stage's F, B and W
- * from its graph (hp_pipeline_plan_stage with the group's rows share; divided by tp), the point-to-
+ * from its graph (hp_pipeline_plan_stage with the group's rows share, divided by tp; for a group
+ * with tp > 1 and its strategy in o->strategy, hp_pipeline_plan_stage_group: the partitioned
+ * graph's times with its collectives), the point-to-
  * point time of one micro-batch's activation (hp_xfer_seconds, SEND_RECV), the schedule simulated
  * (hp_schedule_simulate), and after it the optimizer as the runtime runs it: per rank the squared
  * norm of its accumulators, the gradient all-reduce over its group's replicas, the norm's

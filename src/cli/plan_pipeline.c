@@ -74,7 +74,7 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibr
                    "AdamW state%s\n",
                    k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", shape, (o.rows + dp - 1) / dp, blocks,
                    k == 0 ? " + embedding" : "", k == n - 1 ? " + head" : "", 1e3 * pr.f[k], 1e3 * pr.b[k],
-                   1e3 * pr.w[k], tp > 1 ? " (compute / partitioned ranks)" : "", mib((double)pr.activation_bytes[k]), pr.slots[k],
+                   1e3 * pr.w[k], tp > 1 ? " (one rank of the partitioned stage, its collectives included)" : "", mib((double)pr.activation_bytes[k]), pr.slots[k],
                    mib((double)pr.state_bytes[k]), tp > 1 ? " (unsplit model: an upper bound)" : "");
         }
     }

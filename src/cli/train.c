@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void fmt_duration(double s, char *buf, size_t n) {
     long t = (long)(s + 0.5);
@@ -293,8 +294,8 @@ int hp_cli_train(int argc, char **argv) {
                     m.grad_norm, (long long)m.skipped_in_row, (long long)cfg.train.skip_nonfinite,
                     (long long)m.skipped_total);
         if (metrics && !write_metrics(metrics, &m, val, &vc)) {
-            fprintf(stderr, "hp: error: cannot write metrics file '%s' at step %lld: %s\n", metrics_path,
-                    (long long)m.step, strerror(errno));
+            hp_cli_fail(hp_error(HP_STATUS_IO, "cannot write metrics file '%s' at step %lld: %s", metrics_path,
+                                 (long long)m.step, strerror(errno)), NULL);
             goto out;
         }
         if ((cfg.train.checkpoint_every > 0 && m.step % cfg.train.checkpoint_every == 0) || last) {
@@ -358,6 +359,20 @@ int hp_cli_train(int argc, char **argv) {
     rc = 0;
 out:
 #ifdef HP_HAVE_MPI
+    if (mpi && world && rc != 0 && !together && !hp_comm_stalled(world) && hp_comm_size(world) > 1) {
+        /* The others stop with this rank's message: their waits see it within milliseconds; the
+         * abort below would kill them before they print it, hence a short grace first. */
+        hp_comm_report_failure(world, hp_error_message());
+        nanosleep(&(struct timespec){0, 500000000L}, NULL);
+    }
+    if (mpi && world && hp_comm_peer_failed(world)) {
+        /* Another rank failed or is gone: its transfers were abandoned, so nothing is freed. */
+        char prefix[32] = "";
+        if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
+        fprintf(stderr, "%shp: a rank of the job failed or is gone: ending the job (MPI_Abort)\n", prefix);
+        if (metrics) fflush(metrics);
+        hp_comm_mpi_abort(1);
+    }
     if (mpi && world && hp_comm_stalled(world)) {
         /* A rank stalled (train.comm_timeout): the stopped rank ends only if the job is aborted, and
          * the abandoned transfers may still write into the trainer's buffers, so nothing is freed. */

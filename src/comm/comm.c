@@ -85,6 +85,34 @@ double hp_comm_timeout(const hp_comm *c) { return c->timeout_s; }
 
 bool hp_comm_stalled(const hp_comm *c) { return atomic_load(&c->family->stalled) != 0; }
 
+bool hp_comm_peer_failed(const hp_comm *c) { return atomic_load(&c->family->peer_failed) != 0; }
+
+hp_status hp_comm_set_rank_names(hp_comm *c, int n, const char *const *names) {
+    if (n < 0) return hp_error(HP_STATUS_INVALID_ARGUMENT, "rank name count %d is negative", n);
+    char **copy = n ? calloc((size_t)n, sizeof *copy) : NULL;
+    if (n && !copy) return hp_error(HP_STATUS_OUT_OF_MEMORY, "cannot allocate %d rank names", n);
+    for (int r = 0; r < n; r++) {
+        if (!names[r]) continue;
+        copy[r] = strdup(names[r]);
+        if (!copy[r]) {
+            for (int k = 0; k < r; k++) free(copy[k]);
+            free(copy);
+            return hp_error(HP_STATUS_OUT_OF_MEMORY, "cannot copy the name of rank %d", r);
+        }
+    }
+    hp__comm_family *f = c->family;
+    for (int r = 0; r < f->n_names; r++) free(f->names[r]);
+    free(f->names);
+    f->names = copy;
+    f->n_names = n;
+    return HP_STATUS_OK;
+}
+
+void hp_comm_report_failure(hp_comm *c, const char *msg) {
+    if (!c || !c->iface->report_fault || atomic_load(&c->family->peer_failed)) return;
+    c->iface->report_fault(c->ctx, msg ? msg : "");
+}
+
 /* ---------------------------------------------------------------- helpers */
 
 void hp__reduce_apply(void *dst, const void *src, size_t n, hp_dtype dt, hp_reduce_op op) {

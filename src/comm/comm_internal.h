@@ -29,7 +29,10 @@ typedef enum hp__comm_op {
 typedef struct hp__comm_family {
     atomic_int refs;
     atomic_int stalled; /* 0: no timeout; 1: being recorded; 2: msg holds the first timeout's message */
+    atomic_int peer_failed; /* stalled came from a member that failed or is gone, not from a timeout */
     char msg[1024];
+    char **names;       /* hp_comm_set_rank_names: n_names labels indexed by world rank, or NULL */
+    int n_names;
 } hp__comm_family;
 
 struct hp_comm {
@@ -72,6 +75,9 @@ hp_status hp__comm_poll_wait(hp_comm_request *r);
 /* Releases the abandoned requests of c that have completed since; leaks the others (their memory
  * may still be written by the implementation). Called by hp_comm_free. */
 void hp__comm_abandoned_free(hp_comm *c);
+
+/* " (LABEL)" for world rank r when hp_comm_set_rank_names gave it one, else "". */
+const char *hp__comm_rank_label(const hp__comm_family *f, int world_rank, char *buf, size_t n);
 
 /* A new family (refs 1), or NULL when out of memory; hp__comm_family_unref frees it at 0. */
 hp__comm_family *hp__comm_family_new(void);

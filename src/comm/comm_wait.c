@@ -28,6 +28,8 @@
  * about 6%), between these. */
 #define SLEEP_MIN_NS 2000LL
 #define SLEEP_MAX_NS 1000000LL
+/* A wait asks whether a rank of the job failed or is gone this often (hp_comm_i.fault). */
+#define FAULT_EVERY_NS 10000000LL
 /* Notices travel this long at most before a timeout's report counts them. */
 #define NOTICE_SLACK_NS 250000000LL
 
@@ -51,7 +53,18 @@ hp__comm_family *hp__comm_family_new(void) {
 }
 
 void hp__comm_family_unref(hp__comm_family *f) {
-    if (f && atomic_fetch_sub(&f->refs, 1) == 1) free(f);
+    if (f && atomic_fetch_sub(&f->refs, 1) == 1) {
+        for (int r = 0; r < f->n_names; r++) free(f->names[r]);
+        free(f->names);
+        free(f);
+    }
+}
+
+const char *hp__comm_rank_label(const hp__comm_family *f, int world_rank, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (world_rank >= 0 && world_rank < f->n_names && f->names[world_rank])
+        snprintf(buf, n, " (%s)", f->names[world_rank]);
+    return buf;
 }
 
 static const char *op_name(hp__comm_op op) {
@@ -139,6 +152,20 @@ void hp__comm_abandoned_free(hp_comm *c) {
     }
 }
 
+/* "; world rank 3 is rank 1 of group 'stage1'" for the peer of a send or recv, or for every member
+ * of the group when it has labels (hp_comm_set_rank_names): which groups a stall is between. */
+static void add_labels(char *msg, size_t n, const hp_comm_request *r) {
+    const hp_comm *c = r->comm;
+    const hp__comm_family *f = c->family;
+    if (!f->n_names) return;
+    bool p2p = r->op == HP__COMM_OP_SEND || r->op == HP__COMM_OP_RECV;
+    for (int k = 0; k < c->size; k++) {
+        if (p2p && k != r->peer) continue;
+        int w = world_of(c, k);
+        if (w >= 0 && w < f->n_names && f->names[w]) add(msg, n, "; world rank %d is %s", w, f->names[w]);
+    }
+}
+
 /* The timeout's error: the operation, how long, the group, who did not arrive. */
 static hp_status timed_out(hp_comm_request *r, long long waited) {
     hp_comm *c = r->comm;
@@ -175,6 +202,7 @@ static hp_status timed_out(hp_comm_request *r, long long waited) {
         free(missing);
     }
     hp__comm_family *f = c->family;
+    add_labels(msg, sizeof msg, r);
     int expect = 0;
     if (atomic_compare_exchange_strong(&f->stalled, &expect, 1)) {
         snprintf(f->msg, sizeof f->msg, "%s", msg);
@@ -184,21 +212,43 @@ static hp_status timed_out(hp_comm_request *r, long long waited) {
     return hp_error(HP_STATUS_TIMEOUT, "%s", msg);
 }
 
-/* A wait given up because another transfer of the family timed out first. */
+/* A wait given up because another transfer of the family timed out first, or a rank failed. */
 static hp_status gave_up(hp_comm_request *r) {
     hp_comm *c = r->comm;
     char what[256];
     describe(what, sizeof what, r);
     abandon(r);
-    if (atomic_load(&c->family->stalled) == 2)
-        return hp_error(HP_STATUS_TIMEOUT, "%s abandoned: an earlier transfer timed out: %s", what, c->family->msg);
+    bool ready = atomic_load(&c->family->stalled) == 2;
+    if (atomic_load(&c->family->peer_failed))
+        return hp_error(HP_STATUS_COMM, "%s abandoned: %s", what, ready ? c->family->msg : "a rank of the job failed");
+    if (ready) return hp_error(HP_STATUS_TIMEOUT, "%s abandoned: an earlier transfer timed out: %s", what, c->family->msg);
     return hp_error(HP_STATUS_TIMEOUT, "%s abandoned: an earlier transfer timed out", what);
+}
+
+/* A wait given up because world rank `who` failed or is gone (hp_comm_i.fault said `how`). */
+static hp_status peer_fault(hp_comm_request *r, int who, const char *how) {
+    hp_comm *c = r->comm;
+    hp__comm_family *f = c->family;
+    char what[256], label[160], msg[1024];
+    describe(what, sizeof what, r);
+    msg[0] = '\0';
+    add(msg, sizeof msg, "world rank %d%s %s", who, hp__comm_rank_label(f, who, label, sizeof label), how);
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&f->stalled, &expect, 1)) {
+        atomic_store(&f->peer_failed, 1);
+        snprintf(f->msg, sizeof f->msg, "%s", msg);
+        atomic_store(&f->stalled, 2);
+    }
+    char group[256] = "";
+    add_group(group, sizeof group, c);
+    abandon(r);
+    return hp_error(HP_STATUS_COMM, "%s abandoned: %s; %s", what, msg, group);
 }
 
 hp_status hp__comm_poll_wait(hp_comm_request *r) {
     hp_comm *c = r->comm;
     hp_comm_wait_mode mode = tl_wait;
-    long long t0 = 0, sleep = SLEEP_MIN_NS, notice = -1, deadline = -1;
+    long long t0 = 0, sleep = SLEEP_MIN_NS, notice = -1, deadline = -1, next_fault = HOT_NS;
     bool announced = false;
     for (long long spins = 0;; spins++) {
         bool done = false;
@@ -229,6 +279,12 @@ hp_status hp__comm_poll_wait(hp_comm_request *r) {
             continue;
         }
         if (atomic_load_explicit(&c->family->stalled, memory_order_relaxed)) return gave_up(r);
+        if (c->iface->fault && waited >= next_fault) { /* a rank of the job failed or is gone */
+            char how[1024];
+            int who = c->iface->fault(c->ctx, how, sizeof how);
+            if (who >= 0) return peer_fault(r, who, how);
+            next_fault = waited + FAULT_EVERY_NS;
+        }
         if (notice >= 0) {
             if (!announced && r->seq && waited >= notice && c->iface->arrive) {
                 c->iface->arrive(c->ctx, r->seq);

@@ -158,11 +158,15 @@ static int stage_keep(const pp_chunk *c, hp_tid *keep) {
 static float pp_loss_scale(const hp_pipeline *pp) { return (float)((double)pp->rows / pp->rows_mb / pp->m); }
 
 hp_status hp__pp_leaf_layouts(const hp_pipeline *pp, const hp_graph *g, hp_layout **out) {
+    return hp__pp_leaf_layouts_of(pp->strategy, g, out);
+}
+
+hp_status hp__pp_leaf_layouts_of(const hp_strategy *strategy, const hp_graph *g, hp_layout **out) {
     int nt = hp_graph_n_tensors(g);
     hp_layout *lay = *out = malloc(sizeof *lay * (size_t)(nt + 1));
     if (!lay) return OOM("the layouts");
     for (int t = 0; t < nt; t++) lay[t].ndim = -1;
-    HP_CHECK(hp_strategy_annotate(pp->strategy, g, lay, NULL));
+    HP_CHECK(hp_strategy_annotate(strategy, g, lay, NULL));
     for (int t = 0; t < nt; t++) {
         const hp_tensor *x = hp_graph_tensor(g, t);
         if (x->kind != HP_TENSOR_KIND_OPT_STATE || strncmp(x->name, "grad_acc.", 9)) continue;
@@ -173,23 +177,24 @@ hp_status hp__pp_leaf_layouts(const hp_pipeline *pp, const hp_graph *g, hp_layou
     return HP_STATUS_OK;
 }
 
-/* With model-parallel axes: partitions the chunk's logical graph over the group's mesh (the
- * strategy's parameter layouts, each accumulator laid out as its parameter, everything else
- * replicated), the stage's output, input gradient and loss resolved to replicated copies; the
- * programs then run the per-rank graph with its phases ordered again. */
-static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
+/* The partition of shard_stage for mesh index `index` (-1: this process's), the chunk's tensor ids
+ * moved to the per-rank graph and its phases ordered again; *logical_in: the logical rows input. */
+static hp_status partition_chunk(const hp_strategy *strategy, hp_mesh *mesh, const int *row_axes, int n_row_axes,
+                                 const int *seq_axes, int n_seq_axes, int index, pp_chunk *c, hp_tid *logical_in) {
     hp_graph *lg = c->g;
-    int nt = hp_graph_n_tensors(lg);
     hp_layout *lay = NULL;
-    hp_status st = hp__pp_leaf_layouts(pp, lg, &lay);
-    /* the stage's inputs: rows split over the partitioned-row axes, the rest replicated */
+    hp_status st = hp__pp_leaf_layouts_of(strategy, lg, &lay);
+    /* the stage's inputs: rows split over the partitioned-row axes, positions over the sequence
+     * axes (sequence parallelism), the rest replicated */
     hp_tid rows_in[4] = {c->gpt.tokens, c->gpt.targets, c->gpt.x_in, c->dy};
     for (int k = 0; st == HP_STATUS_OK && k < 4; k++) {
         if (rows_in[k] == HP_TID_NONE) continue;
         hp_layout *l = &lay[rows_in[k]];
         hp_layout_init(l, hp_graph_tensor(lg, rows_in[k])->shape.ndim);
-        l->nmap[0] = pp->n_row_axes;
-        for (int a = 0; a < pp->n_row_axes; a++) l->map[0][a] = pp->row_axes[a];
+        l->nmap[0] = n_row_axes;
+        for (int a = 0; a < n_row_axes; a++) l->map[0][a] = row_axes[a];
+        l->nmap[1] = n_seq_axes;
+        for (int a = 0; a < n_seq_axes; a++) l->map[1][a] = seq_axes[a];
     }
     hp_tid resolve[3];
     int nr = 0, at_out = -1, at_dx = -1, at_loss = -1;
@@ -198,13 +203,14 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
     if (c->gpt.loss != HP_TID_NONE) at_loss = nr, resolve[nr++] = c->gpt.loss;
     hp_partition_opts po = HP_PARTITION_OPTS_DEFAULT;
     po.bucket_size = 0; /* one collective per gradient: the accumulation reads each one alone */
-    if (st == HP_STATUS_OK) st = hp_partition_new_opts(lg, pp->mesh, lay, resolve, nr, &po, &c->partition);
+    po.index = index;
+    if (st == HP_STATUS_OK) st = hp_partition_new_opts(lg, mesh, lay, resolve, nr, &po, &c->partition);
     free(lay);
     HP_CHECK(st);
     c->lg = lg;
     c->g = hp_partition_graph(c->partition);
     hp_gpt *m = &c->gpt;
-    hp_tid logical_in = m->tokens != HP_TID_NONE ? m->tokens : m->x_in; /* rows in: the block's layout */
+    hp_tid logical = m->tokens != HP_TID_NONE ? m->tokens : m->x_in; /* rows in: the block's layout */
     m->tokens = m->tokens != HP_TID_NONE ? hp_partition_local(c->partition, m->tokens) : HP_TID_NONE;
     m->targets = m->targets != HP_TID_NONE ? hp_partition_local(c->partition, m->targets) : HP_TID_NONE;
     m->x_in = m->x_in != HP_TID_NONE ? hp_partition_local(c->partition, m->x_in) : HP_TID_NONE;
@@ -214,15 +220,29 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
     m->x_out = at_out >= 0 ? hp_partition_resolved(c->partition, at_out) : HP_TID_NONE;
     c->dx = at_dx >= 0 ? hp_partition_resolved(c->partition, at_dx) : HP_TID_NONE;
     m->loss = at_loss >= 0 ? hp_partition_resolved(c->partition, at_loss) : HP_TID_NONE;
-    HP_CHECK(order_phases(c));
-    /* this rank's block of the replica's rows */
-    c->blk0 = 0, c->blkn = pp->rows;
+    *logical_in = logical;
+    return order_phases(c);
+}
+
+/* With model-parallel axes: partitions the chunk's logical graph over the group's mesh (the
+ * strategy's parameter layouts, each accumulator laid out as its parameter, everything else
+ * replicated), the stage's output, input gradient and loss resolved to replicated copies; the
+ * programs then run the per-rank graph with its phases ordered again. */
+static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
+    hp_tid logical_in;
+    HP_CHECK(partition_chunk(pp->strategy, pp->mesh, pp->row_axes, pp->n_row_axes, pp->seq_axes, pp->n_seq_axes, -1, c,
+                             &logical_in));
+    hp_graph *lg = c->lg;
+    int nt = hp_graph_n_tensors(lg);
+    /* this rank's block of the replica's rows, and of their positions */
+    c->blk0 = 0, c->blkn = pp->rows, c->sq0 = 0, c->sqn = pp->seq;
     if (logical_in != HP_TID_NONE) {
         int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
         hp_shape shape = hp_graph_tensor(lg, logical_in)->shape;
         HP_CHECK(hp_layout_slice_of(hp_partition_layout(c->partition, logical_in), pp->mesh, &shape,
                                     hp_mesh_my_index(pp->mesh), start, len));
         c->blk0 = (int)start[0], c->blkn = (int)len[0];
+        c->sq0 = (int)start[1], c->sqn = (int)len[1];
     }
     /* the store learns each parameter's and accumulator's logical shape and layout */
     for (int t = 0; t < nt; t++) {
@@ -287,7 +307,7 @@ static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
     po.keep = keep;
     po.n_keep = stage_keep(c, keep);
     po.store = pp->store;
-    c->blk0 = 0, c->blkn = pp->rows;
+    c->blk0 = 0, c->blkn = pp->rows, c->sq0 = 0, c->sqn = pp->seq;
     if (pp->mesh && pp->grp_pn[pp->rank] > 1) { /* the chunk owns its graphs whether or not this fails */
         HP_CHECK(shard_stage(pp, c));
         po.n_keep = stage_keep(c, keep);
@@ -305,7 +325,7 @@ static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
         }
         HP_CHECK(slot_phases(c, sl));
         HP_CHECK(hp_program_new(sl->g, &so, &sl->p));
-        if (c->blkn == pp->rows) continue; /* a received block is this rank's whole input */
+        if (c->blkn == pp->rows && c->sqn == pp->seq) continue; /* a received block is this rank's whole input */
         if (c->gpt.x_in != HP_TID_NONE && !(sl->xin = malloc(c->act_bytes))) return OOM("a receive buffer");
         if (c->dy != HP_TID_NONE && !(sl->dyin = malloc(c->act_bytes))) return OOM("a receive buffer");
     }
@@ -340,6 +360,48 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
     return st;
 }
 
+static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n);
+static int axes_of_dim(const hp_strategy_config *sc, int d, int *axes);
+
+hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                       const hp_strategy_config *sc, int n_ranks, const hp_machine_model *mm,
+                                       hp_pipeline_stage_plan *out) {
+    if (!sc || !sc->present) return hp_pipeline_plan_stage(model, part, rows, seq, m, mm, out);
+    memset(out, 0, sizeof *out);
+    HP_CHECK(check_group_strategy(sc, 0, n_ranks));
+    hp_strategy *strategy = NULL;
+    HP_CHECK(hp_strategy_new(sc, n_ranks, &strategy));
+    int row_axes[HP_CONFIG_MAX_AXES], seq_axes[HP_CONFIG_MAX_AXES];
+    int n_row_axes = axes_of_dim(sc, 0, row_axes), n_seq_axes = axes_of_dim(sc, 1, seq_axes);
+    pp_chunk c = {.part = *part};
+    hp_tid logical_in;
+    hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
+    if (st == HP_STATUS_OK)
+        st = partition_chunk(strategy, hp_strategy_mesh(strategy), row_axes, n_row_axes, seq_axes, n_seq_axes, 0, &c,
+                             &logical_in);
+    int lo[3] = {0, c.f_end, c.b_end}, hi[3] = {c.f_end, c.b_end, c.n_nodes};
+    double *phase[3] = {&out->f_seconds, &out->b_seconds, &out->w_seconds};
+    for (int k = 0; st == HP_STATUS_OK && k < 3; k++) {
+        hp_step_prediction pr;
+        st = hp_predict_nodes(c.g, NULL, lo[k], hi[k], mm, &pr);
+        if (st == HP_STATUS_OK) *phase[k] = pr.total_s;
+    }
+    hp_tid keep[3];
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = keep;
+    po.n_keep = st == HP_STATUS_OK ? stage_keep(&c, keep) : 0;
+    hp_program_stats ps;
+    if (st == HP_STATUS_OK) st = hp_program_plan(c.g, &po, &ps);
+    if (st == HP_STATUS_OK) {
+        out->activation_bytes = ps.arena_bytes + ps.workspace_bytes;
+        out->persistent_bytes = ps.persistent_bytes;
+    }
+    if (c.partition) hp_partition_free(c.partition); /* owns c.g */
+    hp_graph_free(c.partition ? c.lg : c.g);
+    hp_strategy_free(strategy);
+    return st;
+}
+
 /* Process q of a group of n processes under strategy `sc` (NULL or not present: none): its
  * replica *j of *dp (the pipeline's own row split) and index *i of the *tp ranks the partitioner
  * spans within a replica. The mesh index q is split into coordinates (row-major, the last axis
@@ -353,9 +415,9 @@ static void group_coords(const hp_strategy_config *sc, int n, int q, int *dp, in
     for (int r = 0; r < sc->n_params; r++)
         for (int d = 0; d < sc->params[r].tensor_map.n; d++)
             for (int k = 0; k < sc->params[r].tensor_map.nmap[d]; k++) part[sc->params[r].tensor_map.map[d][k]] = true;
-    for (int r = 0; r < sc->n_inputs; r++) /* rows split by the partitioner */
-        for (int k = 0; sc->inputs[r].tensor_map.n > 0 && k < sc->inputs[r].tensor_map.nmap[0]; k++)
-            part[sc->inputs[r].tensor_map.map[0][k]] = true;
+    for (int r = 0; r < sc->n_inputs; r++) /* rows (or, sequence parallelism, positions) split by the partitioner */
+        for (int d = 0; d < 2 && d < sc->inputs[r].tensor_map.n; d++)
+            for (int k = 0; k < sc->inputs[r].tensor_map.nmap[d]; k++) part[sc->inputs[r].tensor_map.map[d][k]] = true;
     int rem = q, jj = 0, ii = 0, dpm = 1, tpm = 1;
     for (int a = sc->n_axes - 1; a >= 0; a--) {
         int size = sc->device_matrix[a], c = rem % size;
@@ -381,14 +443,28 @@ static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n
                         (long long)devices, n);
     for (int k = 0; k < sc->n_inputs; k++) {
         const hp_strategy_rule *in = &sc->inputs[k];
-        bool rows_only = true;
-        for (int d = 1; d < in->tensor_map.n; d++) rows_only &= in->tensor_map.nmap[d] == 0;
-        if ((strcmp(in->match, "tokens") && strcmp(in->match, "targets")) || !rows_only)
+        bool rows_seq = true;
+        for (int d = 2; d < in->tensor_map.n; d++) rows_seq &= in->tensor_map.nmap[d] == 0;
+        if ((strcmp(in->match, "tokens") && strcmp(in->match, "targets")) || !rows_seq)
             return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: group %d's strategy input '%s': a stage's inputs can "
-                            "only split the rows of tokens and targets (dim 0; the stage's activations follow)", r,
-                            in->match);
+                            "only split the rows (dim 0) and the sequence (dim 1, sequence parallelism) of tokens "
+                            "and targets (the stage's activations follow)", r, in->match);
     }
     return HP_STATUS_OK;
+}
+
+/* The axes the inputs rules split dim `d` of (0: the rows, the partitioner's row axes; 1: the
+ * sequence, sequence parallelism), each once. */
+static int axes_of_dim(const hp_strategy_config *sc, int d, int *axes) {
+    int n = 0;
+    for (int k = 0; k < sc->n_inputs && sc->inputs[k].tensor_map.n > d; k++)
+        for (int a = 0; a < sc->inputs[k].tensor_map.nmap[d]; a++) {
+            int ax = sc->inputs[k].tensor_map.map[d][a];
+            bool seen = false;
+            for (int b = 0; b < n; b++) seen |= axes[b] == ax;
+            if (!seen) axes[n++] = ax;
+        }
+    return n;
 }
 
 /* Which group (pipeline rank) this process is, its replica and model-parallel index and rows, and
@@ -442,13 +518,8 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
         return HP_STATUS_OK;
     }
     pp->group_comm = gc;
-    for (int k = 0; k < mine->n_inputs && mine->inputs[k].tensor_map.n > 0; k++)
-        for (int a = 0; a < mine->inputs[k].tensor_map.nmap[0]; a++) {
-            int ax = mine->inputs[k].tensor_map.map[0][a];
-            bool seen = false;
-            for (int b = 0; b < pp->n_row_axes; b++) seen |= pp->row_axes[b] == ax;
-            if (!seen) pp->row_axes[pp->n_row_axes++] = ax;
-        }
+    pp->n_row_axes = axes_of_dim(mine, 0, pp->row_axes);
+    pp->n_seq_axes = axes_of_dim(mine, 1, pp->seq_axes);
     HP_CHECK(hp_strategy_new(mine, pp->grp_size[pp->rank], &pp->strategy));
     pp->mesh = hp_strategy_mesh(pp->strategy);
     return hp_mesh_attach(pp->mesh, gc); /* collective over the group */

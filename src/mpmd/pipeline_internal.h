@@ -40,6 +40,7 @@ typedef struct pp_chunk {
     hp_tid dy;        /* input: the output gradient (not on the last stage) */
     hp_tid row0;      /* with dropout: input "stage.row0", the micro-batch's first row in the batch; else NONE */
     int blk0, blkn;   /* this rank's rows [blk0, blk0 + blkn) of the replica's rows (partitioned-row axes) */
+    int sq0, sqn;     /* and its positions [sq0, sq0 + sqn) of each row (sequence parallelism; else 0, seq) */
     hp_tid dx;        /* the input gradient (not on the first stage) */
     int f_end, b_end; /* phases: F nodes [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     int n_nodes;
@@ -71,6 +72,8 @@ struct hp_pipeline {
                              * grp_ranks[grp_off[r] + j * grp_pn[r] + i] is process (j, i) of group r */
     int n_row_axes;         /* the group's partitioned-row axes (its inputs rules' dim 0) ... */
     int row_axes[HP_CONFIG_MAX_AXES]; /* ... as mesh axis indices, slowest first */
+    int n_seq_axes;         /* the axes the inputs rules split the sequence (dim 1) over: sequence parallelism */
+    int seq_axes[HP_CONFIG_MAX_AXES];
     hp_comm *stage_comm;    /* the group's data-parallel replicas of this model-parallel index; NULL: one */
     hp_comm *group_comm;    /* with model-parallel axes: the whole group, the mesh's parent; else NULL */
     hp_strategy *strategy;  /* with model-parallel axes or ZeRO: the group's strategy (owns the mesh); else NULL */
@@ -107,6 +110,8 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp);
  * malloc'd, freed by the caller even on error): the strategy's annotation, each "grad_acc.<param>"
  * laid out as its parameter, everything else replicated (ndim -1). */
 hp_status hp__pp_leaf_layouts(const hp_pipeline *pp, const hp_graph *g, hp_layout **out);
+/* The same under any group strategy (planning, hp_pipeline_plan_stage_group). */
+hp_status hp__pp_leaf_layouts_of(const hp_strategy *strategy, const hp_graph *g, hp_layout **out);
 
 /* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
 hp_status hp__pp_build_optimizer(hp_pipeline *pp);

@@ -133,6 +133,12 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
         hp_pipeline_stage_plan sp;
         HP_CHECK(hp_pipeline_plan_stage(o->model, &part, share, o->seq, s->m, o->mm, &sp));
         out->f[k] = sp.f_seconds / tp, out->b[k] = sp.b_seconds / tp, out->w[k] = sp.w_seconds / tp;
+        if (tp > 1 && o->strategy && o->strategy[r].present) { /* the partitioned graph, its collectives counted */
+            hp_pipeline_stage_plan gp;
+            HP_CHECK(hp_pipeline_plan_stage_group(o->model, &part, share, o->seq, s->m, &o->strategy[r], dp * tp, o->mm,
+                                                  &gp));
+            out->f[k] = gp.f_seconds, out->b[k] = gp.b_seconds, out->w[k] = gp.w_seconds;
+        }
         out->activation_bytes[k] = sp.activation_bytes;
         double pb = 0;
         HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));

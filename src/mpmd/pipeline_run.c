@@ -207,17 +207,42 @@ static hp_status trace_tags(hp_pipeline *pp, const hp_sched_action *a, pp_slot *
     return hp_program_set_trace(sl->p, pp->trace, &t);
 }
 
+/* This rank's block of a replica's rows: rows [blk0, blk0 + blkn) and, with sequence parallelism,
+ * positions [sq0, sq0 + sqn) of each, `elem` bytes per position, from `src` (the replica's rows,
+ * seq positions each) into the contiguous `dst`. */
+static void copy_block(const pp_chunk *c, int seq, size_t elem, void *dst, const void *src) {
+    size_t run = (size_t)c->sqn * elem, row = (size_t)seq * elem;
+    const char *from = (const char *)src + (size_t)c->blk0 * row + (size_t)c->sq0 * elem;
+    if (c->sqn == seq) {
+        memcpy(dst, from, (size_t)c->blkn * row);
+        return;
+    }
+    for (int r = 0; r < c->blkn; r++) memcpy((char *)dst + (size_t)r * run, from + (size_t)r * row, run);
+}
+
+/* Sets a program's tokens or targets to this rank's block of the replica's rows (sequence
+ * parallelism: a block of each row's positions, gathered into a staging copy first). */
+static hp_status set_ids(hp_pipeline *pp, const pp_chunk *c, hp_program *p, hp_tid t, const int32_t *replica_rows) {
+    size_t bytes = (size_t)c->blkn * (size_t)c->sqn * sizeof(int32_t);
+    if (c->sqn == pp->seq) return hp_program_set_input(p, t, replica_rows + (size_t)c->blk0 * (size_t)pp->seq, bytes);
+    int32_t *buf = malloc(bytes);
+    if (!buf) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: %zu bytes of token ids", bytes);
+    copy_block(c, pp->seq, sizeof(int32_t), buf, replica_rows);
+    hp_status st = hp_program_set_input(p, t, buf, bytes);
+    free(buf);
+    return st;
+}
+
 static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const int32_t *targets, double *loss_sum) {
     const hp_schedule *s = pp->sched;
     const hp_sched_action *a = &s->actions[pp->rank][i];
     pp_chunk *c = &pp->chunks[pp->plan[i].chunk];
     pp_slot *sl = &c->slots[pp->plan[i].slot];
-    size_t rows_bytes = (size_t)c->blkn * (size_t)pp->seq * sizeof(int32_t); /* this rank's block */
     double t0 = hp_trace_begin(pp->trace);
     hp_status st;
-    /* this rank's rows of the batch: its replica's, then its block of them */
-    size_t first_row = ((size_t)a->mb * pp->rows_mb + pp->row0 + c->blk0) * (size_t)pp->seq;
-    size_t row = (size_t)pp->seq * (size_t)pp->model.width, blk_bytes = (size_t)c->blkn * row * sizeof(float);
+    /* this rank's rows of the batch: its replica's (then set_ids and copy_block take its block) */
+    size_t replica_row = ((size_t)a->mb * pp->rows_mb + pp->row0) * (size_t)pp->seq;
+    size_t act = (size_t)pp->model.width * sizeof(float); /* one position's activation */
     switch ((hp_sched_op)a->op) {
     case HP_SCHED_OP_RECV_F:
     case HP_SCHED_OP_RECV_B:
@@ -238,18 +263,17 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
     case HP_SCHED_OP_F:
         HP_CHECK(hp__pp_reqs_wait(&sl->send_f)); /* the slot's last activation has left */
         if (c->part.embedding) {
-            HP_CHECK(hp_program_set_input(sl->p, c->gpt.tokens, tokens + first_row, rows_bytes));
+            HP_CHECK(set_ids(pp, c, sl->p, c->gpt.tokens, tokens + replica_row));
         } else if (s->stage_rank[a->stage - 1] == pp->rank) { /* the previous stage is here: copy */
             pp_chunk *pc;
             pp_slot *ps = local_slot(pp, a->stage - 1, a->mb, i, &pc);
             if (!ps) return hp_error(HP_STATUS_INTERNAL, "pipeline: F of stage %d mb %d before its input", a->stage, a->mb);
-            memcpy(hp_program_data(sl->p, c->gpt.x_in), (float *)hp_program_data(ps->p, pc->gpt.x_out) + c->blk0 * row,
-                   blk_bytes);
+            copy_block(c, pp->seq, act, hp_program_data(sl->p, c->gpt.x_in), hp_program_data(ps->p, pc->gpt.x_out));
         } else {
             HP_CHECK(wait_recv(pp, a, c, sl, 2));
-            if (sl->xin) memcpy(hp_program_data(sl->p, c->gpt.x_in), sl->xin + c->blk0 * row, blk_bytes);
+            if (sl->xin) copy_block(c, pp->seq, act, hp_program_data(sl->p, c->gpt.x_in), sl->xin);
         }
-        if (c->part.head) HP_CHECK(hp_program_set_input(sl->p, c->gpt.targets, targets + first_row, rows_bytes));
+        if (c->part.head) HP_CHECK(set_ids(pp, c, sl->p, c->gpt.targets, targets + replica_row));
         if (c->row0 != HP_TID_NONE) { /* dropout: the step's masks at this micro-batch's rows */
             int32_t row0 = a->mb * pp->rows_mb + pp->row0;
             float step = (float)(pp->step + 1);
@@ -271,10 +295,10 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
                 pp_chunk *nc;
                 pp_slot *ns = local_slot(pp, a->stage + 1, a->mb, i, &nc);
                 if (!ns) return hp_error(HP_STATUS_INTERNAL, "pipeline: B of stage %d mb %d before its gradient", a->stage, a->mb);
-                memcpy(hp_program_data(sl->p, c->dy), (float *)hp_program_data(ns->p, nc->dx) + c->blk0 * row, blk_bytes);
+                copy_block(c, pp->seq, act, hp_program_data(sl->p, c->dy), hp_program_data(ns->p, nc->dx));
             } else {
                 HP_CHECK(wait_recv(pp, a, c, sl, 3));
-                if (sl->dyin) memcpy(hp_program_data(sl->p, c->dy), sl->dyin + c->blk0 * row, blk_bytes);
+                if (sl->dyin) copy_block(c, pp->seq, act, hp_program_data(sl->p, c->dy), sl->dyin);
             }
         }
         HP_CHECK(trace_tags(pp, a, sl, HP_TRACE_PHASE_B));

@@ -58,8 +58,10 @@ hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_s
     int *zero = calloc((size_t)p, sizeof *zero);
     size_t *budget = calloc((size_t)p, sizeof *budget);
     const char **name = calloc((size_t)p, sizeof *name);
+    hp_strategy_config *strat = calloc((size_t)p, sizeof *strat);
+    o->strategy = strat;
     o->dp = dp, o->tp = tp, o->budget_line = line, o->memory_budget = budget, o->group_name = name, o->zero = zero;
-    if (!dp || !tp || !line || !budget || !name || !zero) {
+    if (!dp || !tp || !line || !budget || !name || !zero || !strat) {
         hp_pipeline_plan_opts_free(o);
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: out of memory for %d groups", p);
     }
@@ -69,6 +71,7 @@ hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_s
         if (g->stage < 0 || g->stage >= p) continue;
         hp_pipeline_group_shape(&g->strategy, g->n_ranks, &dp[g->stage], &tp[g->stage]);
         budget[g->stage] = g->memory_budget;
+        strat[g->stage] = g->strategy; /* a shallow copy: its rules stay the config's */
         if (g->strategy.present)
             for (int a = 0; a < g->strategy.n_opt_shard; a++) zero[g->stage] *= g->strategy.device_matrix[g->strategy.opt_shard[a]];
         line[g->stage] = g->memory_budget_line;
@@ -80,7 +83,7 @@ hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_s
 void hp_pipeline_plan_opts_free(hp_pipeline_plan_opts *o) {
     if (!o || !o->own) return;
     free((void *)o->dp), free((void *)o->tp), free((void *)o->budget_line), free((void *)o->memory_budget);
-    free((void *)o->group_name), free((void *)o->zero);
+    free((void *)o->group_name), free((void *)o->zero), free((void *)o->strategy);
     memset(o, 0, sizeof *o);
 }
 

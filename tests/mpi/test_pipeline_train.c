@@ -5,7 +5,9 @@
  * equals the single-rank run's within 1e-4 (relative) and the first step's loss and gradient norm
  * within 1e-5; with uneven layers (5 layers) and a tied head too. A checkpoint the pipeline saves
  * resumes on one rank, and a single-rank checkpoint resumes into the pipeline, with the same
- * losses afterwards; evaluation gives the single-rank validation loss.
+ * losses afterwards; evaluation gives the single-rank validation loss. With 4 ranks also stages over
+ * several ranks: pp2 x dp2 (ZeRO-1, FSDP), pp2 x tp2 (with sequence parallelism too: tokens split
+ * along the sequence over tp, a dp2 stage handing over to a tp2 + SP one), 3 stages on 1, 2, 1 ranks.
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -28,6 +30,7 @@ static const int *g_tp;    /* each stage group's tensor-parallel size (NULL: 1; 
 
 static bool g_zero;         /* ZeRO-1 inside the stage groups: optimizer.shard over their dp axis */
 static int g_fsdp;          /* FSDP inside the stage groups over an "fsdp" axis of this size (0: none) */
+static bool g_sp;           /* sequence parallelism in the tensor-parallel groups: tokens split on dim 1 over tp */
 
 /* Megatron-LM's column- then row-parallel linears over the group's "tp" axis. */
 static const char *const TP_PARAMS =
@@ -50,8 +53,9 @@ static int group_text(char *out, size_t cap, int s, int d, int tp) {
     else snprintf(mesh, sizeof mesh, "{device_matrix: [%d], alias_name: [dp]}", d);
     bool zero = g_zero && d > tp;
     if (tp > 1 || zero)
-        snprintf(strat, sizeof strat, ", strategy: {%s%s%s}", tp > 1 ? TP_PARAMS : "", tp > 1 && zero ? ", " : "",
-                 zero ? "optimizer: {shard: [dp]}" : "");
+        snprintf(strat, sizeof strat, ", strategy: {%s%s%s%s}",
+                 tp > 1 && g_sp ? "inputs: {tokens: [none, tp], targets: [none, tp]}, " : "", tp > 1 ? TP_PARAMS : "",
+                 tp > 1 && zero ? ", " : "", zero ? "optimizer: {shard: [dp]}" : "");
     return snprintf(out, cap, "  stage%d: {ranks: %d, mesh: %s%s}\n", s, d, mesh, strat);
 }
 
@@ -227,6 +231,12 @@ int main(int argc, char **argv) {
         g_tp = tp_two; /* pp2 x tp2 */
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_sp = true; /* pp2 x tp2 with sequence parallelism inside each stage */
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_tp = tp_one; /* a dp2 stage handing over to a tp2 + SP stage */
+        check_schedule(world, "gpipe", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_sp = false;
         g_tp = tp_one; /* a dp2 stage handing over to a tp2 stage */
         check_schedule(world, "gpipe", 4, 4, false, ref_loss, ref_gn, ref_val);
         g_tp = tp_two, g_dropout = 0.1; /* pp2 x tp2 with dropout */

@@ -11,6 +11,7 @@
 #include "hp/pipeline.h"
 #include "hp/pipeline_plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,8 +204,71 @@ static void test_calibrated(void **state) {
     assert_int_equal(system(path), 0);
 }
 
+/* Tensor-parallel stage groups: with their strategies the prediction plans the partitioned graph
+ * and counts its collectives (hp_pipeline_plan_stage_group): every phase that holds TP's activation
+ * all-reduces (forward: two per block) takes at least their time more than the unsplit compute
+ * divided by tp; a group without a strategy is planned as before. */
+static void test_tp_collectives(void **state) {
+    (void)state;
+    const char *yaml = "model: {vocab: 256, context: 32, layers: 2, heads: 2, width: 64}\n"
+                       "train: {batch: 8, steps: 1}\n"
+                       "pipeline: {schedule: 1f1b, micro_batches: 2}\n"
+                       "groups:\n"
+                       "  s0:\n"
+                       "    ranks: [0, 1]\n"
+                       "    module: [embedding, blocks.0]\n"
+                       "    mesh: {device_matrix: [2], alias_name: [tp]}\n"
+                       "    strategy:\n"
+                       "      params:\n"
+                       "        - {match: 'blocks.*.attn.[qkv].weight', tensor_map: [tp, none]}\n"
+                       "        - {match: 'blocks.*.attn.[qkv].bias', tensor_map: [tp]}\n"
+                       "        - {match: 'blocks.*.mlp.fc.weight', tensor_map: [tp, none]}\n"
+                       "        - {match: 'blocks.*.mlp.fc.bias', tensor_map: [tp]}\n"
+                       "        - {match: 'blocks.*.attn.proj.weight', tensor_map: [none, tp]}\n"
+                       "        - {match: 'blocks.*.mlp.proj.weight', tensor_map: [none, tp]}\n"
+                       "  s1: {ranks: [2], module: [blocks.1, head]}\n";
+    hp_run_config cfg;
+    assert_ok(hp_run_config_load_string(yaml, strlen(yaml), "tp.yaml", &cfg));
+    hp_schedule s;
+    assert_ok(hp_pipeline_schedule_from_config(&cfg, &s));
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    hp_pipeline_plan_opts o;
+    assert_ok(hp_pipeline_plan_opts_from_config(&cfg, &s, &mm, &o));
+    assert_int_equal(o.tp[0], 2);
+    assert_non_null(o.strategy);
+    int first[2] = {0, 1};
+    hp_pipeline_prediction with, without;
+    assert_ok(hp_pipeline_predict(&o, first, &with));
+    const hp_strategy_config *keep = o.strategy;
+    o.strategy = NULL;
+    assert_ok(hp_pipeline_predict(&o, first, &without));
+    o.strategy = keep;
+    /* the forward's two all-reduces of one replica's activation (4 rows x 32 x 64 floats) */
+    hp_xfer ar = {.kind = HP_XFER_ALL_REDUCE, .group = 2, .bytes = 4.0 * 32 * 64 * 4};
+    double two = 2 * hp_xfer_seconds(&mm, &ar);
+    assert_true(two > 0);
+    assert_true(with.f[0] >= without.f[0] + 0.9 * two);
+    assert_true(with.step_seconds > without.step_seconds);
+    /* the one-rank group is planned alike either way */
+    assert_true(fabs(with.f[1] - without.f[1]) <= 1e-12 && fabs(with.w[1] - without.w[1]) <= 1e-12);
+    /* without a strategy, the group planner is the plain stage planner */
+    hp_gpt_stage part = {0, 1, true, false};
+    hp_pipeline_stage_plan a, b;
+    assert_ok(hp_pipeline_plan_stage(o.model, &part, 4, 32, 2, &mm, &a));
+    assert_ok(hp_pipeline_plan_stage_group(o.model, &part, 4, 32, 2, NULL, 1, &mm, &b));
+    assert_true(a.f_seconds == b.f_seconds && a.w_seconds == b.w_seconds && a.activation_bytes == b.activation_bytes);
+    /* one rank's partitioned stage holds fewer activation bytes than the unsplit one */
+    assert_ok(hp_pipeline_plan_stage_group(o.model, &part, 4, 32, 2, &cfg.groups.groups[0].strategy, 2, &mm, &b));
+    assert_true(b.activation_bytes < a.activation_bytes);
+    hp_pipeline_prediction_free(&with), hp_pipeline_prediction_free(&without);
+    hp_pipeline_plan_opts_free(&o);
+    hp_schedule_free(&s);
+    hp_run_config_free(&cfg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_split), cmocka_unit_test(test_slots),
-                                       cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated)};
+                                       cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated),
+                                       cmocka_unit_test(test_tp_collectives)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

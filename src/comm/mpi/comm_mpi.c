@@ -1,6 +1,8 @@
 /* The MPI communicator: hp_comm_i over an MPI_Comm (blocking and MPI_I* non-blocking calls). */
 #include "hp/comm_mpi.h"
 
+#include "comm/mpi/comm_mpi_internal.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <mpi.h>
@@ -269,6 +271,16 @@ static void m_arrivals(void *vctx, uint64_t seq, bool *arrived) {
     for (int r = 0; r < c->size; r++) arrived[r] = r == c->rank || c->heard[r] >= seq;
 }
 
+static int m_fault(void *vctx, char *msg, size_t n) {
+    (void)vctx;
+    return hp__mpi_fault(msg, n);
+}
+
+static void m_report_fault(void *vctx, const char *msg) {
+    (void)vctx;
+    hp__mpi_report_fault(msg);
+}
+
 static hp_status wrap(MPI_Comm comm, hp_comm **out);
 
 static hp_status m_split(void *vctx, int color, int key, hp_comm **out) {
@@ -298,6 +310,8 @@ static const hp_comm_i mpi_iface = {
     /* .world_rank     = */ m_world_rank,
     /* .arrive         = */ m_arrive,
     /* .arrivals       = */ m_arrivals,
+    /* .fault          = */ m_fault,
+    /* .report_fault   = */ m_report_fault,
 };
 
 /* Wraps comm (owned from here on) with its notices' duplicate and the world ranks. Collective. */
@@ -372,6 +386,7 @@ hp_status hp_comm_mpi_world(hp_comm **out) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) return hp_error(HP_STATUS_INVALID_ARGUMENT, "MPI is not initialised: call hp_comm_mpi_init first");
+    HP_CHECK(hp__mpi_fault_init());
     MPI_Comm dup;
     MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
     return wrap(dup, out);
@@ -384,6 +399,7 @@ hp_status hp_comm_mpi_finalize(void) {
         MPI_Op_free(&g_bf16_ops[HP_REDUCE_MIN]);
         g_bf16_ops_made = false;
     }
+    hp__mpi_fault_fini();
     if (g_we_initialised) {
         g_we_initialised = false;
         MPI_TRY(MPI_Finalize(), "MPI_Finalize");
