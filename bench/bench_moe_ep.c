@@ -47,8 +47,9 @@
 #include <string.h>
 #include <time.h>
 
-#define C 64
-#define F 128
+static int C = 64;  /* model width (set per configuration) */
+static int F = 128; /* expert width */
+#define C_MAX 1024
 #define T 64 /* positions per sequence: x0 is (N / T, T, C) */
 
 typedef struct model {
@@ -72,7 +73,7 @@ static float value(const char *name, int64_t i, float scale) { return scale * hp
 
 /* The routing of the N tokens (ids (N, k)) from the global x0, W0 (C, C), Wr (E, C). */
 static void route(const float *x0, const float *w0, const float *wr, int N, int E, int k, int32_t *ids) {
-    float h[C], l[64];
+    float h[C_MAX], l[64];
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < C; o++) {
             double s = 0;
@@ -125,11 +126,15 @@ int main(int argc, char **argv) {
         int E, k, tokens_per_rank;
         const char *router;
         int chunks;
-    } cfgs[] = {{8, 2, 512, "random", 1},  {8, 1, 512, "random", 1},  {6, 2, 512, "random", 1},
-                {8, 2, 512, "skewed", 1},  {8, 2, 4096, "random", 1}, {8, 2, 4096, "random", 2},
-                {8, 2, 4096, "random", 4}};
+        int width, expert_width; /* C, F */
+    } cfgs[] = {{8, 2, 512, "random", 1, 64, 128},  {8, 1, 512, "random", 1, 64, 128},
+                {6, 2, 512, "random", 1, 64, 128},  {8, 2, 512, "skewed", 1, 64, 128},
+                {8, 2, 4096, "random", 1, 64, 128}, {8, 2, 4096, "random", 2, 64, 128},
+                {8, 2, 4096, "random", 4, 64, 128}, {8, 2, 2048, "random", 1, 256, 1024},
+                {8, 2, 2048, "random", 2, 256, 1024}, {8, 2, 2048, "random", 4, 256, 1024}};
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         const int E = cfgs[ci].E, k = cfgs[ci].k, N = cfgs[ci].tokens_per_rank * n;
+        C = cfgs[ci].width, F = cfgs[ci].expert_width;
         const bool skew = !strcmp(cfgs[ci].router, "skewed");
         model m = {.g = hp_graph_new()};
         m.x0 = hp_input(m.g, "x0", HP_DTYPE_F32, HP_SHAPE(N / T, T, C));
@@ -218,11 +223,11 @@ int main(int argc, char **argv) {
         double counts = 4.0 * (n - 1) * E * 4;
         if (rank == 0)
             printf("{\"bench\": \"moe_ep_all_to_all\", \"ranks\": %d, \"experts\": %d, \"top_k\": %d, \"router\": \"%s\", "
-                   "\"tokens\": %d, \"width\": %d, \"steps\": %d, \"measured_bytes_per_rank\": %.0f, "
+                   "\"tokens\": %d, \"width\": %d, \"expert_width\": %d, \"steps\": %d, \"measured_bytes_per_rank\": %.0f, "
                    "\"analytic_min_bytes\": %.0f, \"ratio_to_min\": %.3f, \"count_exchange_bytes\": %.0f, "
                    "\"ratio_with_counts\": %.3f, \"planned_bytes\": %lld, \"load_max_over_mean\": %.2f, \"chunks\": %d, "
                    "\"step_s\": %.4f, \"comm_s\": %.4f, \"comm_exposed_s\": %.4f, \"masking_ratio\": %.2f}\n",
-                   n, E, k, cfgs[ci].router, N, C, steps, meas_max, min_max, min_max > 0 ? meas_max / min_max : 0.0,
+                   n, E, k, cfgs[ci].router, N, C, F, steps, meas_max, min_max, min_max > 0 ? meas_max / min_max : 0.0,
                    counts, min_max > 0 ? (meas_max + counts) / min_max : 0.0, (long long)planned, load, cfgs[ci].chunks,
                    secs / steps, busy / steps, wait / steps, busy > 0 ? 1.0 - wait / busy : 0.0);
         fflush(stdout);
