@@ -238,9 +238,11 @@ typedef struct hp_sched_costs {
  *   bubble:      idle / total device time over the synchronous step: 1 - sum(busy) / (p*step_time)
  *                (a barrier or global-norm clip ends every step).
  *   bubble_span: the same with each rank's time counted from its first compute start to its last
- *                compute end, against the longest such span: 1 - sum(busy) / (p * max span). This
- *                is the bubble when consecutive steps overlap (Qi et al. section 5, optimizer
- *                post-validation), the measure under which ZB-H2 and ZB-V are "zero bubble".
+ *                compute end, against the longest such span: 1 - sum(busy) / (p * max span). The
+ *                measure under which ZB-H2 and ZB-V are "zero bubble" (Qi et al. section 5, steps
+ *                overlapping under optimizer post-validation); an ideal: a rank's first forward
+ *                of the next step still waits for its own update, so overlapping per-step lists
+ *                does not reach it (measured, docs/design.md "Overlapping steps").
  */
 typedef struct hp_sched_timeline {
     int p;
