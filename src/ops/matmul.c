@@ -181,16 +181,6 @@ static void set_dim_from(hp_layout *l, int d, const hp_layout *src, int sd) {
     hp__lay_copy_dim(l, d, src, sd);
 }
 
-/* Whether a dim of `l` split by one of `axes` has uneven blocks (the shape does not divide). The
- * weight-stationary candidate is not offered there: gathering an unevenly split activation in
- * place of the weight gave a wrong gradient with dropout under fsdp3-uneven in some runs (not yet
- * understood; docs/design.md, "Weight-stationary search"). */
-static bool uneven_on(const hp_shard_ctx *c, const hp_layout *l, const hp_shape *s, uint32_t axes) {
-    for (int d = 0; d < l->ndim; d++)
-        if ((hp__lay_dim_axes(l, d) & axes) && s->dim[d] % hp_layout_shards(l, c->mesh, d)) return true;
-    return false;
-}
-
 /*
  * A contraction of a's dim ak with b's dim bk: both must be split alike. Candidates: b follows a, or
  * a follows b; and, when b is a split parameter, b stays in its own layout while a gives up the
@@ -217,7 +207,7 @@ static hp_status contract(const hp_shard_ctx *c, const hp_node *n, const hp_layo
     for (int cand = 0; cand < 3; cand++) {
         hp_layout a = a0, b = b0;
         if (cand == 2) { /* b stays as it is; a gives up every axis b uses, then takes b's K split */
-            if (!bparam || uneven_on(c, &a0, sa, hp__lay_all_axes(&b0))) continue;
+            if (!bparam) continue;
             hp__lay_drop_axes(&a, hp__lay_all_axes(&b));
             set_dim_from(&a, ak, &b, bk);
             a.partial = a0.partial & ~hp__lay_all_axes(&a);

@@ -34,6 +34,7 @@ void hp_program_free(hp_program *p) {
     free(p->exec_kind);
     free(p->flight_ptr);
     free(p->flight_bytes);
+    free(p->flight_tid);
     free(p->flight_seq);
     if (p->data) {
         for (int t = 0; t < p->lv.n_tensors; t++)
@@ -280,13 +281,14 @@ static hp_status bind_nodes(hp_program *p) {
     p->exec_kind = calloc((size_t)nn + 1, sizeof *p->exec_kind);
     p->flight_ptr = calloc((size_t)nn + 1, sizeof *p->flight_ptr);
     p->flight_bytes = calloc((size_t)nn + 1, sizeof *p->flight_bytes);
+    p->flight_tid = calloc((size_t)nn + 1, sizeof *p->flight_tid);
     p->flight_seq = calloc((size_t)nn + 1, sizeof *p->flight_seq);
     p->flight_queue = calloc((size_t)nn + 1, sizeof *p->flight_queue);
     p->flight_req = calloc((size_t)nn + 1, sizeof *p->flight_req);
     p->queue_of = calloc((size_t)nn + 1, sizeof *p->queue_of);
     p->complete = calloc((size_t)nn + 1, sizeof *p->complete);
     if (!p->exec || !p->exec_node || !p->exec_flops || !p->exec_best || !p->exec_seconds || !p->exec_kind ||
-        !p->flight_ptr || !p->flight_bytes || !p->flight_seq || !p->flight_queue || !p->flight_req || !p->queue_of || !p->complete)
+        !p->flight_ptr || !p->flight_bytes || !p->flight_tid || !p->flight_seq || !p->flight_queue || !p->flight_req || !p->queue_of || !p->complete)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "program: out of memory for %d nodes", nn);
     size_t ws = 0;
     bool async = false;
@@ -503,6 +505,7 @@ static void compact_flights(hp_program *p, const uint64_t *need) {
         if (qk >= 0 && qk < 64 && need[qk] && p->flight_seq[f] <= need[qk]) continue;
         p->flight_ptr[w] = p->flight_ptr[f];
         p->flight_bytes[w] = p->flight_bytes[f];
+        p->flight_tid[w] = p->flight_tid[f];
         p->flight_seq[w] = p->flight_seq[f];
         p->flight_req[w] = p->flight_req[f];
         p->flight_queue[w++] = qk;
@@ -542,12 +545,15 @@ static hp_status wait_inputs(hp_program *p, int e) {
     uint64_t need[64] = {0};
     bool any = false;
     for (int k = 0; k < a->node->n_in; k++) {
+        const hp_tid t = a->node->in[k];
+        if (t == HP_TID_NONE) continue;
         const char *x = a->in[k];
-        if (!x) continue;
-        size_t xb = p->bytes[a->node->in[k]];
+        size_t xb = x ? p->bytes[t] : 0;
         for (int f = 0; f < p->n_flight; f++) {
             int qk = p->flight_queue[f];
-            if (x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb) {
+            /* by bytes, and by tensor: an empty output (a rank's empty block of an uneven split)
+             * overlaps nothing, yet its reader is where liveness ended the producer's inputs */
+            if (t == p->flight_tid[f] || (x && x < p->flight_ptr[f] + p->flight_bytes[f] && p->flight_ptr[f] < x + xb)) {
                 if (qk < 0) { /* a request started here: complete it now */
                     hp_comm_request *r = p->flight_req[f];
                     p->flight_req[f] = NULL;
@@ -606,6 +612,7 @@ static hp_status run_exec(hp_program *p, int e) {
     for (int j = 0; j < a->node->n_out; j++) {
         p->flight_ptr[p->n_flight] = a->out[j];
         p->flight_bytes[p->n_flight] = p->bytes[a->node->out[j]];
+        p->flight_tid[p->n_flight] = a->node->out[j];
         p->flight_seq[p->n_flight] = seq;
         p->flight_req[p->n_flight] = j == 0 ? req : NULL;
         p->flight_queue[p->n_flight++] = qk;

@@ -39,6 +39,7 @@ struct hp_program {
     const char **flight_ptr;
     size_t *flight_bytes;
     uint64_t *flight_seq;
+    hp_tid *flight_tid;     /* [n_exec] the tensor each flight writes (a reader of a 0-byte output waits too) */
     int *flight_queue;   /* the producing queue, or -1 for a request started here (flight_req) */
     hp_comm_request **flight_req;
     bool compute_progress; /* HP_PROGRESS_COMPUTE in effect: asynchronous nodes start here */
