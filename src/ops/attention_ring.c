@@ -139,6 +139,8 @@ typedef struct ring {
     int64_t start[HP_RING_MAX]; /* first global row of each coordinate's block */
     int64_t rows[HP_RING_MAX];  /* query rows of each coordinate */
     hp_shape kv[HP_RING_MAX];   /* local shape of each coordinate's k (and v) block */
+    hp_shape kvt[HP_RING_MAX];  /* its shape away from home: kv, but load-balanced block 0 travels
+                                 * without chunk 2n - 1 (the sequence's last, read only at home) */
     bool causal;
     bool lb;                       /* load-balanced order (ATTENTION attr i[4] = n): blocks of two chunks */
     int64_t cs[2 * HP_RING_MAX];   /* lb: global start of each chunk */
@@ -175,6 +177,8 @@ static hp_status ring_of(const hp_expand_ctx *c, const hp_node *n, int qi, ring 
         R->start[j] = st[1];
         R->rows[j] = len[1];
         HP_CHECK(hp_layout_local_shape(&c->in[qi + 1], sc->mesh, ks, idx, &R->kv[j]));
+        R->kvt[j] = R->kv[j];
+        if (R->lb && j == 0) R->kvt[0].dim[1] = R->cl[0];
         if (R->lb && R->rows[j] != R->cl[j] + R->cl[2 * R->n - 1 - j])
             return hp_error(HP_STATUS_INTERNAL, "ring attention: block %d of %lld rows is not its two chunks (%lld + %lld)",
                             j, (long long)R->rows[j], (long long)R->cl[j], (long long)R->cl[2 * R->n - 1 - j]);
@@ -277,13 +281,13 @@ static hp_status hop(hp_graph *g, const ring *R, int s, int j, hp_tid x, int tag
     int next = (R->me + 1) % R->n, prev = (R->me + R->n - 1) % R->n, jin = (j + R->n - 1) % R->n;
     bool send = needed_from(R, j, next, s + 1), recv = needed_from(R, jin, R->me, s + 1);
     *out = HP_TID_NONE;
-    if (send && recv) return exchange(g, x, &R->kv[jin], R, tag, out);
+    if (send && recv) return exchange(g, x, &R->kvt[jin], R, tag, out);
     if (send) {
         hp_send(g, x, next, tag);
         return on_axis(g, R);
     }
     if (recv) {
-        *out = hp_recv(g, HP_DTYPE_F32, R->kv[jin], prev, tag);
+        *out = hp_recv(g, HP_DTYPE_F32, R->kvt[jin], prev, tag);
         return on_axis(g, R);
     }
     return HP_STATUS_OK;
@@ -291,6 +295,11 @@ static hp_status hop(hp_graph *g, const ring *R, int s, int j, hp_tid x, int tag
 
 /* The K, V block of step s (coordinate j) goes to the next rank, block j - 1 comes in. */
 static hp_status pass_kv(hp_graph *g, const ring *R, int s, int j, hp_tid *k, hp_tid *v) {
+    if (s == 0 && R->kvt[j].dim[1] != R->kv[j].dim[1] && needed_from(R, j, (R->me + 1) % R->n, 1)) {
+        int64_t rows = R->kvt[j].dim[1]; /* leaving home: only the part the others read */
+        HP_CHECK(hop(g, R, s, j, hp_slice(g, *k, 1, 0, rows), RING_TAG_K, k));
+        return hop(g, R, s, j, hp_slice(g, *v, 1, 0, rows), RING_TAG_V, v);
+    }
     HP_CHECK(hop(g, R, s, j, *k, RING_TAG_K, k));
     return hop(g, R, s, j, *v, RING_TAG_V, v);
 }
@@ -362,11 +371,14 @@ hp_status hp__attention_ring_expand(const hp_expand_ctx *c, const hp_node *n, co
         hp_tid kb = k, vb = v;
         if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, s, j, &k, &v)); /* issued before the step's compute */
         if (s > 0 && !sees_at(&R, R.me, j)) continue;
-        int64_t Tk = R.kv[j].dim[1];
+        int64_t Tk = s == 0 ? R.kv[j].dim[1] : R.kvt[j].dim[1]; /* rows of the block as held */
         for (int h = 0; h < np; h++) {
             rect rc[2];
             int m = rects_for(&R, j, &qp[h], rc);
             for (int e = 0; e < m; e++) {
+                if (rc[e].k0 + rc[e].kn > Tk)
+                    return hp_error(HP_STATUS_INTERNAL, "ring attention: keys [%lld, %lld) of block %d outside its %lld rows",
+                                    (long long)rc[e].k0, (long long)(rc[e].k0 + rc[e].kn), j, (long long)Tk);
                 hp_attrs at = rect_attrs(local, &rc[e]);
                 hp_tid in[3] = {q[h], sub(g, kb, 1, rc[e].k0, rc[e].kn, Tk), sub(g, vb, 1, rc[e].k0, rc[e].kn, Tk)};
                 hp_tid ob = hp_graph_add_node(g, HP_OP_ATTENTION, in, 3, &at);
@@ -427,11 +439,15 @@ hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_no
         hp_tid kb = k, vb = v, bk = HP_TID_NONE, bv = HP_TID_NONE;
         if (s < R.n - 1) HP_CHECK(pass_kv(g, &R, s, j, &k, &v));
         if (s == 0 || sees_at(&R, R.me, j)) {
-            int64_t Tk = R.kv[j].dim[1];
+            int64_t Tk = s == 0 ? R.kv[j].dim[1] : R.kvt[j].dim[1];
             for (int h = 0; h < np; h++) {
                 rect rc[2];
                 int m = rects_for(&R, j, &qp[h], rc);
                 for (int e = 0; e < m; e++) {
+                    if (rc[e].k0 + rc[e].kn > Tk)
+                        return hp_error(HP_STATUS_INTERNAL, "ring attention backward: keys [%lld, %lld) of block %d "
+                                        "outside its %lld rows", (long long)rc[e].k0, (long long)(rc[e].k0 + rc[e].kn), j,
+                                        (long long)Tk);
                     hp_attrs at = rect_attrs(local, &rc[e]);
                     hp_tid in[6] = {qs[0][h], qs[1][h], sub(g, kb, 1, rc[e].k0, rc[e].kn, Tk),
                                     sub(g, vb, 1, rc[e].k0, rc[e].kn, Tk), qs[2][h], qs[3][h]};
@@ -468,12 +484,12 @@ hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_no
         for (int a = 0; a < 2; a++) {
             hp_tid in = HP_TID_NONE;
             if (send && recv) {
-                HP_CHECK(exchange(g, acc[a], &R.kv[jin], &R, tags[a], &in));
+                HP_CHECK(exchange(g, acc[a], &R.kvt[jin], &R, tags[a], &in));
             } else if (send) {
                 hp_send(g, acc[a], next, tags[a]);
                 HP_CHECK(on_axis(g, &R));
             } else if (recv) {
-                in = hp_recv(g, HP_DTYPE_F32, R.kv[jin], prev, tags[a]);
+                in = hp_recv(g, HP_DTYPE_F32, R.kvt[jin], prev, tags[a]);
                 HP_CHECK(on_axis(g, &R));
             }
             acc[a] = in;
@@ -482,6 +498,10 @@ hp_status hp__attention_backward_ring_expand(const hp_expand_ctx *c, const hp_no
         dv = acc[1];
     }
     lout[0] = join(g, dq, np, 1);
+    if (dk != HP_TID_NONE && R.kvt[R.me].dim[1] != R.kv[R.me].dim[1]) { /* the others' shares: the first chunk */
+        dk = hp_pad(g, dk, 1, 0, R.kv[R.me].dim[1]);
+        dv = hp_pad(g, dv, 1, 0, R.kv[R.me].dim[1]);
+    }
     lout[1] = dk == HP_TID_NONE ? dk_own : hp_add(g, dk, dk_own);
     lout[2] = dv == HP_TID_NONE ? dv_own : hp_add(g, dv, dv_own);
     return hp_graph_status(g);

@@ -520,7 +520,7 @@ static void test_ring_matches_single_device(void **state) {
  * of the load-balanced order (tokens and targets permuted so rank i holds chunks i and 2n - 1 - i,
  * positions from the permutation: wpe gathered by them, RoPE rotating by them) and match the
  * single-device run in the natural order. Rank 0 now reads every other block (its second chunk is
- * the last), so it receives K and V blocks too. Uneven: 7 over 2 (blocks 4 + 3: chunks 2, 2, 1, 2),
+ * the last), so it receives K and V blocks too; block 0 leaves home as its first chunk only. Uneven: 7 over 2 (blocks 4 + 3: chunks 2, 2, 1, 2),
  * 10 over 4 (blocks 3 + 3 + 3 + 1: chunks 2, 2, 2, 1, 0, 1, 1, 1, one of them empty).
  */
 static void test_ring_balanced_matches_single_device(void **state) {
@@ -544,16 +544,13 @@ static void test_ring_balanced_matches_single_device(void **state) {
         counts k = run_ring(&r, st);
         assert_int_equal(k.all_to_all, st == &RING_CP2_FSDP ? 2 : 0);
         if (st != &RING_CP2_FSDP) assert_int_equal(k.all_gather, 0);
-        if (st == &RING_CP2 || st == &RING_CP4) {
-            /* even T: rank 0 receives n - 1 K and V blocks forward, n - 1 again backward, and its
-             * n - 1 dK, dV accumulator blocks: 6 (n - 1) blocks of B x T/n x C per layer */
-            if (cases[i].T % (2 * n) == 0) {
-                int64_t block = (int64_t)BATCH * (cases[i].T / n) * c.width * 4;
-                if (c.family == HP_MODEL_FAMILY_LLAMA) block = block / c.heads * c.kv_heads;
-                int64_t acc = (int64_t)BATCH * (cases[i].T / n) * c.width * 4;
-                if (c.family == HP_MODEL_FAMILY_LLAMA) acc = acc / c.heads * c.kv_heads;
-                assert_int_equal(k.p2p_bytes, c.layers * (4 * (n - 1) * block + 2 * (n - 1) * acc));
-            }
+        if ((st == &RING_CP2 || st == &RING_CP4) && cases[i].T % (2 * n) == 0) {
+            /* even T: rank 0 receives the n - 1 other K and V blocks forward and again backward,
+             * n - 2 dK, dV accumulators passing through and its own coming home, which holds only
+             * its first chunk (no other rank reads chunk 2n - 1): (6n - 7) blocks per layer */
+            int64_t block = (int64_t)BATCH * (cases[i].T / n) * c.width * 4;
+            if (c.family == HP_MODEL_FAMILY_LLAMA) block = block / c.heads * c.kv_heads;
+            assert_int_equal(k.p2p_bytes, c.layers * (6 * n - 7) * block);
         }
         free_reference(&r);
     }
