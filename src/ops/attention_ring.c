@@ -24,6 +24,16 @@
  * last rank that reads it (and an accumulator exists only once a rank after its owner read the
  * block): the ring moves n(n - 1) K/V blocks in all forward (n(n - 1)/2 each of K and V), as many
  * backward, and 2(n - 1)^2 dK/dV blocks.
+ *
+ * Causal load balancing (ATTENTION attr i[4] = n, hp_attention_balanced; strategy.ring_load_balance):
+ * the graph's sequence is permuted (hp_ring_balance_positions) so that block r is chunk r followed
+ * by chunk 2n - 1 - r. Each block is then attended as its two chunks: per step and query chunk the
+ * key block's rectangles that are not wholly masked (rects_of), each with its own offset, merged
+ * per query chunk; o and lse are the chunks' concatenation. Every step costs every rank the same
+ * (2c^2 score entries for chunks of c rows). Backward: the same rectangles; a chunk's dK/dV share
+ * is padded into its block. Every rank reads part of every block, so blocks travel n - 1 hops,
+ * except that block 0 leaves home as its first chunk (chunk 2n - 1, the sequence's last, has no
+ * other reader), and so does its accumulator.
  */
 #include "ops/attention_ring.h"
 
@@ -164,10 +174,14 @@ static hp_status ring_of(const hp_expand_ctx *c, const hp_node *n, int qi, ring 
     R->causal = n->attr.i[1] != 0;
     const hp_shape *qs = hp__shp(sc->g, n->in[qi]), *ks = hp__shp(sc->g, n->in[qi + 1]);
     R->lb = n->attr.i[4] != 0;
-    if (R->lb && (n->attr.i[4] != R->n || !R->causal || qs->dim[1] != ks->dim[1]))
+    if (R->lb && n->attr.i[4] != R->n)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "ring attention: the sequence is in the load-balanced order for %lld "
                         "ranks but the ring axis '%s' has %d (the model and the strategy disagree)",
                         (long long)n->attr.i[4], hp_mesh_axis_name(sc->mesh, R->axis), R->n);
+    if (R->lb && (!R->causal || qs->dim[1] != ks->dim[1]))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "ring attention: the load-balanced order needs causal self-attention "
+                        "(causal %d, q rows %lld, k rows %lld)", (int)R->causal, (long long)qs->dim[1],
+                        (long long)ks->dim[1]);
     if (R->lb) balance_chunks(qs->dim[1], R->n, R->cs, R->cl);
     for (int j = 0; j < R->n; j++) {
         coords[R->axis] = j;
