@@ -21,7 +21,8 @@
  *                eps: 1.0e-8, grad_clip: 1.0}
  *     strategy: {mesh: {device_matrix: [..], alias_name: [..], ranks: [..]}, inputs: {NAME: TENSOR_MAP},
  *                params: [{match: GLOB, tensor_map: TENSOR_MAP}, ...], optimizer: {shard: [AXIS, ...]},
- *                bucket_size: 25MiB, context_parallel: ulysses} (absent: one device; see hp/strategy.h)
+ *                bucket_size: 25MiB, context_parallel: ulysses, ring_load_balance: true}
+ *                (absent: one device; see hp/strategy.h)
  *     offload:  {device_budget: (none), host_budget: 0, disk_dir: "", disk_budget: 0,
  *                policy: {params: host, grads: host, optimizer: host, activations: host},
  *                bandwidth: {host: 1.0e10, disk: 1.0e9}, machine: {flops: (model), bytes: (model)},
