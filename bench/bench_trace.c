@@ -49,7 +49,8 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Random tokens and targets into this rank's block, GPT-2 initial weights into its parameters. */
+/* Random tokens and targets into this rank's block, GPT-2 initial weights into its parameters.
+ * Under ring load balancing the input "positions" stays 0 (a valid position: the same cost). */
 static void fill_inputs(hp_compiled *c, int seed) {
     hp_program *p = hp_compiled_program(c);
     const hp_partition *part = hp_compiled_partition(c);

@@ -21,7 +21,8 @@
  *                eps: 1.0e-8, grad_clip: 1.0}
  *     strategy: {mesh: {device_matrix: [..], alias_name: [..], ranks: [..]}, inputs: {NAME: TENSOR_MAP},
  *                params: [{match: GLOB, tensor_map: TENSOR_MAP}, ...], optimizer: {shard: [AXIS, ...]},
- *                bucket_size: 25MiB, context_parallel: ulysses} (absent: one device; see hp/strategy.h)
+ *                bucket_size: 25MiB, context_parallel: ulysses, ring_load_balance: true}
+ *                (absent: one device; see hp/strategy.h)
  *     offload:  {device_budget: (none), host_budget: 0, disk_dir: "", disk_budget: 0,
  *                policy: {params: host, grads: host, optimizer: host, activations: host},
  *                bandwidth: {host: 1.0e10, disk: 1.0e9}, machine: {flops: (model), bytes: (model)},
@@ -269,6 +270,10 @@ typedef struct hp_strategy_config {
     int opt_shard[HP_CONFIG_MAX_AXES];       /* axis indices, in the order given */
     size_t bucket_size; /* bytes of gradient per all-reduce bucket; 0: no bucketing; default 25 MiB */
     hp_cp_algo context_parallel; /* `ulysses` (default) or `ring` */
+    /* strategy.ring_load_balance: causal load balancing of ring attention (each cp rank holds
+     * chunks i and 2n - 1 - i of the sequence): 0 not given (on under ring), 1 true, -1 false */
+    int ring_load_balance;
+    int ring_load_balance_line; /* of its value; else of context_parallel's (0: neither given) */
 } hp_strategy_config;
 
 /* Where a class of tensors lives under offload.policy. */

@@ -76,6 +76,14 @@ typedef struct hp_gpt_config {
      * instead of fc/proj. With moe.training (set it for a training graph only, like dropout) the
      * balancing losses, times moe.balance_loss, join the loss. */
     hp_moe_config moe;
+    /* Causal load balancing for ring attention over cp_balance ranks (strategy.ring_load_balance;
+     * 0 or 1: none): the graph's sequence is in hp_ring_balance_positions(seq, cp_balance) order
+     * (the caller permutes the tokens and targets the same way), each row's global position comes
+     * from the input "positions" (hp_gpt.positions: gpt2's wpe rows are gathered by it, llama's
+     * RoPE rotates by it) and attention is hp_attention_balanced. The loss, a mean over tokens, is
+     * the natural order's. Such a graph runs only partitioned with ring attention over that many
+     * ranks. */
+    int cp_balance;
 } hp_gpt_config;
 
 /* The model part of a run config as a decoder config (no dropout: hp_gpt_build's callers set it
@@ -109,6 +117,8 @@ typedef struct hp_gpt {
     hp_tid x_in;    /* a pipeline stage without the embedding: input "stage.x" (batch, seq, C) f32,
                      * the previous stage's output; else HP_TID_NONE */
     hp_tid x_out;   /* a stage without the head: its output (batch, seq, C); else HP_TID_NONE */
+    hp_tid positions; /* cfg.cp_balance > 1: input "positions" (batch, seq) i32, the global position of
+                       * each row (hp_ring_balance_positions); else HP_TID_NONE */
 } hp_gpt;
 
 /* The part of the model one pipeline stage computes: blocks [first_layer, last_layer), with the

@@ -113,7 +113,7 @@ hp_tid hp_rope(hp_graph *g, hp_tid x, int n_head, float base, int64_t pos_offset
  * ROPE with a position per row (batched generation, each sequence at its own length): x (B, T,
  * n_head*D), positions (B, T) i32 -> y like x, row (b, t) rotated for position positions[b, t]
  * (a negative position, a padding row, is taken as 0). Sharding rule: hp_rope's, positions split
- * like x's batch.
+ * like x's batch and sequence (a split sequence reads each row's own position: no offset).
  */
 hp_tid hp_rope_at(hp_graph *g, hp_tid x, hp_tid positions, int n_head, float base);
 /*
@@ -163,6 +163,29 @@ hp_tid hp_attention(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, bool 
  * attention runs replicated.
  */
 hp_tid hp_attention_gqa(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, bool causal);
+/*
+ * Causal attention over a sequence in load-balanced ring order (strategy.ring_load_balance): the
+ * rows of q, k, v are the sequence permuted by hp_ring_balance_positions(T, n_ranks), so that the
+ * block layout over a ring axis of n_ranks ranks gives rank r the chunks r and 2 n_ranks - 1 - r of
+ * the sequence and every rank computes the same share of the causal score matrix. Row i sees key j
+ * when the global position of j is at most that of i. Runs only as ring attention (the sequence
+ * split over one axis of n_ranks ranks with context_parallel: ring; the partitioner's expansion
+ * splits each block into its chunks); the CPU kernel refuses it. n_ranks >= 2; otherwise as
+ * hp_attention_gqa (HP_STATUS_INVALID_ARGUMENT for n_ranks < 2).
+ */
+hp_tid hp_attention_balanced(hp_graph *g, hp_tid q, hp_tid k, hp_tid v, int n_head, int kv_heads, int n_ranks);
+/*
+ * The load-balanced ring order of a sequence of T rows over n ranks (Brandon et al. 2023, "Striped
+ * Attention"; the "zigzag" layout of ring-flash-attention): the sequence is cut into 2n chunks,
+ * rank r's block of the permuted sequence (hp_block_range(T, n, r) rows) holds chunk r (its first
+ * ceil(rows / 2) rows) followed by chunk 2n - 1 - r (the rest); chunk k < n has the first-half size
+ * of block k, chunk k >= n the second-half size of block 2n - 1 - k, and the chunks lie in the
+ * sequence in order 0 .. 2n - 1. Writes pos[p] = the global position (0-based) of permuted row p,
+ * p < T: a permutation of 0 .. T - 1. The loader applies it to the tokens and targets (permuted row
+ * p holds token pos[p]), the model reads its positions from it. Errors: HP_STATUS_INVALID_ARGUMENT
+ * for T < 1, n < 1, T > 2^31 - 1 or pos NULL. n = 1 is the identity.
+ */
+hp_status hp_ring_balance_positions(int64_t T, int n, int32_t *pos);
 /*
  * One block pair of ring attention (the ATTENTION operator on a rectangle): q (B, Tq, n_head*D)
  * against a key/value block k, v (B, Tk, kv_heads*D); with `causal`, query row i sees key j when

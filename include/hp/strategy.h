@@ -35,6 +35,7 @@
  *         shard: [dp]               # ZeRO: optimizer states also split over these axes
  *       bucket_size: 25MiB          # gradient bytes per all-reduce bucket (a size; 0: off); default 25MiB
  *       context_parallel: ring      # attention under a sequence split: ulysses (default) or ring
+ *       ring_load_balance: true     # ring: each cp rank holds chunks i and 2n-1-i (default true)
  *
  * Every key is optional except mesh (with device_matrix and alias_name). A tensor_map is a
  * sequence with one entry per leading tensor dimension; an entry is an alias, `none` (or `[]`),
@@ -58,7 +59,8 @@
  *     alias used twice, more entries than HP_MAX_DIMS;
  *   - params not a sequence of {match, tensor_map} maps, an empty pattern, a malformed glob (an
  *     unclosed '[' or a trailing '\');
- *   - bucket_size not a size; context_parallel neither ulysses nor ring.
+ *   - bucket_size not a size; context_parallel neither ulysses nor ring; ring_load_balance not a
+ *     boolean.
  */
 #ifndef HP_STRATEGY_H
 #define HP_STRATEGY_H
@@ -109,6 +111,18 @@ int64_t hp_strategy_bucket_size(const hp_strategy *s);
 /* strategy.context_parallel (HP_CP_ULYSSES when not given, also for NULL s), for
  * hp_partition_opts.context_parallel. */
 hp_cp_algo hp_strategy_context_parallel(const hp_strategy *s);
+
+/*
+ * Causal load balancing for ring attention (strategy.ring_load_balance, on by default under
+ * context_parallel: ring): *n_out = n, the size of the one mesh axis that splits the sequence dim
+ * of the input "tokens", when the strategy runs ring attention with balancing not turned off and
+ * n > 1; else 0 (also for NULL s). The model is then built with hp_gpt_config.cp_balance = n and
+ * the tokens and targets permuted by hp_ring_balance_positions(seq, n). Errors: HP_STATUS_CONFIG
+ * "FILE:LINE: strategy.ring_load_balance: ..." when seq < 2n (a chunk would be empty); naming
+ * ring_load_balance's line (context_parallel's where it is not given). HP_STATUS_INVALID_ARGUMENT
+ * for NULL n_out.
+ */
+hp_status hp_strategy_ring_balance(const hp_strategy *s, int64_t seq, int *n_out);
 
 /*
  * Fills layouts[t] for every tensor t of `g` (an array of hp_graph_n_tensors(g) entries, as the

@@ -159,9 +159,14 @@ static int print_plan(const hp_run_config *cfg, int ranks, int rank, hp_pass dum
         p2p[(n->flags & HP_NODE_FLAG_BACKWARD) ? 1 : 0] += hp_shape_numel(&y->shape) * (int64_t)hp_dtype_size(y->dtype);
         n_p2p++;
     }
-    if (n_p2p)
+    if (n_p2p) {
         printf("  point to point (ring attention): %lld bytes received per rank per step (forward %lld, backward %lld) in "
                "%d receives\n", (long long)(p2p[0] + p2p[1]), (long long)p2p[0], (long long)p2p[1], n_p2p);
+        const hp_gpt *gpt = hp_compiled_gpt(c);
+        if (gpt && gpt->cfg.cp_balance > 1)
+            printf("  causal load balancing: each of the %d ring ranks holds chunks i and %d - i of the sequence\n",
+                   gpt->cfg.cp_balance, 2 * gpt->cfg.cp_balance - 1);
+    }
     printf("  steps:");
     for (int k = 0; k < HP_REDIST_KIND_COUNT; k++)
         if (count[k]) printf(" %s x%d", hp_redist_kind_name((hp_redist_kind)k), count[k]);

@@ -265,6 +265,8 @@ hp_status hp_compile_run(const hp_run_config *cfg, const hp_compile_opts *opts, 
         c->logical = hp_graph_new();
         if (!c->logical) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "compile: out of memory for a graph");
     }
+    /* the trainer's order of the sequence: load-balanced where ring attention asks for it */
+    if (st == HP_STATUS_OK) st = hp_strategy_ring_balance(c->strategy, cfg->model.context, &gc.cp_balance);
     if (st == HP_STATUS_OK) st = hp_gpt_build(c->logical, &gc, (int)cfg->train.batch, (int)cfg->model.context, true, &c->gpt);
     if (st != HP_STATUS_OK) {
         hp_compiled_free(c);

@@ -132,9 +132,11 @@ void hp_run_config_free(hp_run_config *cfg) {
     cfg->arena = NULL;
     size_t bucket = cfg->strategy.bucket_size;
     hp_cp_algo cp = cfg->strategy.context_parallel;
+    int lb = cfg->strategy.ring_load_balance;
     memset(&cfg->strategy, 0, sizeof cfg->strategy);
     cfg->strategy.bucket_size = bucket;
     cfg->strategy.context_parallel = cp;
+    cfg->strategy.ring_load_balance = lb;
     memset(&cfg->groups, 0, sizeof cfg->groups);
 }
 

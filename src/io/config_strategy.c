@@ -267,7 +267,7 @@ static hp_status parse_optimizer(const hp_yaml_node *opt, const char *sec, hp_st
     return HP_STATUS_OK;
 }
 
-/* The rules (inputs, params, optimizer, bucket_size, context_parallel) of map `rules` (NULL or null: none); `sec` names
+/* The rules (inputs, params, optimizer, bucket_size, context_parallel, ring_load_balance) of map `rules` (NULL or null: none); `sec` names
  * the map in messages. The mesh is already in *s. */
 static hp_status parse_rules(const hp_yaml_node *rules, const char *sec, hp_arena *arena, hp_strategy_config *s) {
     if (hp_yaml_is_null(rules)) return HP_STATUS_OK;
@@ -281,6 +281,17 @@ static hp_status parse_rules(const hp_yaml_node *rules, const char *sec, hp_aren
         else
             return hp__config_error(cp, "%s.context_parallel: %s is not an algorithm (expected ulysses or ring)", sec,
                                     hp__config_node_text(cp));
+    }
+    if (cp && !hp_yaml_is_null(cp)) s->ring_load_balance_line = cp->line;
+    const hp_yaml_node *lb = hp_yaml_map_get(rules, "ring_load_balance");
+    if (lb && !hp_yaml_is_null(lb)) {
+        char w[320];
+        snprintf(w, sizeof w, "%s.ring_load_balance", sec);
+        bool on;
+        if (hp_yaml_as_bool(lb, w, &on) != HP_STATUS_OK)
+            return hp__config_error(lb, "%s: %s is not true or false", w, hp__config_node_text(lb));
+        s->ring_load_balance = on ? 1 : -1;
+        s->ring_load_balance_line = lb->line;
     }
     char what[320];
     snprintf(what, sizeof what, "%s.bucket_size", sec);
@@ -297,8 +308,10 @@ static hp_status refuse_partial(const hp_yaml_node *n, const char *sec, const ch
 
 hp_status hp__config_read_strategy(const hp_yaml_node *node, hp_arena *arena, hp_strategy_config *s) {
     if (hp_yaml_is_null(node)) return HP_STATUS_OK;
-    static const char *const keys[] = {"mesh", "inputs", "params", "optimizer", "bucket_size", "context_parallel"};
-    HP_CHECK(refuse_partial(node, "strategy", "mesh, inputs, params, optimizer, bucket_size, context_parallel"));
+    static const char *const keys[] = {"mesh",        "inputs",           "params",           "optimizer",
+                                       "bucket_size", "context_parallel", "ring_load_balance"};
+    HP_CHECK(refuse_partial(node, "strategy",
+                            "mesh, inputs, params, optimizer, bucket_size, context_parallel, ring_load_balance"));
     HP_CHECK(hp_yaml_check_keys(node, keys, sizeof keys / sizeof keys[0], "strategy"));
     s->present = true;
     s->file = hp_arena_strdup(arena, node->file ? node->file : "<string>");
@@ -316,8 +329,9 @@ hp_status hp__config_read_group_strategy(const hp_yaml_node *mesh, const hp_yaml
     char mw[256], sec[256];
     snprintf(mw, sizeof mw, "groups.%s.mesh", name);
     snprintf(sec, sizeof sec, "groups.%s.strategy", name);
-    static const char *const keys[] = {"inputs", "params", "optimizer", "bucket_size", "context_parallel"};
-    HP_CHECK(refuse_partial(rules, sec, "inputs, params, optimizer, bucket_size, context_parallel"));
+    static const char *const keys[] = {"inputs", "params", "optimizer", "bucket_size", "context_parallel",
+                                       "ring_load_balance"};
+    HP_CHECK(refuse_partial(rules, sec, "inputs, params, optimizer, bucket_size, context_parallel, ring_load_balance"));
     const hp_yaml_node *inner = rules && rules->kind == HP_YAML_KIND_MAP ? hp_yaml_map_get(rules, "mesh") : NULL;
     if (inner)
         return hp__config_error(inner, "%s: the group's mesh is its own key %s, not part of its strategy", sec, mw);
@@ -424,6 +438,7 @@ cJSON *hp__config_strategy_json(const hp_strategy_config *s) {
         ok = cJSON_AddItemToArray(shard, cJSON_CreateString(s->alias_name[s->opt_shard[k]]));
     ok = ok && add(root, "bucket_size", hp__config_json_number((double)s->bucket_size));
     ok = ok && add(root, "context_parallel", cJSON_CreateString(s->context_parallel == HP_CP_RING ? "ring" : "ulysses"));
+    if (s->ring_load_balance) ok = ok && add(root, "ring_load_balance", cJSON_CreateBool(s->ring_load_balance > 0));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;

@@ -32,6 +32,9 @@ const char *hp_gpt_embedding_name(const hp_gpt_config *c) {
 }
 
 hp_status hp_gpt_config_check(const hp_gpt_config *c) {
+    if (c->cp_balance < 0)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "cp_balance must be >= 0 (ranks of the load-balanced ring), got %d",
+                        c->cp_balance);
     if (c->family == HP_MODEL_FAMILY_LLAMA) return hp__llama_config_check(c);
     if (c->family != HP_MODEL_FAMILY_GPT2)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "model family %d is not gpt2 or llama", (int)c->family);
@@ -98,6 +101,7 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
     out->batch = batch;
     out->seq = seq;
     out->x_in = out->x_out = HP_TID_NONE;
+    out->positions = HP_TID_NONE;
     const int64_t C = c->width, V = c->vocab;
     out->tokens = s->embedding ? hp_input(g, "tokens", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
     out->targets = s->head && with_loss ? hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
@@ -106,8 +110,14 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
     if (s->embedding) {
         wte = hp_param(g, "wte.weight", HP_SHAPE(V, C));
         hp_tid wpe = hp_param(g, "wpe.weight", HP_SHAPE(c->context, C));
-        hp_tid pos = seq == c->context ? wpe : hp_slice(g, wpe, 0, 0, seq);
-        x = hp_add(g, hp_embedding(g, wte, out->tokens), pos); /* (B, T, C) + (T, C) */
+        hp_tid pos;
+        if (c->cp_balance > 1) { /* rows in the load-balanced order: wpe gathered by position */
+            out->positions = hp_input(g, "positions", HP_DTYPE_I32, HP_SHAPE(batch, seq));
+            pos = hp_embedding(g, wpe, out->positions); /* (B, T, C) */
+        } else {
+            pos = seq == c->context ? wpe : hp_slice(g, wpe, 0, 0, seq);
+        }
+        x = hp_add(g, hp_embedding(g, wte, out->tokens), pos); /* (B, T, C) + (T, C) or (B, T, C) */
         x = dropout_layer(g, out, "", "drop", x);
     } else {
         x = out->x_in = hp_input(g, "stage.x", HP_DTYPE_F32, HP_SHAPE(batch, seq, C));
@@ -122,7 +132,8 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
         hp_tid q = linear_layer(g, "q", h, C, C);
         hp_tid k = linear_layer(g, "k", h, C, C);
         hp_tid v = linear_layer(g, "v", h, C, C);
-        hp_tid a = hp_attention(g, q, k, v, c->heads, true);
+        hp_tid a = c->cp_balance > 1 ? hp_attention_balanced(g, q, k, v, c->heads, c->heads, c->cp_balance)
+                                     : hp_attention(g, q, k, v, c->heads, true);
         x = hp_add(g, x, dropout_layer(g, out, blk, "attn.dropout", linear_layer(g, "proj", a, C, C)));
         hp_graph_pop_scope(g);
         h = layernorm_layer(g, "ln2", x, C);

@@ -67,16 +67,24 @@ static hp_tid rmsnorm_layer(hp_graph *g, const char *name, hp_tid x, int64_t c, 
     return hp_rmsnorm(g, x, w, eps);
 }
 
-/* One decoder layer l, in scope model.layers.L; a MoE layer adds its balancing loss to *aux. */
-static hp_tid layer(hp_graph *g, const hp_gpt_config *c, int l, hp_tid x, hp_tid *aux) {
+/* One decoder layer l, in scope model.layers.L; a MoE layer adds its balancing loss to *aux. With
+ * positions (the load-balanced ring order), RoPE rotates each row by its global position. */
+static hp_tid layer(hp_graph *g, const hp_gpt_config *c, int l, hp_tid x, hp_tid positions, hp_tid *aux) {
     const int64_t C = c->width, H = c->heads, KV = kv_heads_of(c), D = C / H, F = ffn_of(c);
     const float eps = eps_of(c);
     hp_tid h = rmsnorm_layer(g, "input_layernorm", x, C, eps);
     hp_graph_push_scope(g, "self_attn");
-    hp_tid q = hp_rope(g, proj(g, "q_proj", h, C, H * D), (int)H, base_of(c), 0);
-    hp_tid k = hp_rope(g, proj(g, "k_proj", h, C, KV * D), (int)KV, base_of(c), 0);
+    hp_tid q = proj(g, "q_proj", h, C, H * D), k = proj(g, "k_proj", h, C, KV * D);
+    if (positions != HP_TID_NONE) { /* the load-balanced order: each row at its global position */
+        q = hp_rope_at(g, q, positions, (int)H, base_of(c));
+        k = hp_rope_at(g, k, positions, (int)KV, base_of(c));
+    } else {
+        q = hp_rope(g, q, (int)H, base_of(c), 0);
+        k = hp_rope(g, k, (int)KV, base_of(c), 0);
+    }
     hp_tid v = proj(g, "v_proj", h, C, KV * D);
-    hp_tid a = hp_attention_gqa(g, q, k, v, (int)H, (int)KV, true);
+    hp_tid a = positions != HP_TID_NONE ? hp_attention_balanced(g, q, k, v, (int)H, (int)KV, c->cp_balance)
+                                        : hp_attention_gqa(g, q, k, v, (int)H, (int)KV, true);
     x = hp_add(g, x, proj(g, "o_proj", a, H * D, C));
     hp_graph_pop_scope(g);
     h = rmsnorm_layer(g, "post_attention_layernorm", x, C, eps);
@@ -115,6 +123,9 @@ hp_status hp__llama_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gp
     const int64_t C = c->width, V = c->vocab;
     out->tokens = s->embedding ? hp_input(g, "tokens", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
     out->targets = s->head && with_loss ? hp_input(g, "targets", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
+    out->positions = c->cp_balance > 1 && s->first_layer < s->last_layer
+                         ? hp_input(g, "positions", HP_DTYPE_I32, HP_SHAPE(batch, seq))
+                         : HP_TID_NONE;
     hp_tid x, emb = HP_TID_NONE;
     if (s->embedding) {
         emb = hp_param(g, "model.embed_tokens.weight", HP_SHAPE(V, C));
@@ -125,7 +136,7 @@ hp_status hp__llama_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gp
     hp_tid aux = HP_TID_NONE; /* the sum of the MoE layers' balancing losses (training graphs) */
     for (int l = s->first_layer; l < s->last_layer; l++) {
         hp_graph_push_scopef(g, "model.layers.%d", l);
-        x = layer(g, c, l, x, &aux);
+        x = layer(g, c, l, x, out->positions, &aux);
         hp_graph_pop_scope(g);
     }
     if (aux != HP_TID_NONE && !(s->head && with_loss))

@@ -6,7 +6,9 @@
  *
  * ATTENTION attrs: i[0] = n_head H, i[1] = causal (1/0), i[2] = kv_heads KV (0: KV = H), i[3] = the
  * causal offset (query row i sees key j when j <= i + offset: q_start - k_start of a ring step's
- * block pair; 0 for self-attention).
+ * block pair; 0 for self-attention), i[4] = n (hp_attention_balanced: causal over a sequence in the
+ * load-balanced ring order for n ranks; only ring attention's expansion runs it, into rectangles
+ * with i[4] = 0; the CPU kernel refuses it).
  * q (B, T, H*D), k and v (B, Tk, KV*D) (Tk = T for self-attention; a ring step's block may differ;
  * a row that sees no key gets o = 0 and lse = -inf), heads interleaved as (H, D) in the last axis; o (B, T, H*D);
  * lse (B, H, T) f32. Scale 1/sqrt(D) on the scores. Grouped-query attention (Ainslie et al. 2023):

@@ -76,7 +76,8 @@ static void rope_cost(const hp_graph *g, const hp_node *n, hp_op_cost *c) { hp__
  * Sharding rule: the batch and the sequence may be split; the channel dim only on head boundaries
  * (tensor parallelism over heads), which sets the local head count; otherwise it is gathered. With
  * the sequence split (context parallelism) each rank rotates its rows by their global positions:
- * the local node's offset is the logical offset plus the first row of this rank's block.
+ * the local node's offset is the logical offset plus the first row of this rank's block. With a
+ * positions input the positions are split like x's rows instead (each row reads its own).
  */
 static hp_status rope_shard(const hp_shard_ctx *c, const hp_node *n, const hp_layout *in, hp_layout *req,
                             hp_layout *out, hp_attrs *local, bool *drop) {
@@ -89,16 +90,18 @@ static hp_status rope_shard(const hp_shard_ctx *c, const hp_node *n, const hp_la
         shards = 1;
     }
     local->i[0] = H / shards;
-    if (r.nmap[1] > 0) {
+    bool has_pos = n->n_in > 1 && n->in[1] != HP_TID_NONE;
+    if (r.nmap[1] > 0 && !has_pos) {
         int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
         HP_CHECK(hp_layout_slice_of(&r, c->mesh, s, c->index, start, len));
         local->i[1] = n->attr.i[1] + start[1];
     }
     req[0] = r;
     out[0] = r;
-    if (n->n_in > 1 && n->in[1] != HP_TID_NONE) { /* positions follow the batch split */
+    if (has_pos) { /* positions follow the batch and sequence splits (each row's own position) */
         req[1] = hp__lay_replicated(2);
         hp__lay_copy_dim(&req[1], 0, &r, 0);
+        hp__lay_copy_dim(&req[1], 1, &r, 1);
     }
     return HP_STATUS_OK;
 }

@@ -38,6 +38,7 @@ struct hp_strategy {
     int opt_shard[HP_MESH_MAX_AXES]; /* optimizer.shard axes, in the order given */
     int64_t bucket_size;             /* gradient bucket bytes per rank; 0: off */
     hp_cp_algo context_parallel;     /* strategy.context_parallel */
+    int ring_load_balance, ring_load_balance_line; /* hp_strategy_config's */
 };
 
 /* ---------------------------------------------------------------- from the typed config */
@@ -96,6 +97,8 @@ hp_status hp_strategy_new(const hp_strategy_config *cfg, int world_size, hp_stra
     hp_status st = HP_STATUS_OK;
     s->bucket_size = cfg ? (int64_t)cfg->bucket_size : HP_BUCKET_SIZE_DEFAULT;
     s->context_parallel = cfg ? cfg->context_parallel : HP_CP_ULYSSES;
+    s->ring_load_balance = cfg ? cfg->ring_load_balance : 0;
+    s->ring_load_balance_line = cfg ? cfg->ring_load_balance_line : 0;
     if (!cfg || !cfg->present) {
         s->bucket_size = HP_BUCKET_SIZE_DEFAULT;
         s->file = "";
@@ -132,6 +135,26 @@ hp_mesh *hp_strategy_mesh(hp_strategy *s) { return s ? s->mesh : NULL; }
 
 int64_t hp_strategy_bucket_size(const hp_strategy *s) { return s ? s->bucket_size : HP_BUCKET_SIZE_DEFAULT; }
 hp_cp_algo hp_strategy_context_parallel(const hp_strategy *s) { return s ? s->context_parallel : HP_CP_ULYSSES; }
+
+hp_status hp_strategy_ring_balance(const hp_strategy *s, int64_t seq, int *n_out) {
+    if (!n_out) return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_strategy_ring_balance: n_out is NULL");
+    *n_out = 0;
+    if (!s || s->context_parallel != HP_CP_RING || s->ring_load_balance < 0) return HP_STATUS_OK;
+    const rule *tok = NULL;
+    for (int i = 0; i < s->n_inputs; i++)
+        if (!strcmp(s->inputs[i].pattern, "tokens")) tok = &s->inputs[i];
+    /* one axis on the sequence: ring attention's (a split over two axes takes Ulysses) */
+    if (!tok || tok->tm.n < 2 || tok->tm.nmap[1] != 1) return HP_STATUS_OK;
+    int axis = tok->tm.map[1][0], n = hp_mesh_dim(s->mesh, axis);
+    if (n < 2) return HP_STATUS_OK;
+    if (seq < 2 * (int64_t)n)
+        return hp_error(HP_STATUS_CONFIG, "%s:%d: strategy.ring_load_balance: a sequence of %lld tokens does not split "
+                        "into the 2 x %d chunks causal load balancing over axis '%s' needs (one token each at least); "
+                        "set ring_load_balance: false or a longer model.context", s->file, s->ring_load_balance_line,
+                        (long long)seq, n, hp_mesh_axis_name(s->mesh, axis));
+    *n_out = n;
+    return HP_STATUS_OK;
+}
 
 /* ---------------------------------------------------------------- annotation */
 
@@ -248,6 +271,13 @@ hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layou
         HP_CHECK_GOTO(rule_layout(s, r, "inputs entry", x, &layouts[t]), st, done);
         HP_CHECK_GOTO(check_layout(s, x, &layouts[t]), st, done);
     }
+
+    /* The load-balanced ring order's "positions" (B, T), unlisted: the layout of "tokens" (B, T). */
+    hp_tid tpos = hp_graph_find(g, "positions"), ttok = hp_graph_find(g, "tokens");
+    if (tpos != HP_TID_NONE && ttok != HP_TID_NONE && layouts[tpos].ndim < 0 && layouts[ttok].ndim >= 0 &&
+        hp_graph_tensor(g, tpos)->kind == HP_TENSOR_KIND_INPUT &&
+        hp_shape_equal(&hp_graph_tensor(g, tpos)->shape, &hp_graph_tensor(g, ttok)->shape))
+        layouts[tpos] = layouts[ttok];
 
     /* Optimizer states: the parameter's layout plus the ZeRO axes on dim 0. */
     for (int t = 0; t < nt; t++) {

@@ -36,6 +36,7 @@ static hp_status build_prog(hp_trainer *t, hp_trainer_prog *pr, bool training) {
     hp_gpt_config gc = t->gcfg; /* dropout only in the training graph */
     if (training) gc.dropout = (float)t->cfg.model.dropout, gc.seed = (uint64_t)t->cfg.train.seed;
     gc.moe.training = training; /* MoE balancing loss and router bias updates: training only */
+    gc.cp_balance = t->cp_balance; /* the load-balanced order where the strategy asks for it */
     HP_CHECK(hp_gpt_build(pr->lg, &gc, (int)t->cfg.train.batch, (int)t->cfg.model.context, true, &pr->gpt));
     /* HyperOffload plans the per-rank training step (parameters, gradients, optimizer state and
      * activations under the `offload:` budgets); evaluation runs without it. */
@@ -116,17 +117,29 @@ static hp_status init_params(hp_trainer *t) {
     return HP_STATUS_OK;
 }
 
-/* Copies this rank's block of the (B, T) batch in the staging buffers into the program's inputs. */
+/* Copies this rank's block of the (B, T) batch in the staging buffers into the program's inputs;
+ * under causal load balancing the block of the permuted sequence (row p holds token t->pos[p]),
+ * and the positions input its rows' global positions. */
 static void scatter_batch(hp_trainer *t, const hp_trainer_prog *pr) {
     const int64_t T = t->cfg.model.context;
-    hp_tid ids[2] = {pr->gpt.tokens, pr->gpt.targets};
+    hp_tid ids[3] = {pr->gpt.tokens, pr->gpt.targets, pr->gpt.positions};
     const int32_t *src[2] = {t->tok_buf, t->tgt_buf};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
+        if (ids[k] == HP_TID_NONE) continue;
         int64_t start[2], len[2];
         hp__prog_slice(t, pr, ids[k], start, len);
         int32_t *dst = hp__prog_data(pr, ids[k]);
-        for (int64_t r = 0; r < len[0]; r++)
-            memcpy(dst + r * len[1], src[k] + (start[0] + r) * T + start[1], (size_t)len[1] * sizeof *dst);
+        for (int64_t r = 0; r < len[0]; r++) {
+            int32_t *row = dst + r * len[1];
+            if (k == 2) {
+                memcpy(row, t->pos + start[1], (size_t)len[1] * sizeof *dst);
+            } else if (t->pos) {
+                const int32_t *in = src[k] + (start[0] + r) * T;
+                for (int64_t u = 0; u < len[1]; u++) row[u] = in[t->pos[start[1] + u]];
+            } else {
+                memcpy(row, src[k] + (start[0] + r) * T + start[1], (size_t)len[1] * sizeof *dst);
+            }
+        }
     }
 }
 
@@ -184,6 +197,14 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
         goto fail;
     }
     HP_CHECK_GOTO(hp__trainer_data_new(t), st, fail); /* before any graph: checks the vocabulary */
+    if (!pipeline) HP_CHECK_GOTO(hp_strategy_ring_balance(t->strategy, cfg->model.context, &t->cp_balance), st, fail);
+    if (t->cp_balance > 1) {
+        if (!(t->pos = malloc((size_t)cfg->model.context * sizeof *t->pos))) {
+            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the sequence order");
+            goto fail;
+        }
+        HP_CHECK_GOTO(hp_ring_balance_positions(cfg->model.context, t->cp_balance, t->pos), st, fail);
+    }
     size_t bt = (size_t)(cfg->train.batch * cfg->model.context);
     t->tok_buf = malloc(bt * sizeof *t->tok_buf);
     t->tgt_buf = malloc(bt * sizeof *t->tgt_buf);
@@ -219,6 +240,7 @@ void hp_trainer_free(hp_trainer *t) {
     hp_store_free(t->store); /* after every program bound to it */
     hp__trainer_data_free(t);
     free(t->tok_buf);
+    free(t->pos);
     free(t->tgt_buf);
     hp_strategy_free(t->strategy);
     hp_comm_free(t->self);

@@ -48,6 +48,9 @@ struct hp_trainer {
     hp_tokenizer *tok;     /* the shard set's tokenizer (sampling), or NULL: bytes */
     hp_loader *loader;     /* rank 0 of 1: every rank reads the whole batch and slices it */
     int32_t *tok_buf, *tgt_buf; /* (B, T) staging */
+    int cp_balance;        /* ring attention's causal load balancing over this many ranks (0: none) */
+    int32_t *pos;          /* cp_balance: hp_ring_balance_positions(T, cp_balance); the batch is
+                            * scattered in that order and fed as the input "positions" */
     hp_store *store;       /* parameters and optimizer states, shared by train, eval and sample */
     hp_trainer_prog train, eval;
     hp_trainer_fwd sample;

@@ -12,7 +12,9 @@
  * ways: there (cp4, tp2 x cp2) attention gathers the sequence instead, and the result is the same.
  * Also on 4 ranks: 2-D tensor parallelism (examples/tp2d.yaml's layouts, 2 x 2, no cp).
  * Ring attention (strategy.context_parallel: ring, K/V passed point to point around cp) the same
- * way: cpN, cpN with offload, and dp2 x cp2 on 4 ranks.
+ * way, with causal load balancing (the default: rank i holds chunks i and 2n - 1 - i, the loader
+ * permutes the batch, positions from the permutation; T = 31 gives uneven chunks): cpN, cpN with
+ * offload, and dp2 x cp2 on 4 ranks; and cpN without balancing (ring_load_balance: false).
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -57,7 +59,7 @@ static const char *LLAMA_TP =
 
 /* model: "gpt" or "llama"; family: "" (single rank), "cp", "cpfsdp", "cpoffload", "dpxcp", "tpxcp",
  * "tp2d"; with strategy.context_parallel: ring, "ring" (cpN), "ringoffload" (cpN + HyperOffload) and
- * "ringdpxcp" (dp2 x cp2). */
+ * "ringdpxcp" (dp2 x cp2), all load-balanced, and "ringnolb" (cpN, ring_load_balance: false). */
 static void make_config(char *buf, size_t cap, const char *model, int context, const char *family, int n) {
     char corpus[1024];
     const char *root = getenv("HP_SOURCE_DIR");
@@ -75,6 +77,10 @@ static void make_config(char *buf, size_t cap, const char *model, int context, c
     else if (!strcmp(family, "ring"))
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s  context_parallel: ring\n", n, cp_in);
+    else if (!strcmp(family, "ringnolb")) /* the block layout: rank r computes r + 1 of the n causal blocks */
+        snprintf(buf + off, cap - off,
+                 "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s  context_parallel: ring\n"
+                 "  ring_load_balance: false\n", n, cp_in);
     else if (!strcmp(family, "ringoffload")) /* the ring's blocks need more than Ulysses' 450 KiB */
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s  context_parallel: ring\n"
@@ -131,10 +137,12 @@ static void check_model(hp_comm *world, const char *model, int context) {
     run(t, STEPS, ref_loss, ref_gn);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-    const char *families[] = {"cp", "cpfsdp", "cpoffload", "dpxcp", "tpxcp", "tp2d", "ring", "ringoffload", "ringdpxcp"};
+    const char *families[] = {"cp",   "cpfsdp",   "cpoffload",   "dpxcp",    "tpxcp",
+                              "tp2d", "ring", "ringnolb", "ringoffload", "ringdpxcp"};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const char *fam = families[f];
-        bool any_n = !strncmp(fam, "cp", 2) || !strcmp(fam, "ring") || !strcmp(fam, "ringoffload");
+        bool any_n = !strncmp(fam, "cp", 2) || !strcmp(fam, "ring") || !strcmp(fam, "ringnolb") ||
+                     !strcmp(fam, "ringoffload");
         if (!any_n && n != 4) continue;
         make_config(text, sizeof text, model, context, fam, n);
         OK(hp_run_config_load_string(text, strlen(text), fam, &cfg));

@@ -3,7 +3,8 @@
  * (q block, kv block) pair with a causal offset, by finite differences (q, k, v; with grouped-query
  * heads, offsets that hide whole rows, and blocks longer and shorter than q); the (o, lse) merge
  * and the backward per kv block from the final o and lse, against the whole attention and by
- * finite differences of the merged output's loss.
+ * finite differences of the merged output's loss. The load-balanced order's permutation
+ * (hp_ring_balance_positions), and the refusal of balanced attention outside a ring.
  */
 #include "gradcheck.h"
 #include "testutil.h"
@@ -228,8 +229,54 @@ static void test_merge_shape_error(void **state) {
     hp_graph_free(g);
 }
 
+/* The load-balanced order: block r of the permuted sequence is chunk r then chunk 2n - 1 - r. */
+static void test_balance_positions(void **state) {
+    (void)state;
+    int32_t pos[16];
+    assert_ok(hp_ring_balance_positions(8, 2, pos)); /* chunks of 2: rank 0 {0, 3}, rank 1 {1, 2} */
+    const int32_t want8[8] = {0, 1, 6, 7, 2, 3, 4, 5};
+    assert_memory_equal(pos, want8, sizeof want8);
+    assert_ok(hp_ring_balance_positions(7, 2, pos)); /* blocks 4 + 3: chunks 2, 2, 1, 2 */
+    const int32_t want7[7] = {0, 1, 5, 6, 2, 3, 4};
+    assert_memory_equal(pos, want7, sizeof want7);
+    assert_ok(hp_ring_balance_positions(10, 4, pos)); /* blocks 3 3 3 1: chunks 2 2 2 1 0 1 1 1 */
+    const int32_t want10[10] = {0, 1, 9, 2, 3, 8, 4, 5, 7, 6};
+    assert_memory_equal(pos, want10, sizeof want10);
+    for (int n = 1; n <= 5; n++) /* always a permutation */
+        for (int T = 1; T <= 16; T++) {
+            assert_ok(hp_ring_balance_positions(T, n, pos));
+            int seen[16] = {0};
+            for (int p = 0; p < T; p++) seen[pos[p]]++;
+            for (int p = 0; p < T; p++) assert_int_equal(seen[p], 1);
+        }
+    assert_int_equal(hp_ring_balance_positions(0, 2, pos), HP_STATUS_INVALID_ARGUMENT);
+    hp_test_assert_error_contains("T 0");
+}
+
+/* Attention over the load-balanced order runs only as ring attention: on one device it is refused. */
+static void test_balanced_needs_ring(void **state) {
+    (void)state;
+    hp_graph *g = hp_graph_new();
+    hp_tid q = hp_input(g, "q", HP_DTYPE_F32, HP_SHAPE(1, 4, 4));
+    hp_tid o = hp_attention_balanced(g, q, q, q, 2, 2, 2);
+    assert_ok(hp_graph_status(g));
+    hp_program *p;
+    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
+    po.keep = &o;
+    po.n_keep = 1;
+    assert_ok(hp_program_new(g, &po, &p));
+    assert_int_equal(hp_program_run(p), HP_STATUS_UNSUPPORTED);
+    hp_test_assert_error_contains("runs only as ring attention");
+    hp_program_free(p);
+    (void)hp_attention_balanced(g, q, q, q, 2, 2, 1);
+    assert_int_equal(hp_graph_status(g), HP_STATUS_INVALID_ARGUMENT);
+    hp_graph_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_balance_positions),
+        cmocka_unit_test(test_balanced_needs_ring),
         cmocka_unit_test(test_block_grad),
         cmocka_unit_test(test_block_empty_rows),
         cmocka_unit_test(test_ring_pieces),

@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include "hp/config.h"
+#include "hp/strategy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,6 +344,8 @@ static void test_strategy_errors(void **state) {
     expect_at(WITH("  optimizer: {shard: [ep]}\n"), 3, "unknown alias 'ep'");
     expect_at(WITH("  bucket_size: 25 parsecs\n"), 3, "strategy.bucket_size");
     expect_at(WITH("  context_parallel: zigzag\n"), 3, "strategy.context_parallel: zigzag is not an algorithm (expected ulysses or ring)");
+    expect_at(WITH("  context_parallel: ring\n  ring_load_balance: maybe\n"), 4,
+              "strategy.ring_load_balance: maybe is not true or false");
     expect_at(WITH("  buckets: 4\n"), 3, "unknown key 'buckets' in section 'strategy'");
     expect_at(WITH("  bucket_size: 1e19B\n"), 3, "is too large");
     expect_at(WITH("  bucket_size: 0x100\n"), 3, "is not a number of bytes");
@@ -363,6 +366,46 @@ static void test_strategy_errors(void **state) {
     assert_ok(hp_run_config_load(g_path, &c));
     assert_int_equal(c.strategy.bucket_size, 25u << 20);
     hp_run_config_free(&c);
+}
+
+/* strategy.ring_load_balance: on by default under ring (the size of the axis splitting the tokens'
+ * sequence), off when false or without ring; a sequence shorter than 2n is refused, naming the line. */
+static void test_ring_load_balance(void **state) {
+    (void)state;
+    static const char *const cases[] = {
+        "  context_parallel: ring\n",                                 /* default: on */
+        "  context_parallel: ring\n  ring_load_balance: true\n",     /* on */
+        "  context_parallel: ring\n  ring_load_balance: false\n",    /* off */
+        "  context_parallel: ulysses\n  ring_load_balance: true\n",  /* no ring: nothing to balance */
+    };
+    const int want[] = {4, 4, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "model: {context: 64}\nstrategy:\n  mesh: {device_matrix: [2, 4], alias_name: "
+                 "[dp, cp]}\n  inputs: {tokens: [dp, cp], targets: [dp, cp]}\n%s", cases[i]);
+        write_file(text);
+        hp_run_config c;
+        assert_ok(hp_run_config_load(g_path, &c));
+        hp_strategy *s;
+        assert_ok(hp_strategy_new(&c.strategy, 8, &s));
+        int n = -1;
+        assert_ok(hp_strategy_ring_balance(s, c.model.context, &n));
+        assert_int_equal(n, want[i]);
+        /* 7 tokens do not make 2 x 4 chunks */
+        hp_status st = hp_strategy_ring_balance(s, 7, &n);
+        if (want[i]) {
+            assert_int_equal(st, HP_STATUS_CONFIG);
+            char where[200];
+            snprintf(where, sizeof where, "%s:%d: strategy.ring_load_balance", g_path, i == 0 ? 5 : 6);
+            assert_non_null(strstr(hp_error_message(), where));
+            assert_non_null(strstr(hp_error_message(), "7 tokens"));
+        } else {
+            assert_ok(st);
+            assert_int_equal(n, 0);
+        }
+        hp_strategy_free(s);
+        hp_run_config_free(&c);
+    }
 }
 
 static void test_offload_errors(void **state) {
@@ -412,6 +455,7 @@ int main(void) {
         cmocka_unit_test(test_llama_family),
         cmocka_unit_test(test_errors_name_file_and_line), cmocka_unit_test(test_huge_integers),
         cmocka_unit_test(test_unknown_and_unbuilt_sections), cmocka_unit_test(test_strategy_errors),
+        cmocka_unit_test(test_ring_load_balance),
         cmocka_unit_test(test_offload_errors),    cmocka_unit_test(test_typed_round_trip),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -20,6 +20,7 @@
 #include "hp/compile.h"
 #include "hp/mesh.h"
 #include "hp/nn.h"
+#include "hp/ops.h"
 #include "hp/redistribute.h"
 #include "hp/runtime.h"
 #include "hp/shard.h"
@@ -108,6 +109,9 @@ typedef struct reference {
     int n_resolve;
     float **init;    /* per tensor id: initial value of params (NULL otherwise) */
     float **want[STEPS]; /* per step, per resolve entry: the single-device value */
+    int balance;         /* > 1: g is the load-balanced ring order's graph for this many ranks (want: the
+                          * natural order's single-device run) */
+    int32_t *pos;        /* balance: hp_ring_balance_positions(T, balance) */
 } reference;
 
 static void fill_inputs(const reference *r, int32_t *tok, int32_t *tgt, int step) {
@@ -119,10 +123,8 @@ static void fill_inputs(const reference *r, int32_t *tok, int32_t *tgt, int step
 
 static size_t numel_of(const hp_graph *g, hp_tid t) { return (size_t)hp_shape_numel(&hp_graph_tensor(g, t)->shape); }
 
-static void build_reference(reference *r, const hp_gpt_config *cfg) {
-    memset(r, 0, sizeof *r);
-    r->cfg = *cfg;
-    r->T = cfg->context;
+/* The logical step graph of cfg, its resolve list and initial parameters (r->cfg, r->T set). */
+static void build_graph(reference *r, const hp_gpt_config *cfg) {
     r->g = hp_graph_new();
     assert_ok(hp_gpt_build(r->g, cfg, BATCH, r->T, true, &r->gpt));
     hp_optim_config o = {.lr = 1e-2, .min_lr = 1e-3, .warmup = 0, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
@@ -143,6 +145,21 @@ static void build_reference(reference *r, const hp_gpt_config *cfg) {
         r->init[p] = malloc(numel_of(r->g, p) * sizeof(float));
         assert_ok(hp_gpt_init_param(cfg, hp_graph_tensor(r->g, p)->name, 5, 0, (int64_t)numel_of(r->g, p), r->init[p]));
     }
+}
+
+static void free_graph(reference *r) {
+    for (int t = 0; t < hp_graph_n_tensors(r->g); t++) free(r->init[t]);
+    free(r->init);
+    free(r->resolve);
+    hp_graph_free(r->g);
+}
+
+static void build_reference(reference *r, const hp_gpt_config *cfg) {
+    memset(r, 0, sizeof *r);
+    r->cfg = *cfg;
+    r->T = cfg->context;
+    build_graph(r, cfg);
+    int n = r->ts.n_params;
     hp_program *prog;
     hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
     po.keep = r->resolve;
@@ -165,15 +182,27 @@ static void build_reference(reference *r, const hp_gpt_config *cfg) {
     hp_program_free(prog);
 }
 
+/* The single-device results of cfg in the natural order, and the graph of the load-balanced ring
+ * order for `balance` ranks (hp_gpt_config.cp_balance) that the ranks then run: the same parameters
+ * in the same order, the tokens and targets permuted, positions an input. */
+static void build_reference_balanced(reference *r, const hp_gpt_config *cfg, int balance) {
+    build_reference(r, cfg);
+    free_graph(r);
+    hp_gpt_config c = *cfg;
+    c.cp_balance = balance;
+    build_graph(r, &c);
+    r->balance = balance;
+    r->pos = malloc((size_t)r->T * sizeof *r->pos);
+    assert_ok(hp_ring_balance_positions(r->T, balance, r->pos));
+}
+
 static void free_reference(reference *r) {
-    for (int t = 0; t < hp_graph_n_tensors(r->g); t++) free(r->init[t]);
-    free(r->init);
     for (int s = 0; s < STEPS; s++) {
         for (int k = 0; k < r->n_resolve; k++) free(r->want[s][k]);
         free(r->want[s]);
     }
-    free(r->resolve);
-    hp_graph_free(r->g);
+    free_graph(r);
+    free(r->pos);
 }
 
 /* Collective steps on activations (B, T, C) per kind, counted on rank 0. */
@@ -291,9 +320,23 @@ static hp_status rank_main(hp_comm *comm, int rank, void *user) {
         slice_global(mesh, hp_partition_layout(part, p), &hp_graph_tensor(r->g, p)->shape, idx, r->init[p],
                      hp_program_data(prog, hp_partition_local(part, p)), 4);
     }
-    int32_t tok[BATCH * MAX_T], tgt[BATCH * MAX_T];
+    int32_t tok[BATCH * MAX_T], tgt[BATCH * MAX_T], pos[BATCH * MAX_T];
     for (int s = 0; s < STEPS; s++) {
         fill_inputs(r, tok, tgt, s);
+        if (r->balance) { /* the loader's permutation: row p holds token pos[p] */
+            int32_t a[BATCH * MAX_T], b[BATCH * MAX_T];
+            for (int i = 0; i < BATCH * r->T; i++) {
+                int row = i / r->T;
+                a[i] = tok[row * r->T + r->pos[i % r->T]];
+                b[i] = tgt[row * r->T + r->pos[i % r->T]];
+                pos[i] = r->pos[i % r->T];
+            }
+            memcpy(tok, a, sizeof a);
+            memcpy(tgt, b, sizeof b);
+            slice_global(mesh, hp_partition_layout(part, r->gpt.positions),
+                         &hp_graph_tensor(r->g, r->gpt.positions)->shape, idx, pos,
+                         hp_program_data(prog, hp_partition_local(part, r->gpt.positions)), 4);
+        }
         slice_global(mesh, hp_partition_layout(part, r->gpt.tokens), &hp_graph_tensor(r->g, r->gpt.tokens)->shape, idx,
                      tok, hp_program_data(prog, hp_partition_local(part, r->gpt.tokens)), 4);
         slice_global(mesh, hp_partition_layout(part, r->gpt.targets), &hp_graph_tensor(r->g, r->gpt.targets)->shape,
@@ -472,6 +515,47 @@ static void test_ring_matches_single_device(void **state) {
     free_reference(&r);
 }
 
+/*
+ * Ring attention with causal load balancing (strategy.ring_load_balance): the ranks run the graph
+ * of the load-balanced order (tokens and targets permuted so rank i holds chunks i and 2n - 1 - i,
+ * positions from the permutation: wpe gathered by them, RoPE rotating by them) and match the
+ * single-device run in the natural order. Rank 0 now reads every other block (its second chunk is
+ * the last), so it receives K and V blocks too; block 0 leaves home as its first chunk only. Uneven: 7 over 2 (blocks 4 + 3: chunks 2, 2, 1, 2),
+ * 10 over 4 (blocks 3 + 3 + 3 + 1: chunks 2, 2, 2, 1, 0, 1, 1, 1, one of them empty).
+ */
+static void test_ring_balanced_matches_single_device(void **state) {
+    (void)state;
+    reference r;
+    const struct {
+        const hp_gpt_config *cfg;
+        int T;
+        const strategy *st;
+    } cases[] = {
+        {&GPT, 8, &RING_CP2},   {&GPT, 8, &RING_CP4},     {&GPT, 8, &RING_DP2XCP2}, {&GPT, 8, &RING_TP2XCP2},
+        {&GPT, 8, &RING_CP2_FSDP}, {&GPT, 7, &RING_CP2},  {&GPT, 7, &RING_DP2XCP2}, {&GPT, 10, &RING_CP4},
+        {&GPT, 16, &RING_CP4},  {&LLAMA, 8, &RING_CP2},   {&LLAMA, 8, &RING_CP4},   {&LLAMA, 8, &RING_DP2XCP2},
+        {&LLAMA, 8, &RING_LLAMA_TP2XCP2}, {&LLAMA, 7, &RING_CP2}, {&LLAMA, 10, &RING_CP4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hp_gpt_config c = with_context(*cases[i].cfg, cases[i].T);
+        const strategy *st = cases[i].st;
+        int n = st->dims[st->naxes - 1 - (st == &RING_CP2_FSDP)];
+        build_reference_balanced(&r, &c, n);
+        counts k = run_ring(&r, st);
+        assert_int_equal(k.all_to_all, st == &RING_CP2_FSDP ? 2 : 0);
+        if (st != &RING_CP2_FSDP) assert_int_equal(k.all_gather, 0);
+        if ((st == &RING_CP2 || st == &RING_CP4) && cases[i].T % (2 * n) == 0) {
+            /* even T: rank 0 receives the n - 1 other K and V blocks forward and again backward,
+             * n - 2 dK, dV accumulators passing through and its own coming home, which holds only
+             * its first chunk (no other rank reads chunk 2n - 1): (6n - 7) blocks per layer */
+            int64_t block = (int64_t)BATCH * (cases[i].T / n) * c.width * 4;
+            if (c.family == HP_MODEL_FAMILY_LLAMA) block = block / c.heads * c.kv_heads;
+            assert_int_equal(k.p2p_bytes, c.layers * (6 * n - 7) * block);
+        }
+        free_reference(&r);
+    }
+}
+
 /* 2-D TP on 2 x 2 equals the single device, and each GEMM's collectives stay in one group kind. */
 static void test_tp2d_matches_single_device(void **state) {
     (void)state;
@@ -498,6 +582,7 @@ int main(void) {
         cmocka_unit_test(test_llama_cp_matches_single_device),
         cmocka_unit_test(test_tp2d_matches_single_device),
         cmocka_unit_test(test_ring_matches_single_device),
+        cmocka_unit_test(test_ring_balanced_matches_single_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -239,6 +239,10 @@ static void attention_body(const attn_fwd *f) {
 /* A team kernel (team.h): every GEMM single-threaded, the (b, h, block) items shared out. */
 hp_status hp__cpu_attention(const hp_kernel_args *a) {
     attn_dims d = dims_of(a, 0);
+    if (a->node->attr.i[4])
+        return hp_error(HP_STATUS_UNSUPPORTED, "attention over the load-balanced ring order for %lld ranks runs only as "
+                        "ring attention (strategy.context_parallel: ring over that many ranks)",
+                        (long long)a->node->attr.i[4]);
     if (d.B == 0 || d.T == 0 || d.D == 0) return HP_STATUS_OK;
     if (d.Tk == 0) { /* no keys: every row sees none */
         memset(a->out[0], 0, sizeof(float) * (size_t)(d.B * d.T * d.C));
@@ -336,6 +340,10 @@ static void attention_backward_body(const attn_bwd *p) {
 /* A team kernel (team.h): each (b, h) pair owned by one thread, its GEMMs single-threaded. */
 hp_status hp__cpu_attention_backward(const hp_kernel_args *a) {
     attn_dims d = dims_of(a, 1);
+    if (a->node->attr.i[4])
+        return hp_error(HP_STATUS_UNSUPPORTED, "attention over the load-balanced ring order for %lld ranks runs only as "
+                        "ring attention (strategy.context_parallel: ring over that many ranks)",
+                        (long long)a->node->attr.i[4]);
     if (d.B == 0 || d.D == 0) return HP_STATUS_OK;
     if (d.T == 0 || d.Tk == 0) { /* an empty side: dq and dk, dv are zero */
         memset(a->out[0], 0, sizeof(float) * (size_t)(d.B * d.T * d.C));
