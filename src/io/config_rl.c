@@ -151,16 +151,30 @@ hp_status hp__config_check_rl(const hp_run_config *cfg) {
                    "(only one actor and one learner group)", gs->groups[other].name, hp_group_kind_name(gs->groups[other].kind));
     if (!r->present) return ERR(f, rg->line, rg->column, "groups.%s: RL groups need an rl: section", rg->name);
     const hp_group_config *a = &gs->groups[actor], *l = &gs->groups[learner];
-    if (a->strategy.present) {
-        const hp_strategy_config *s = &a->strategy;
-        if (s->n_axes != 1 || s->n_params > 0)
-            return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: the actor generates with whole replicas of the "
-                       "model: give it one axis (data-parallel replicas, e.g. {device_matrix: [%d], alias_name: [dp]}) "
-                       "and no params rules", a->name, a->n_ranks);
-    }
     int shared = 0;
     for (int i = 0; i < a->n_ranks; i++)
         for (int j = 0; j < l->n_ranks; j++) shared += a->ranks[i] == l->ranks[j];
+    if (a->strategy.present) {
+        const hp_strategy_config *s = &a->strategy;
+        if (s->n_axes != 1 || s->n_inputs > 0)
+            return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: the actor's mesh has one axis: whole "
+                       "replicas (e.g. {device_matrix: [%d], alias_name: [dp]}), or with params rules one "
+                       "tensor-parallel replica over its ranks (e.g. alias_name: [tp]); no inputs rules", a->name,
+                       a->n_ranks);
+        if (s->n_params > 0) { /* tensor parallelism: the heads split over the axis */
+            const hp_model_config *mc = &cfg->model;
+            int64_t tp = s->device_matrix[0];
+            int64_t kv = !strcmp(mc->family, "llama") && mc->kv_heads ? mc->kv_heads : mc->heads;
+            if (mc->heads % tp != 0 || kv % tp != 0)
+                return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: tensor parallelism of degree %lld does "
+                           "not divide model.%s %lld: the actor splits the heads over its ranks", a->name,
+                           (long long)tp, mc->heads % tp ? "heads" : "kv_heads", (long long)(mc->heads % tp ? mc->heads : kv));
+            if (shared > 0)
+                return ERR(f, s->mesh_line, s->mesh_column, "groups.%s: a tensor-parallel actor on the learner's ranks "
+                           "(co-located) is not built: give the actor ranks of its own (disjoint), or drop its params "
+                           "rules (whole replicas)", a->name);
+        }
+    }
     bool same = shared == a->n_ranks && shared == l->n_ranks;
     for (int i = 0; same && i < a->n_ranks; i++) same = a->ranks[i] == l->ranks[i];
     if (shared > 0 && !same)

@@ -199,22 +199,43 @@ static hp_status learner_init(hp_rl *rl) {
  * parameters made first, so the generator binds to them), else over a store of its own. */
 static hp_status actor_init(hp_rl *rl) {
     int64_t s0, n;
-    hp_block_range(rl->B, rl->n_actors, rl->actor_index, &s0, &n);
+    hp_block_range(rl->B, rl->tp_actor ? 1 : rl->n_actors, rl->tp_actor ? 0 : rl->actor_index, &s0, &n);
     rl->share0 = (int)s0, rl->share = (int)n;
     rl->my_comp = malloc(sizeof(int32_t) * (size_t)n * (size_t)rl->M);
     rl->my_logp = malloc(sizeof(float) * (size_t)n * (size_t)rl->M);
     rl->gen_logits = malloc(sizeof(float) * (size_t)n * (size_t)rl->M * (size_t)rl->V);
     if (!rl->my_comp || !rl->my_logp || !rl->gen_logits) return OOM("the actor's buffers");
+    hp_mesh *am = rl->tp_actor ? hp_strategy_mesh(rl->astrategy) : NULL;
+    if (am) HP_CHECK(hp_mesh_attach(am, rl->acomm));
     if (rl->colocated) rl->astore = rl->lstore;
     else {
-        HP_CHECK(hp_store_new(NULL, NULL, &rl->astore_own));
+        HP_CHECK(hp_store_new(am, NULL, &rl->astore_own));
         rl->astore = rl->astore_own;
     }
     hp_generator_opts go = HP_GENERATOR_OPTS_DEFAULT;
     int64_t most;
-    hp_block_range(rl->B, rl->n_actors, 0, &s0, &most);
+    hp_block_range(rl->B, rl->tp_actor ? 1 : rl->n_actors, 0, &s0, &most);
     go.slots = (int)most;
+    go.strategy = rl->tp_actor ? rl->astrategy : NULL; /* one replica over the actor ranks, heads split */
     return hp_generator_new(&rl->gc, rl->astore, &go, &rl->gen);
+}
+
+/* The actor's layout of every parameter: the one its generator declared in its store, from the
+ * first actor rank to every rank (the syncs are collective over world); replicated without tp. */
+static hp_status actor_layouts(hp_rl *rl) {
+    rl->alay = calloc((size_t)rl->n_params, sizeof *rl->alay);
+    if (!rl->alay) return OOM("the actor's layouts");
+    for (int p = 0; p < rl->n_params; p++) {
+        rl->alay[p] = replicated(rl->pshape[p].ndim);
+        hp_store_entry_info info;
+        if (rl->tp_actor && rl->rank == rl->actors[0]) {
+            HP_CHECK(hp_store_info(rl->astore, rl->pname[p], &info));
+            rl->alay[p] = info.layout;
+        }
+    }
+    if (!rl->tp_actor) return HP_STATUS_OK;
+    return hp_comm_broadcast(rl->world, rl->alay, (size_t)rl->n_params * sizeof(hp_layout) / sizeof(int32_t),
+                             HP_DTYPE_I32, rl->actors[0]);
 }
 
 /* Co-located: the replicated views of the sharded parameters (collective over the learner mesh). */
@@ -257,6 +278,45 @@ static hp_status first_sync(hp_rl *rl) {
     return hp__rl_sync(rl, NULL);
 }
 
+/*
+ * A tensor-parallel actor's check of parameter p: the controller (never an actor: tp actors are
+ * disjoint) sends the learner's gathered values `full` to every actor rank, which cuts its own
+ * block under the actor's layout and compares it byte for byte with its copy `mine` (so replicated
+ * parameters are checked on every rank too); the verdicts go back to the controller.
+ */
+static hp_status verify_shards(hp_rl *rl, int p, const float *full, const void *mine, hp_rl_step_metrics *m) {
+    size_t n = (size_t)hp_shape_numel(&rl->pshape[p]);
+    if (rl->is_ctrl) {
+        int32_t bad = 0, any = 0;
+        for (int a = 0; a < rl->n_actors; a++) HP_CHECK(hp_comm_send(rl->world, full, n, HP_DTYPE_F32, rl->actors[a], 8));
+        for (int a = 0; a < rl->n_actors; a++) {
+            HP_CHECK(hp_comm_recv(rl->world, &bad, 1, HP_DTYPE_I32, rl->actors[a], 9));
+            any |= bad;
+        }
+        m->sync_checked++;
+        m->sync_mismatch += any != 0;
+        return HP_STATUS_OK;
+    }
+    if (!rl->is_actor) return HP_STATUS_OK;
+    int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], zero[HP_MAX_DIMS] = {0};
+    HP_CHECK(hp_layout_slice_of(&rl->alay[p], rl->amesh_w, &rl->pshape[p], rl->actor_index, start, len));
+    hp_shape local = rl->pshape[p];
+    int64_t ln = 1;
+    for (int d = 0; d < local.ndim; d++) local.dim[d] = len[d], ln *= len[d];
+    float *whole = malloc(n * sizeof(float)), *block = malloc((size_t)(ln ? ln : 1) * sizeof(float));
+    hp_status st = whole && block ? HP_STATUS_OK : OOM("a verified parameter");
+    if (st == HP_STATUS_OK) st = hp_comm_recv(rl->world, whole, n, HP_DTYPE_F32, rl->controller, 8);
+    int32_t bad = 1;
+    if (st == HP_STATUS_OK) {
+        hp_copy_box(block, &local, zero, whole, &rl->pshape[p], start, len, sizeof(float));
+        bad = memcmp(block, mine, (size_t)ln * sizeof(float)) != 0;
+        st = hp_comm_send(rl->world, &bad, 1, HP_DTYPE_I32, rl->controller, 9);
+    }
+    free(whole);
+    free(block);
+    return st;
+}
+
 /* With verify_sync: the learner's parameter gathered on the controller against actor 0's copy. */
 static hp_status verify(hp_rl *rl, int p, hp_rl_step_metrics *m) {
     hp_layout rep = replicated(rl->pshape[p].ndim);
@@ -270,6 +330,10 @@ static hp_status verify(hp_rl *rl, int p, hp_rl_step_metrics *m) {
                                         HP_DTYPE_F32, NULL), st, done);
     HP_CHECK_GOTO(actor_param(rl, p, &mine), st, done);
     size_t n = bytes / sizeof(float);
+    if (rl->tp_actor) { /* disjoint: every actor rank compares its own block (a shard or a replica) */
+        st = verify_shards(rl, p, full, mine, m);
+        goto done;
+    }
     if (rl->rank == rl->actors[0] && !rl->is_ctrl)
         HP_CHECK_GOTO(hp_comm_send(rl->world, mine, n, HP_DTYPE_F32, rl->controller, 7), st, done);
     if (rl->is_ctrl) {
@@ -292,11 +356,10 @@ hp_status hp__rl_sync(hp_rl *rl, hp_rl_step_metrics *m) {
         if (rl->any_sharded) HP_CHECK(refresh_views(rl, &bytes));
     } else {
         for (int p = 0; p < rl->n_params; p++) {
-            hp_layout rep = replicated(rl->pshape[p].ndim);
             const void *src = rl->is_learner ? hp_store_data(rl->lstore, rl->pname[p]) : NULL;
             void *dst = rl->is_actor ? hp_store_data(rl->astore, rl->pname[p]) : NULL;
             int64_t b = 0;
-            HP_CHECK(hp_redistribute_cross(rl->world, rl->lmesh_w, &rl->play[p], src, rl->amesh_w, &rep, dst,
+            HP_CHECK(hp_redistribute_cross(rl->world, rl->lmesh_w, &rl->play[p], src, rl->amesh_w, &rl->alay[p], dst,
                                            &rl->pshape[p], HP_DTYPE_F32, &b));
             if (rl->is_actor) HP_CHECK(hp_store_touch(rl->astore, rl->pname[p]));
             bytes += b;
@@ -335,7 +398,21 @@ static hp_status rl_init(hp_rl *rl) {
     HP_CHECK(hp_strategy_new(sc && sc->present ? sc : NULL, rl->n_learners, &rl->strategy));
     hp_mesh *lm = hp_strategy_mesh(rl->strategy);
     HP_CHECK(world_mesh(lm, rl->learners, rl->n_learners, &rl->lmesh_w));
-    HP_CHECK(world_mesh(NULL, rl->actors, rl->n_actors, &rl->amesh_w));
+    /* a tensor-parallel actor: its strategy on every rank (its mesh numbers the syncs' destinations)
+     * and a communicator of the actor ranks for its generator */
+    const hp_strategy_config *as = NULL;
+    for (int i = 0; rl->cfg.groups.present && i < rl->cfg.groups.n_groups; i++)
+        if (rl->cfg.groups.groups[i].kind == HP_GROUP_KIND_ACTOR) as = &rl->cfg.groups.groups[i].strategy;
+    rl->tp_actor = as && as->present && as->n_params > 0;
+    if (rl->tp_actor) {
+        HP_CHECK(hp_strategy_new(as, rl->n_actors, &rl->astrategy));
+        HP_CHECK(hp_comm_split(rl->world, rl->is_actor ? 1 : 0, rl->is_actor ? rl->actor_index : rl->rank, &rl->acomm));
+        if (!rl->is_actor) {
+            hp_comm_free(rl->acomm);
+            rl->acomm = NULL;
+        }
+    }
+    HP_CHECK(world_mesh(rl->tp_actor ? hp_strategy_mesh(rl->astrategy) : NULL, rl->actors, rl->n_actors, &rl->amesh_w));
     HP_CHECK(world_mesh(NULL, &rl->controller, 1, &rl->cmesh_w));
     size_t bt = (size_t)rl->B * (size_t)rl->T, bm = (size_t)rl->B * (size_t)rl->M;
     rl->tok = malloc(bt * sizeof(int32_t)), rl->tgt = malloc(bt * sizeof(int32_t));
@@ -377,6 +454,7 @@ static hp_status rl_init(hp_rl *rl) {
     rl->any_sharded = sharded != 0;
     if (rl->colocated && rl->any_sharded) HP_CHECK(refresh_views(rl, NULL)); /* before the generator binds */
     if (rl->is_actor) HP_CHECK(actor_init(rl));
+    HP_CHECK(actor_layouts(rl));
     return first_sync(rl);
 }
 
@@ -410,12 +488,14 @@ void hp_rl_free(hp_rl *rl) {
     hp_store_free(rl->lstore);
     hp_store_free(rl->rstore);
     hp_strategy_free(rl->strategy);
+    hp_strategy_free(rl->astrategy);
+    hp_comm_free(rl->acomm);
     hp_mesh_free(rl->lmesh_w);
     hp_mesh_free(rl->amesh_w);
     hp_mesh_free(rl->cmesh_w);
     hp_comm_free(rl->lcomm);
     hp_comm_free(rl->world_own);
-    free(rl->actors), free(rl->learners), free(rl->pname), free(rl->pshape), free(rl->play);
+    free(rl->actors), free(rl->learners), free(rl->pname), free(rl->pshape), free(rl->play), free(rl->alay);
     free(rl->my_comp), free(rl->my_logp), free(rl->gen_logits);
     free(rl->tok), free(rl->tgt), free(rl->old), free(rl->ref), free(rl->adv), free(rl->w);
     free(rl->comp), free(rl->comp_logp);

@@ -99,6 +99,15 @@ static void run(hp_comm *world, const char *what, const char *groups, int off_po
 #define DP(n) "mesh: {device_matrix: [" #n "], alias_name: [dp]}, strategy: {inputs: {tokens: [dp, none], " \
               "targets: [dp, none]}}"
 
+/* Megatron tensor parallelism for the actor: one replica over its ranks, the heads split. */
+#define TP(n) "mesh: {device_matrix: [" #n "], alias_name: [tp]}, strategy: {params: [" \
+              "{match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}, " \
+              "{match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}, " \
+              "{match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}, " \
+              "{match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}, " \
+              "{match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}, " \
+              "{match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}]}"
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
@@ -124,6 +133,12 @@ int main(int argc, char **argv) {
         run(world, "learner fsdp3 [1,2,3], actor [0], synchronous",
             "groups:\n  actor: {kind: actor, ranks: [0]}\n  learner: {kind: learner, ranks: [1, 2, 3], " FSDP(3) "}\n", 0,
             "disjoint", true);
+        run(world, "learner fsdp2 [0,1], actor tp2 [2,3], off-policy",
+            "groups:\n  learner: {kind: learner, ranks: [0, 1], " FSDP(2) "}\n"
+            "  actor: {kind: actor, ranks: [2, 3], " TP(2) "}\n", 1, "disjoint", true);
+        run(world, "learner fsdp2 [2,3], actor tp2 [0,1], synchronous",
+            "groups:\n  actor: {kind: actor, ranks: [0, 1], " TP(2) "}\n"
+            "  learner: {kind: learner, ranks: [2, 3], " FSDP(2) "}\n", 0, "disjoint", true);
         run(world, "co-located fsdp4 without groups",
             "strategy: {mesh: {device_matrix: [4], alias_name: [fsdp]}, inputs: {tokens: [fsdp, none]}, "
             "params: [{match: \"*\", tensor_map: [fsdp]}]}\n", 0, "co-located", false);
