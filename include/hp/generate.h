@@ -49,7 +49,10 @@
  * the same draws. The store must be made over the strategy's mesh (hp_store_new(mesh, ...)); the
  * generator declares every parameter's and cache entry's logical shape and layout in it
  * (hp_store_info gives them: load a rank's block of a parameter with hp_redistribute_tensor from a
- * replicated copy, or with a cross-mesh redistribution). The inputs stay replicated (a strategy
+ * replicated copy, or with a cross-mesh redistribution); entries declared already keep their
+ * layout, and the generator's programs bind to their views of its layout (hp_store_view, made by
+ * the caller before hp_generator_new and refreshed before hp_generate: a co-located RL actor on the
+ * learner's store, whose mesh has the same single axis over the same ranks). The inputs stay replicated (a strategy
  * splitting tokens or positions is refused). Errors at hp_generator_new, HP_STATUS_INVALID_ARGUMENT:
  * a degree (the shards of a key projection's dim 0) that does not divide heads or kv_heads (naming
  * the value), q and k projections split differently; then hp_compile's.

@@ -169,10 +169,12 @@ hp_status hp__config_check_rl(const hp_run_config *cfg) {
                 return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: tensor parallelism of degree %lld does "
                            "not divide model.%s %lld: the actor splits the heads over its ranks", a->name,
                            (long long)tp, mc->heads % tp ? "heads" : "kv_heads", (long long)(mc->heads % tp ? mc->heads : kv));
-            if (shared > 0)
+            const hp_strategy_config *ls = &l->strategy;
+            if (shared > 0 && (!ls->present || ls->n_axes != 1))
                 return ERR(f, s->mesh_line, s->mesh_column, "groups.%s: a tensor-parallel actor on the learner's ranks "
-                           "(co-located) is not built: give the actor ranks of its own (disjoint), or drop its params "
-                           "rules (whole replicas)", a->name);
+                           "(co-located) needs a learner mesh of one axis (groups.%s.mesh has %d): the actor's views "
+                           "of the learner's weights are laid out over that axis", a->name, l->name,
+                           ls->present ? ls->n_axes : 0);
         }
     }
     bool same = shared == a->n_ranks && shared == l->n_ranks;

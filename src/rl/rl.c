@@ -220,32 +220,43 @@ static hp_status actor_init(hp_rl *rl) {
     return hp_generator_new(&rl->gc, rl->astore, &go, &rl->gen);
 }
 
-/* The actor's layout of every parameter: the one its generator declared in its store, from the
- * first actor rank to every rank (the syncs are collective over world); replicated without tp. */
+/*
+ * The actor's layout of every parameter, on every rank without communication: the layouts the
+ * actor's strategy gives the parameters of a decode graph (hp_strategy_annotate: the generator's
+ * programs take exactly these), replicated where no rule matches or without tp. A co-located
+ * learner's mesh has the actor's one axis over the same ranks (hp__config_check_rl), so the same
+ * layout values mean the same blocks on the learner's store.
+ */
 static hp_status actor_layouts(hp_rl *rl) {
     rl->alay = calloc((size_t)rl->n_params, sizeof *rl->alay);
     if (!rl->alay) return OOM("the actor's layouts");
-    for (int p = 0; p < rl->n_params; p++) {
-        rl->alay[p] = replicated(rl->pshape[p].ndim);
-        hp_store_entry_info info;
-        if (rl->tp_actor && rl->rank == rl->actors[0]) {
-            HP_CHECK(hp_store_info(rl->astore, rl->pname[p], &info));
-            rl->alay[p] = info.layout;
-        }
-    }
+    for (int p = 0; p < rl->n_params; p++) rl->alay[p] = replicated(rl->pshape[p].ndim);
     if (!rl->tp_actor) return HP_STATUS_OK;
-    return hp_comm_broadcast(rl->world, rl->alay, (size_t)rl->n_params * sizeof(hp_layout) / sizeof(int32_t),
-                             HP_DTYPE_I32, rl->actors[0]);
+    hp_graph *g = hp_graph_new();
+    hp_layout *lay = NULL;
+    hp_gpt_decode d;
+    hp_status st = g ? hp_gpt_build_decode(g, &rl->gc, 1, 1, rl->gc.context, &d) : OOM("a graph");
+    if (st == HP_STATUS_OK) {
+        lay = calloc((size_t)hp_graph_n_tensors(g), sizeof *lay);
+        st = lay ? hp_strategy_annotate(rl->astrategy, g, lay, NULL) : OOM("the actor's layouts");
+    }
+    for (int p = 0; st == HP_STATUS_OK && p < rl->n_params; p++) {
+        hp_tid t = hp_graph_find(g, rl->pname[p]);
+        if (t == HP_TID_NONE) st = hp_error(HP_STATUS_INTERNAL, "rl: parameter '%s' is not in the decode graph", rl->pname[p]);
+        else if (lay[t].ndim >= 0) rl->alay[p] = lay[t];
+    }
+    free(lay);
+    hp_graph_free(g);
+    return st;
 }
 
 /* Co-located: the replicated views of the sharded parameters (collective over the learner mesh). */
 static hp_status refresh_views(hp_rl *rl, int64_t *bytes) {
     hp_store_stats a, b;
     hp_store_get_stats(rl->lstore, &a);
-    for (int p = 0; p < rl->n_params; p++) {
-        hp_layout rep = replicated(rl->pshape[p].ndim);
+    for (int p = 0; p < rl->n_params; p++) { /* the actor's layout: replicated, or tp's */
         void *d;
-        if (!hp_layout_equal(&rl->play[p], &rep)) HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rep, &d));
+        if (!hp_layout_equal(&rl->play[p], &rl->alay[p])) HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rl->alay[p], &d));
     }
     hp_store_get_stats(rl->lstore, &b);
     if (bytes) *bytes += b.refresh_bytes - a.refresh_bytes;
@@ -259,9 +270,8 @@ static hp_status actor_param(hp_rl *rl, int p, void **out) {
         if (rl->is_actor) *out = hp_store_data(rl->astore, rl->pname[p]);
         return HP_STATUS_OK;
     }
-    hp_layout rep = replicated(rl->pshape[p].ndim);
-    if (hp_layout_equal(&rl->play[p], &rep)) *out = hp_store_data(rl->lstore, rl->pname[p]);
-    else HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rep, out)); /* fresh after a sync: no transfer */
+    if (hp_layout_equal(&rl->play[p], &rl->alay[p])) *out = hp_store_data(rl->lstore, rl->pname[p]);
+    else HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rl->alay[p], out)); /* fresh after a sync: no transfer */
     return HP_STATUS_OK;
 }
 
@@ -279,42 +289,47 @@ static hp_status first_sync(hp_rl *rl) {
 }
 
 /*
- * A tensor-parallel actor's check of parameter p: the controller (never an actor: tp actors are
- * disjoint) sends the learner's gathered values `full` to every actor rank, which cuts its own
+ * A tensor-parallel actor's check of parameter p: the controller sends the learner's gathered
+ * values `full` to every other actor rank; every actor rank (the controller too when co-located) cuts its own
  * block under the actor's layout and compares it byte for byte with its copy `mine` (so replicated
  * parameters are checked on every rank too); the verdicts go back to the controller.
  */
 static hp_status verify_shards(hp_rl *rl, int p, const float *full, const void *mine, hp_rl_step_metrics *m) {
     size_t n = (size_t)hp_shape_numel(&rl->pshape[p]);
+    int32_t bad = 0, any = 0;
+    if (rl->is_ctrl)
+        for (int a = 0; a < rl->n_actors; a++)
+            if (rl->actors[a] != rl->rank) HP_CHECK(hp_comm_send(rl->world, full, n, HP_DTYPE_F32, rl->actors[a], 8));
+    if (rl->is_actor) {
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], zero[HP_MAX_DIMS] = {0};
+        HP_CHECK(hp_layout_slice_of(&rl->alay[p], rl->amesh_w, &rl->pshape[p], rl->actor_index, start, len));
+        hp_shape local = rl->pshape[p];
+        int64_t ln = 1;
+        for (int d = 0; d < local.ndim; d++) local.dim[d] = len[d], ln *= len[d];
+        float *whole = rl->is_ctrl ? NULL : malloc(n * sizeof(float)), *block = malloc((size_t)(ln ? ln : 1) * sizeof(float));
+        hp_status st = (whole || rl->is_ctrl) && block ? HP_STATUS_OK : OOM("a verified parameter");
+        if (st == HP_STATUS_OK && !rl->is_ctrl) st = hp_comm_recv(rl->world, whole, n, HP_DTYPE_F32, rl->controller, 8);
+        bad = 1;
+        if (st == HP_STATUS_OK) {
+            hp_copy_box(block, &local, zero, rl->is_ctrl ? full : whole, &rl->pshape[p], start, len, sizeof(float));
+            bad = memcmp(block, mine, (size_t)ln * sizeof(float)) != 0;
+            if (!rl->is_ctrl) st = hp_comm_send(rl->world, &bad, 1, HP_DTYPE_I32, rl->controller, 9);
+        }
+        free(whole);
+        free(block);
+        HP_CHECK(st);
+    }
     if (rl->is_ctrl) {
-        int32_t bad = 0, any = 0;
-        for (int a = 0; a < rl->n_actors; a++) HP_CHECK(hp_comm_send(rl->world, full, n, HP_DTYPE_F32, rl->actors[a], 8));
+        any = rl->is_actor ? bad : 0;
         for (int a = 0; a < rl->n_actors; a++) {
+            if (rl->actors[a] == rl->rank) continue;
             HP_CHECK(hp_comm_recv(rl->world, &bad, 1, HP_DTYPE_I32, rl->actors[a], 9));
             any |= bad;
         }
         m->sync_checked++;
         m->sync_mismatch += any != 0;
-        return HP_STATUS_OK;
     }
-    if (!rl->is_actor) return HP_STATUS_OK;
-    int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], zero[HP_MAX_DIMS] = {0};
-    HP_CHECK(hp_layout_slice_of(&rl->alay[p], rl->amesh_w, &rl->pshape[p], rl->actor_index, start, len));
-    hp_shape local = rl->pshape[p];
-    int64_t ln = 1;
-    for (int d = 0; d < local.ndim; d++) local.dim[d] = len[d], ln *= len[d];
-    float *whole = malloc(n * sizeof(float)), *block = malloc((size_t)(ln ? ln : 1) * sizeof(float));
-    hp_status st = whole && block ? HP_STATUS_OK : OOM("a verified parameter");
-    if (st == HP_STATUS_OK) st = hp_comm_recv(rl->world, whole, n, HP_DTYPE_F32, rl->controller, 8);
-    int32_t bad = 1;
-    if (st == HP_STATUS_OK) {
-        hp_copy_box(block, &local, zero, whole, &rl->pshape[p], start, len, sizeof(float));
-        bad = memcmp(block, mine, (size_t)ln * sizeof(float)) != 0;
-        st = hp_comm_send(rl->world, &bad, 1, HP_DTYPE_I32, rl->controller, 9);
-    }
-    free(whole);
-    free(block);
-    return st;
+    return HP_STATUS_OK;
 }
 
 /* With verify_sync: the learner's parameter gathered on the controller against actor 0's copy. */
@@ -330,7 +345,7 @@ static hp_status verify(hp_rl *rl, int p, hp_rl_step_metrics *m) {
                                         HP_DTYPE_F32, NULL), st, done);
     HP_CHECK_GOTO(actor_param(rl, p, &mine), st, done);
     size_t n = bytes / sizeof(float);
-    if (rl->tp_actor) { /* disjoint: every actor rank compares its own block (a shard or a replica) */
+    if (rl->tp_actor) { /* every actor rank compares its own block (a shard or a replica) */
         st = verify_shards(rl, p, full, mine, m);
         goto done;
     }
@@ -353,7 +368,7 @@ hp_status hp__rl_sync(hp_rl *rl, hp_rl_step_metrics *m) {
     rl->actor_updates = rl->steps_done;
     int64_t bytes = 0;
     if (rl->colocated) {
-        if (rl->any_sharded) HP_CHECK(refresh_views(rl, &bytes));
+        if (rl->any_sharded || rl->tp_actor) HP_CHECK(refresh_views(rl, &bytes));
     } else {
         for (int p = 0; p < rl->n_params; p++) {
             const void *src = rl->is_learner ? hp_store_data(rl->lstore, rl->pname[p]) : NULL;
@@ -452,9 +467,9 @@ static hp_status rl_init(hp_rl *rl) {
     int32_t sharded = rl->any_sharded;
     HP_CHECK(hp_comm_broadcast(rl->world, &sharded, 1, HP_DTYPE_I32, rl->controller));
     rl->any_sharded = sharded != 0;
-    if (rl->colocated && rl->any_sharded) HP_CHECK(refresh_views(rl, NULL)); /* before the generator binds */
-    if (rl->is_actor) HP_CHECK(actor_init(rl));
     HP_CHECK(actor_layouts(rl));
+    if (rl->colocated && (rl->any_sharded || rl->tp_actor)) HP_CHECK(refresh_views(rl, NULL)); /* before the generator binds */
+    if (rl->is_actor) HP_CHECK(actor_init(rl));
     return first_sync(rl);
 }
 

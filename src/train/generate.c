@@ -116,12 +116,15 @@ static hp_status annotate(void *user, const hp_graph *g, const hp_mesh *mesh, hp
     return HP_STATUS_OK;
 }
 
-/* Records the logical shape and layout of every parameter and cache entry of x in the store. */
+/* Records the logical shape and layout of every parameter and cache entry of x in the store, but
+ * for entries declared already (a co-located learner's: x bound to their views). */
 static hp_status declare_entries(hp_generator *gen, const gprog *x) {
     hp_partition *part = hp_compiled_partition(x->c);
     for (int t = 0; t < hp_graph_n_tensors(x->g); t++) {
         const hp_tensor *y = hp_graph_tensor(x->g, t);
+        hp_store_entry_info info;
         if ((y->kind != HP_TENSOR_KIND_PARAM && y->kind != HP_TENSOR_KIND_STATE) || !y->name) continue;
+        if (hp_store_info(gen->store, y->name, &info) == HP_STATUS_OK && info.declared) continue;
         HP_CHECK(hp_store_declare(gen->store, y->name, y->dtype, &y->shape, hp_partition_layout(part, t)));
     }
     return HP_STATUS_OK;

@@ -1,10 +1,13 @@
-/* ranks: 3 4 */
+/* ranks: 2 3 4 */
 /*
  * GRPO under one controller (hp/rl.h) over real MPI processes: after every weight sync the actor's
  * copy of every parameter equals the learner's byte for byte (hp_rl_opts.verify_sync gathers the
  * learner's layout on the controller and compares), with different strategies on the two groups:
  * learner FSDP or data-parallel on some ranks and the actor on others (one rank or two replicas),
- * the learner on the last rank with the actors before it, co-located FSDP over every rank;
+ * the learner on the last rank with the actors before it, co-located FSDP over every rank, and a
+ * tensor-parallel actor (tp2: one replica, heads split) after an fsdp2 learner, disjoint (4 ranks,
+ * both orders) and co-located (2 ranks: the actor binds to views of the learner's store in its tp
+ * layout); with tp every actor rank's block is compared (replicated parameters too);
  * synchronous and one step off-policy. Where the actor is one rank it samples what the one-rank
  * job samples, so the first update's reward equals the one-rank job's exactly and its GRPO loss and
  * gradient norm within 1e-5 (the learner's strategy changes only the float summation order). A
@@ -115,6 +118,11 @@ int main(int argc, char **argv) {
     g_rank = hp_comm_rank(world);
     int p = hp_comm_size(world);
     reference();
+    if (p == 2) {
+        run(world, "co-located learner fsdp2, actor tp2 [0,1]",
+            "groups:\n  learner: {kind: learner, ranks: [0, 1], " FSDP(2) "}\n"
+            "  actor: {kind: actor, ranks: [0, 1], " TP(2) "}\n", 1, "co-located", true);
+    }
     if (p == 3) {
         run(world, "learner fsdp2 [0,1], actor [2], off-policy",
             "groups:\n  learner: {kind: learner, ranks: [0, 1], " FSDP(2) "}\n  actor: {kind: actor, ranks: [2]}\n", 1,

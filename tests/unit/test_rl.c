@@ -139,8 +139,8 @@ static void test_config_errors(void **state) {
                "  l: {kind: learner, ranks: [2]}\n", "bad.yaml:4:", "does not divide model.kv_heads 1");
     expect_bad(MODEL "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0, 1], mesh: {device_matrix: [2], alias_name: [tp]},\n"
                "      strategy: {params: [{match: \"*.attn.[qkv].weight\", tensor_map: [tp, none]}]}}\n"
-               "  l: {kind: learner, ranks: [0, 1], mesh: {device_matrix: [2], alias_name: [dp]}}\n", "bad.yaml:4:",
-               "a tensor-parallel actor on the learner's ranks (co-located) is not built");
+               "  l: {kind: learner, ranks: [0, 1], mesh: {device_matrix: [1, 2], alias_name: [dp, fsdp]}}\n", "bad.yaml:4:",
+               "a tensor-parallel actor on the learner's ranks (co-located) needs a learner mesh of one axis");
     expect_bad(MODEL "rl: {prompts: 1, group_size: 2}\ngroups:\n  a: {kind: actor, ranks: [0, 1, 2], mesh: {device_matrix: "
                "[3], alias_name: [dp]}}\n  l: {kind: learner, ranks: [3]}\n", "bad.yaml:4:", "samples only");
     /* the world size against the groups */
