@@ -157,6 +157,10 @@ typedef struct hp_generate_text_opts {
     int batch;       /* sequences generated together (cache slots); 0: one per prompt */
     bool use_cache;  /* false: recompute the window for every token (`--no-cache`) */
     hp_generate_opts gen; /* tokens, temperature, top-k, top-p, seed (logits ignored) */
+    /* Tensor parallelism (`hp generate --strategy RUN.yaml` under mpirun): a checked `strategy:`
+     * section whose mesh has as many devices as `world` has ranks (borrowed); NULL: one device. */
+    const hp_strategy_config *strategy;
+    hp_comm *world;  /* the ranks (borrowed); NULL: one rank */
 } hp_generate_text_opts;
 
 /*
@@ -169,10 +173,13 @@ typedef struct hp_generate_text_opts {
  * left) after the last C - n tokens of every sequence, so the cache is refilled by a prefill
  * every n tokens; a prompt longer than C is cut to its last C - n tokens. With the cache and
  * without (use_cache false) the windows are the same, so both give the same tokens. texts_out[j] (malloc'd, caller frees each) is the prompt and its
- * continuation, decoded. *stats_out (may be NULL) receives the generator's counters.
+ * continuation, decoded. *stats_out (may be NULL) receives the generator's counters. With
+ * o->strategy the generator runs under it over o->world (every rank calls this with the same
+ * arguments and gets the same texts; each reads the whole checkpoint and keeps its blocks).
  * Errors: the checkpoint's (naming the file and the tensor or field); hp_generate's (a prompt
  * or prompt + tokens beyond the context); HP_STATUS_INVALID_ARGUMENT for n_prompts < 1 or a
- * negative batch.
+ * negative batch; with a strategy hp_strategy_new's (its device count against the ranks, naming
+ * file:line) and hp_generator_new's (a degree not dividing heads or kv_heads, naming the value).
  */
 hp_status hp_generate_checkpoint(const char *path, const char *const *prompts, int n_prompts,
                                  const hp_generate_text_opts *o, char **texts_out, hp_generator_stats *stats_out);

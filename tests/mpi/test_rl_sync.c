@@ -8,7 +8,7 @@
  * tensor-parallel actor (tp2: one replica, heads split) after an fsdp2 learner, disjoint (4 ranks,
  * both orders) and co-located (2 ranks: the actor binds to views of the learner's store in its tp
  * layout); with tp every actor rank's block is compared (replicated parameters too);
- * synchronous and one step off-policy. Where the actor is one rank it samples what the one-rank
+ * synchronous and one step off-policy. Where the actor is one rank (or one tp replica) it samples what the one-rank
  * job samples, so the first update's reward equals the one-rank job's exactly and its GRPO loss and
  * gradient norm within 1e-5 (the learner's strategy changes only the float summation order). A
  * tiny model and a few steps keep it fast.
