@@ -82,11 +82,11 @@ double hp_rl_reward(const hp_rl_config *r, const int32_t *prompt, int len, const
 typedef struct hp_rl hp_rl;
 
 typedef struct hp_rl_opts {
-    /* After every sync, compare the actor's copy of each parameter with the learner's (gathered on
-     * the controller) byte for byte; the counts go to hp_rl_step_metrics. Costs a gather per sync.
-     * With a tp actor the controller sends the gathered values to every actor rank, which compares
-     * its own block (shards and replicated parameters alike); a parameter counts as differing when
-     * any rank's block differs. */
+    /* After every sync, compare the actor's copy of each parameter with the learner's byte for
+     * byte: the learner's values gathered on the controller go to every actor rank, which compares
+     * its own block (a tp shard, or a whole replica: every replica is checked); a parameter counts
+     * as differing when any rank's block differs. The counts go to hp_rl_step_metrics. Costs a
+     * gather and a send of every parameter to every actor rank per sync. */
     bool verify_sync;
 } hp_rl_opts;
 #define HP_RL_OPTS_DEFAULT ((hp_rl_opts){.verify_sync = false})

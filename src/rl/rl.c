@@ -289,8 +289,8 @@ static hp_status first_sync(hp_rl *rl) {
 }
 
 /*
- * A tensor-parallel actor's check of parameter p: the controller sends the learner's gathered
- * values `full` to every other actor rank; every actor rank (the controller too when co-located) cuts its own
+ * The check of parameter p: the controller sends the learner's gathered values `full` to every
+ * other actor rank; every actor rank (the controller too when co-located) cuts its own
  * block under the actor's layout and compares it byte for byte with its copy `mine` (so replicated
  * parameters are checked on every rank too); the verdicts go back to the controller.
  */
@@ -332,34 +332,22 @@ static hp_status verify_shards(hp_rl *rl, int p, const float *full, const void *
     return HP_STATUS_OK;
 }
 
-/* With verify_sync: the learner's parameter gathered on the controller against actor 0's copy. */
+/* With verify_sync: the learner's parameter p gathered on the controller, checked against every
+ * actor rank's copy (verify_shards). */
 static hp_status verify(hp_rl *rl, int p, hp_rl_step_metrics *m) {
     hp_layout rep = replicated(rl->pshape[p].ndim);
     size_t bytes = (size_t)hp_shape_numel(&rl->pshape[p]) * sizeof(float);
-    float *full = rl->is_ctrl ? malloc(bytes) : NULL, *theirs = rl->is_ctrl ? malloc(bytes) : NULL;
-    hp_status st = !rl->is_ctrl || (full && theirs) ? HP_STATUS_OK : OOM("a verified parameter");
+    float *full = rl->is_ctrl ? malloc(bytes) : NULL;
+    hp_status st = !rl->is_ctrl || full ? HP_STATUS_OK : OOM("a verified parameter");
     void *mine = NULL;
     HP_CHECK_GOTO(st, st, done);
     const void *lb = rl->is_learner ? hp_store_data(rl->lstore, rl->pname[p]) : NULL;
     HP_CHECK_GOTO(hp_redistribute_cross(rl->world, rl->lmesh_w, &rl->play[p], lb, rl->cmesh_w, &rep, full, &rl->pshape[p],
                                         HP_DTYPE_F32, NULL), st, done);
     HP_CHECK_GOTO(actor_param(rl, p, &mine), st, done);
-    size_t n = bytes / sizeof(float);
-    if (rl->tp_actor) { /* every actor rank compares its own block (a shard or a replica) */
-        st = verify_shards(rl, p, full, mine, m);
-        goto done;
-    }
-    if (rl->rank == rl->actors[0] && !rl->is_ctrl)
-        HP_CHECK_GOTO(hp_comm_send(rl->world, mine, n, HP_DTYPE_F32, rl->controller, 7), st, done);
-    if (rl->is_ctrl) {
-        if (rl->actors[0] == rl->rank) memcpy(theirs, mine, bytes);
-        else HP_CHECK_GOTO(hp_comm_recv(rl->world, theirs, n, HP_DTYPE_F32, rl->actors[0], 7), st, done);
-        m->sync_checked++;
-        m->sync_mismatch += memcmp(full, theirs, bytes) != 0;
-    }
+    st = verify_shards(rl, p, full, mine, m);
 done:
     free(full);
-    free(theirs);
     return st;
 }
 
