@@ -195,8 +195,10 @@ static hp_status learner_init(hp_rl *rl) {
     return HP_STATUS_OK;
 }
 
-/* The actor's generator: over the learner's store when co-located (replicated views of the sharded
- * parameters made first, so the generator binds to them), else over a store of its own. */
+/* The actor's generator: over the learner's store when co-located (views in the actor's layout of
+ * the parameters the learner lays out otherwise made first, so the generator binds to them), else
+ * over a store of its own (on the actor's mesh with tp). A tp actor is one replica: its generator
+ * is compiled under the actor's strategy over the actor ranks and every rank holds the whole batch. */
 static hp_status actor_init(hp_rl *rl) {
     int64_t s0, n;
     hp_block_range(rl->B, rl->tp_actor ? 1 : rl->n_actors, rl->tp_actor ? 0 : rl->actor_index, &s0, &n);
@@ -250,7 +252,8 @@ static hp_status actor_layouts(hp_rl *rl) {
     return st;
 }
 
-/* Co-located: the replicated views of the sharded parameters (collective over the learner mesh). */
+/* Co-located: the views of the parameters whose learner layout is not the actor's (replicated, or
+ * the tp actor's), refreshed where the entry moved (collective over the learner mesh). */
 static hp_status refresh_views(hp_rl *rl, int64_t *bytes) {
     hp_store_stats a, b;
     hp_store_get_stats(rl->lstore, &a);

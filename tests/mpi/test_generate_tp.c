@@ -7,7 +7,8 @@
  * grouped-query attention (4 heads, 2 kv heads), over two calls (the second with another prompt
  * length: a new prefill program, the slots reused). Sampling at temperature 0.8 with top-p gives
  * the same tokens as one device on every rank. Each rank holds half of every cache; a degree that
- * does not divide kv_heads is refused naming the value.
+ * does not divide kv_heads is refused naming the value, as are a strategy without the cache and
+ * one that splits the inputs.
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -171,10 +172,8 @@ static void compare(const char *what, const hp_gpt_config *c, const char *text, 
     for (int k = 0; k < 2; k++) free(ref.logits[k]), free(tp.logits[k]);
 }
 
-/* kv_heads 1 on tp2: refused, naming the value. */
-static void refuse_kv_heads(hp_comm *world) {
-    char text[2048];
-    snprintf(text, sizeof text, LLAMA_TP, 1);
+/* What the generator refuses under a strategy (text: a run config; want: the message's part). */
+static void refuse(hp_comm *world, const char *text, bool use_cache, const char *want) {
     hp_run_config cfg;
     OK(hp_run_config_load_string(text, strlen(text), "kv1", &cfg));
     hp_gpt_config c = hp_gpt_config_from_model(&cfg.model);
@@ -185,10 +184,11 @@ static void refuse_kv_heads(hp_comm *world) {
     OK(hp_store_new(hp_strategy_mesh(s), NULL, &store));
     hp_generator_opts go = HP_GENERATOR_OPTS_DEFAULT;
     go.strategy = s;
+    go.use_cache = use_cache;
     hp_generator *gen = NULL;
     hp_status st = hp_generator_new(&c, store, &go, &gen);
-    CHECK(st == HP_STATUS_INVALID_ARGUMENT && strstr(hp_error_message(), "kv_heads 1"),
-          "kv_heads 1 on tp2: status %d, message '%s'", (int)st, hp_error_message());
+    CHECK(st == HP_STATUS_INVALID_ARGUMENT && strstr(hp_error_message(), want), "expected '%s': status %d, message "
+          "'%s'", want, (int)st, hp_error_message());
     hp_generator_free(gen);
     hp_store_free(store);
     hp_strategy_free(s);
@@ -214,7 +214,13 @@ int main(int argc, char **argv) {
             compare("llama gqa tp2", &c, text, world);
             hp_run_config_free(&cfg);
         }
-        refuse_kv_heads(world);
+        snprintf(text, sizeof text, LLAMA_TP, 1); /* one kv head cannot be split over 2 ranks */
+        refuse(world, text, true, "does not divide kv_heads 1 (heads 4, kv_heads 1)");
+        snprintf(text, sizeof text, LLAMA_TP, 2);
+        refuse(world, text, false, "a strategy needs the cache");
+        char split[2048]; /* the generator writes whole rows of tokens: split inputs are refused */
+        snprintf(split, sizeof split, "%s  inputs: {tokens: [tp, none]}\n", GPT_TP);
+        refuse(world, split, true, "the strategy splits input 'tokens'");
     }
     int failed = g_failed;
     hp_comm_all_reduce(world, &g_failed, &failed, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
