@@ -197,11 +197,13 @@ static hp_status learner_init(hp_rl *rl) {
 
 /* The actor's generator: over the learner's store when co-located (views in the actor's layout of
  * the parameters the learner lays out otherwise made first, so the generator binds to them), else
- * over a store of its own (on the actor's mesh with tp). A tp actor is one replica: its generator
- * is compiled under the actor's strategy over the actor ranks and every rank holds the whole batch. */
+ * over a store of its own (on the actor's mesh with tp). A tp actor's generator is compiled under
+ * the actor's strategy over all the actor ranks; the rules split the heads over the mesh's last
+ * axis (tp) and leave a first axis (dp) unused, so the dp replicas never communicate and each
+ * feeds its own share of the batch (the ranks of one replica feed the same). */
 static hp_status actor_init(hp_rl *rl) {
     int64_t s0, n;
-    hp_block_range(rl->B, rl->tp_actor ? 1 : rl->n_actors, rl->tp_actor ? 0 : rl->actor_index, &s0, &n);
+    hp_block_range(rl->B, rl->n_rep, rl->actor_index / rl->tp, &s0, &n); /* this rank's replica's share */
     rl->share0 = (int)s0, rl->share = (int)n;
     rl->my_comp = malloc(sizeof(int32_t) * (size_t)n * (size_t)rl->M);
     rl->my_logp = malloc(sizeof(float) * (size_t)n * (size_t)rl->M);
@@ -216,9 +218,9 @@ static hp_status actor_init(hp_rl *rl) {
     }
     hp_generator_opts go = HP_GENERATOR_OPTS_DEFAULT;
     int64_t most;
-    hp_block_range(rl->B, rl->tp_actor ? 1 : rl->n_actors, 0, &s0, &most);
+    hp_block_range(rl->B, rl->n_rep, 0, &s0, &most);
     go.slots = (int)most;
-    go.strategy = rl->tp_actor ? rl->astrategy : NULL; /* one replica over the actor ranks, heads split */
+    go.strategy = rl->tp_actor ? rl->astrategy : NULL; /* heads split over tp; a dp axis holds replicas */
     return hp_generator_new(&rl->gc, rl->astore, &go, &rl->gen);
 }
 
@@ -410,6 +412,8 @@ static hp_status rl_init(hp_rl *rl) {
     for (int i = 0; rl->cfg.groups.present && i < rl->cfg.groups.n_groups; i++)
         if (rl->cfg.groups.groups[i].kind == HP_GROUP_KIND_ACTOR) as = &rl->cfg.groups.groups[i].strategy;
     rl->tp_actor = as && as->present && as->n_params > 0;
+    rl->tp = rl->tp_actor ? as->device_matrix[as->n_axes - 1] : 1;
+    rl->n_rep = rl->n_actors / rl->tp;
     if (rl->tp_actor) {
         HP_CHECK(hp_strategy_new(as, rl->n_actors, &rl->astrategy));
         HP_CHECK(hp_comm_split(rl->world, rl->is_actor ? 1 : 0, rl->is_actor ? rl->actor_index : rl->rank, &rl->acomm));

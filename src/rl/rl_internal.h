@@ -35,7 +35,9 @@ struct hp_rl {
     bool any_sharded;             /* a parameter is not replicated on the learner mesh */
     hp_mesh *lmesh_w, *amesh_w, *cmesh_w; /* learner, actor, controller meshes numbered by world ranks */
     /* actor */
-    bool tp_actor;                /* the actor group is one tensor-parallel replica (its strategy's params rules) */
+    bool tp_actor;                /* the actor group is tensor-parallel (its strategy's params rules) */
+    int tp, n_rep;                /* its degree (the mesh's last axis; 1 without tp) and its replicas
+                                   * (n_actors / tp: the first axis of a [dp, tp] mesh) */
     hp_strategy *astrategy;       /* that strategy (on every rank: the syncs need its mesh); NULL otherwise */
     hp_comm *acomm;               /* the actor ranks (tp_actor only; NULL elsewhere) */
     hp_layout *alay;              /* the actor's layout of every parameter (replicated without tp) */
