@@ -35,10 +35,11 @@
  * Groups. Without groups: every rank of `world` is both actor and learner, the learner under the
  * top-level strategy: (co-located). With groups: one group of kind learner (its mesh: and strategy:,
  * e.g. dp2 or fsdp2) and one of kind actor: one rank, whole replicas over a one-axis mesh, or, when
- * its strategy has params rules, one tensor-parallel replica over its one-axis mesh (e.g. tp2,
- * examples/rl_tp.yaml: the generator compiled under that strategy, hp/generate.h; every actor rank
- * generates the whole batch with the same draws, the first one sends it; the degree divides the
- * heads and kv_heads, checked with the config):
+ * its strategy has params rules, tensor parallelism over its mesh's last axis (e.g. tp2,
+ * examples/rl_tp.yaml: the generator compiled under that strategy, hp/generate.h) with replicas
+ * over an optional first axis ([dp, tp]); each replica generates its share of the batch, its ranks
+ * with the same draws, its first rank sends it; the degree divides the heads and kv_heads, checked
+ * with the config:
  *   - co-located (the same ranks in the same order): the actor's generator binds to the learner's
  *     state store, so the weights are shared, not copied: parameters whose learner layout is the
  *     actor's are the very same buffers; the others are store views in the actor's layout
