@@ -143,7 +143,8 @@ int main(int argc, char **argv) {
                 printf("{\"bench\": \"generate_tp\", \"width\": %d, \"layers\": 4, \"heads\": 8, \"batch\": %d, "
                        "\"prompt\": %d, \"new_tokens\": %d, \"tokens_per_s_1rank\": %.1f, \"tokens_per_s_tp2\": %.1f, "
                        "\"speedup\": %.2f, \"cpu_tokens_per_s_1rank\": %.1f, \"cpu_tokens_per_s_tp2\": %.1f, "
-                       "\"cpu_speedup\": %.2f, \"same\": %s}\n", widths[wi], B, PROMPT, NEW, t1, t2, t2 / t1, u1, (double)u2min,
+                       "\"cpu_speedup\": %.2f, \"same\": %s}\n", widths[wi], B, PROMPT, NEW, t1, t2, t2 / t1, u1,
+                       (double)u2min,
                        u1 > 0 ? (double)u2min / u1 : 0.0,
                        memcmp(one, tp, sizeof(int32_t) * (size_t)B * NEW) == 0 ? "true" : "false");
                 fflush(stdout);

@@ -44,7 +44,8 @@
  * fc/gate/up column-parallel, split on dim 0; proj/o/down row-parallel, split on dim 1; see
  * examples/rl_tp.yaml); each layer's cache pair "kv.L.k" / "kv.L.v" is split over kv heads (dim 1)
  * by the axes that split its key projection's dim 0, so ATTENTION_CACHE reads and writes the
- * cache in place, each rank holding 1/tp of it (hp_generator_stats.cache_bytes is this rank's part). The logits are resolved replicated (the
+ * cache in place, each rank holding 1/tp of it (hp_generator_stats.cache_bytes is this rank's
+ * part). The logits are resolved replicated (the
  * row-parallel sums all-reduced, the head replicated), so every rank samples the same tokens from
  * the same draws. The store must be made over the strategy's mesh (hp_store_new(mesh, ...)); the
  * generator declares every parameter's and cache entry's logical shape and layout in it

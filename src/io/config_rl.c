@@ -175,7 +175,8 @@ hp_status hp__config_check_rl(const hp_run_config *cfg) {
             if (mc->heads % tp != 0 || kv % tp != 0)
                 return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: tensor parallelism of degree %lld does "
                            "not divide model.%s %lld: the actor splits the heads over its ranks", a->name,
-                           (long long)tp, mc->heads % tp ? "heads" : "kv_heads", (long long)(mc->heads % tp ? mc->heads : kv));
+                           (long long)tp, mc->heads % tp ? "heads" : "kv_heads",
+                           (long long)(mc->heads % tp ? mc->heads : kv));
             const hp_strategy_config *ls = &l->strategy;
             if (shared > 0 && (!ls->present || ls->n_axes != 1 || s->n_axes != 1))
                 return ERR(f, s->mesh_line, s->mesh_column, "groups.%s: a tensor-parallel actor on the learner's ranks "

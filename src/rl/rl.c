@@ -246,7 +246,8 @@ static hp_status actor_layouts(hp_rl *rl) {
     }
     for (int p = 0; st == HP_STATUS_OK && p < rl->n_params; p++) {
         hp_tid t = hp_graph_find(g, rl->pname[p]);
-        if (t == HP_TID_NONE) st = hp_error(HP_STATUS_INTERNAL, "rl: parameter '%s' is not in the decode graph", rl->pname[p]);
+        if (t == HP_TID_NONE)
+            st = hp_error(HP_STATUS_INTERNAL, "rl: parameter '%s' is not in the decode graph", rl->pname[p]);
         else if (lay[t].ndim >= 0) rl->alay[p] = lay[t];
     }
     free(lay);
@@ -261,7 +262,8 @@ static hp_status refresh_views(hp_rl *rl, int64_t *bytes) {
     hp_store_get_stats(rl->lstore, &a);
     for (int p = 0; p < rl->n_params; p++) { /* the actor's layout: replicated, or tp's */
         void *d;
-        if (!hp_layout_equal(&rl->play[p], &rl->alay[p])) HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rl->alay[p], &d));
+        if (!hp_layout_equal(&rl->play[p], &rl->alay[p]))
+            HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rl->alay[p], &d));
     }
     hp_store_get_stats(rl->lstore, &b);
     if (bytes) *bytes += b.refresh_bytes - a.refresh_bytes;
@@ -311,7 +313,8 @@ static hp_status verify_shards(hp_rl *rl, int p, const float *full, const void *
         hp_shape local = rl->pshape[p];
         int64_t ln = 1;
         for (int d = 0; d < local.ndim; d++) local.dim[d] = len[d], ln *= len[d];
-        float *whole = rl->is_ctrl ? NULL : malloc(n * sizeof(float)), *block = malloc((size_t)(ln ? ln : 1) * sizeof(float));
+        float *whole = rl->is_ctrl ? NULL : malloc(n * sizeof(float));
+        float *block = malloc((size_t)(ln ? ln : 1) * sizeof(float));
         hp_status st = (whole || rl->is_ctrl) && block ? HP_STATUS_OK : OOM("a verified parameter");
         if (st == HP_STATUS_OK && !rl->is_ctrl) st = hp_comm_recv(rl->world, whole, n, HP_DTYPE_F32, rl->controller, 8);
         bad = 1;
@@ -463,7 +466,8 @@ static hp_status rl_init(hp_rl *rl) {
     HP_CHECK(hp_comm_broadcast(rl->world, &sharded, 1, HP_DTYPE_I32, rl->controller));
     rl->any_sharded = sharded != 0;
     HP_CHECK(actor_layouts(rl));
-    if (rl->colocated && (rl->any_sharded || rl->tp_actor)) HP_CHECK(refresh_views(rl, NULL)); /* before the generator binds */
+    if (rl->colocated && (rl->any_sharded || rl->tp_actor))
+        HP_CHECK(refresh_views(rl, NULL)); /* before the generator binds */
     if (rl->is_actor) HP_CHECK(actor_init(rl));
     return first_sync(rl);
 }
