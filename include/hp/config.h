@@ -61,7 +61,11 @@
  *
  *   - kind: stage (a pipeline stage; the stages are the stage groups in file order), or actor and
  *     learner (GRPO under `hp rl`: one of each, no stages, no module:; the two share all their ranks
- *     (co-located) or none (disjoint), and the job needs an rl: section). The other kinds of
+ *     (co-located) or none (disjoint), and the job needs an rl: section). The actor's mesh has no
+ *     inputs rules and one axis of whole replicas, or with params rules tensor parallelism over
+ *     its last axis (rules on a first, replica axis are refused) whose size divides model.heads
+ *     and kv_heads (llama); co-located, such an actor and the learner's mesh have one axis each
+ *     (errors name the value and the line). The other kinds of
  *     HyperMPMD part 2 (encoder, fusion, critic, reward, reference) are read and refused: they are
  *     not built yet.
  *   - ranks: a list of world ranks, or a count that takes the next ranks after the highest one of

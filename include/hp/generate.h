@@ -39,13 +39,34 @@
  * draw hp_rng_uniform(hp_rng_hash("sample") ^ seed ^ j * 0x9e3779b97f4a7c15, first_draw + i), the draws of the
  * single-sequence sampler of hp_trainer_sample for j = 0.
  *
+ * Tensor parallelism (hp_generator_opts.strategy): the decode and prefill graphs are partitioned
+ * like training graphs. The strategy's params rules lay out the weights (Megatron-LM: q/k/v and
+ * fc/gate/up column-parallel, split on dim 0; proj/o/down row-parallel, split on dim 1; see
+ * examples/rl_tp.yaml); each layer's cache pair "kv.L.k" / "kv.L.v" is split over kv heads (dim 1)
+ * by the axes that split its key projection's dim 0, so ATTENTION_CACHE reads and writes the
+ * cache in place, each rank holding 1/tp of it (hp_generator_stats.cache_bytes is this rank's
+ * part). The logits are resolved replicated (the
+ * row-parallel sums all-reduced, the head replicated), so every rank samples the same tokens from
+ * the same draws. The store must be made over the strategy's mesh (hp_store_new(mesh, ...)); the
+ * generator declares every parameter's and cache entry's logical shape and layout in it
+ * (hp_store_info gives them: load a rank's block of a parameter with hp_redistribute_tensor from a
+ * replicated copy, or with a cross-mesh redistribution); entries declared already keep their
+ * layout, and the generator's programs bind to their views of its layout (hp_store_view, made by
+ * the caller before hp_generator_new and refreshed before hp_generate: a co-located RL actor on the
+ * learner's store, whose mesh has the same single axis over the same ranks). The inputs stay replicated (a strategy
+ * splitting tokens or positions is refused). Errors at hp_generator_new, HP_STATUS_INVALID_ARGUMENT:
+ * a degree (the shards of a key projection's dim 0) that does not divide heads or kv_heads (naming
+ * the value), q and k projections split differently; then hp_compile's.
+ *
  * Threads: a generator is used by one thread at a time; it must be freed before its store.
  */
 #ifndef HP_GENERATE_H
 #define HP_GENERATE_H
 
+#include "hp/comm.h"
 #include "hp/nn.h"
 #include "hp/store.h"
+#include "hp/strategy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,8 +91,18 @@ typedef struct hp_generator_opts {
     int slots;      /* most sequences per hp_generate call (cache slots); >= 1 */
     int t_max;      /* cache length per sequence, in tokens; 0: the model's context */
     bool use_cache; /* false: recompute the whole window for every token (no cache, no prefill) */
+    /* Tensor parallelism (borrowed; must outlive the generator). NULL: one device. Otherwise the
+     * decode and prefill programs are compiled by the compile driver (hp_compile: shard pass and
+     * memplan) under this strategy on its mesh, and hp_generator_new, hp_generate and
+     * hp_generator_free are collective over that mesh: every rank calls them with the same
+     * arguments. See "Tensor parallelism" above. Needs use_cache. */
+    hp_strategy *strategy;
+    /* The communicator the strategy's mesh is attached to when it is not attached yet (borrowed);
+     * NULL: the mesh must be attached already. */
+    hp_comm *comm;
 } hp_generator_opts;
-#define HP_GENERATOR_OPTS_DEFAULT ((hp_generator_opts){.slots = 1, .t_max = 0, .use_cache = true})
+#define HP_GENERATOR_OPTS_DEFAULT                                                                  \
+    ((hp_generator_opts){.slots = 1, .t_max = 0, .use_cache = true, .strategy = NULL, .comm = NULL})
 
 /*
  * A generator for model `c` over `store` (borrowed; it must outlive the generator): builds and
@@ -106,7 +137,7 @@ typedef struct hp_generator_stats {
     int64_t prefill_runs, decode_runs; /* program runs (without the cache: every run is a decode run) */
     int64_t tokens;                    /* tokens generated */
     double prefill_seconds, decode_seconds;
-    size_t cache_bytes;                /* bytes of the kv.* entries (0 without the cache) */
+    size_t cache_bytes;                /* bytes of this rank's blocks of the kv.* entries (0 without the cache) */
 } hp_generator_stats;
 void hp_generator_get_stats(const hp_generator *gen, hp_generator_stats *out);
 
@@ -127,6 +158,10 @@ typedef struct hp_generate_text_opts {
     int batch;       /* sequences generated together (cache slots); 0: one per prompt */
     bool use_cache;  /* false: recompute the window for every token (`--no-cache`) */
     hp_generate_opts gen; /* tokens, temperature, top-k, top-p, seed (logits ignored) */
+    /* Tensor parallelism (`hp generate --strategy RUN.yaml` under mpirun): a checked `strategy:`
+     * section whose mesh has as many devices as `world` has ranks (borrowed); NULL: one device. */
+    const hp_strategy_config *strategy;
+    hp_comm *world;  /* the ranks (borrowed); NULL: one rank */
 } hp_generate_text_opts;
 
 /*
@@ -139,10 +174,13 @@ typedef struct hp_generate_text_opts {
  * left) after the last C - n tokens of every sequence, so the cache is refilled by a prefill
  * every n tokens; a prompt longer than C is cut to its last C - n tokens. With the cache and
  * without (use_cache false) the windows are the same, so both give the same tokens. texts_out[j] (malloc'd, caller frees each) is the prompt and its
- * continuation, decoded. *stats_out (may be NULL) receives the generator's counters.
+ * continuation, decoded. *stats_out (may be NULL) receives the generator's counters. With
+ * o->strategy the generator runs under it over o->world (every rank calls this with the same
+ * arguments and gets the same texts; each reads the whole checkpoint and keeps its blocks).
  * Errors: the checkpoint's (naming the file and the tensor or field); hp_generate's (a prompt
  * or prompt + tokens beyond the context); HP_STATUS_INVALID_ARGUMENT for n_prompts < 1 or a
- * negative batch.
+ * negative batch; with a strategy hp_strategy_new's (its device count against the ranks, naming
+ * file:line) and hp_generator_new's (a degree not dividing heads or kv_heads, naming the value).
  */
 hp_status hp_generate_checkpoint(const char *path, const char *const *prompts, int n_prompts,
                                  const hp_generate_text_opts *o, char **texts_out, hp_generator_stats *stats_out);

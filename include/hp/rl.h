@@ -34,15 +34,21 @@
  *
  * Groups. Without groups: every rank of `world` is both actor and learner, the learner under the
  * top-level strategy: (co-located). With groups: one group of kind learner (its mesh: and strategy:,
- * e.g. dp2 or fsdp2) and one of kind actor (one rank, or whole replicas over a one-axis mesh):
+ * e.g. dp2 or fsdp2) and one of kind actor: one rank, whole replicas over a one-axis mesh, or, when
+ * its strategy has params rules, tensor parallelism over its mesh's last axis (e.g. tp2,
+ * examples/rl_tp.yaml: the generator compiled under that strategy, hp/generate.h) with replicas
+ * over an optional first axis ([dp, tp]); each replica generates its share of the batch, its ranks
+ * with the same draws, its first rank sends it; the degree divides the heads and kv_heads, checked
+ * with the config:
  *   - co-located (the same ranks in the same order): the actor's generator binds to the learner's
- *     state store, so the weights are shared, not copied: parameters whose learner layout is
- *     replicated are the very same buffers; sharded ones (fsdp) are replicated store views that a
- *     sync refreshes through the redistribution planner (hp_store_views_refresh);
+ *     state store, so the weights are shared, not copied: parameters whose learner layout is the
+ *     actor's are the very same buffers; the others are store views in the actor's layout
+ *     (replicated, or tp's: then the learner's mesh has one axis, the actor's axis over the same
+ *     ranks) that a sync refreshes through the redistribution planner (hp_store_view);
  *   - disjoint (no rank in common): a sync moves every parameter from the learner's layout on the
- *     learner's ranks to the actor's (replicated on each actor rank) by cross-mesh redistribution
- *     (hp_redistribute_cross over `world`: each actor rank receives the slices from the learner
- *     ranks that hold them).
+ *     learner's ranks to the actor's (replicated on each actor rank, or its tp block) by cross-mesh
+ *     redistribution (hp_redistribute_cross over `world`: each actor rank receives the slices from
+ *     the learner ranks that hold them).
  * rl.off_policy 1 lets the actor generate batch i+1 (with the weights after update i-1) while the
  * learner trains on batch i: with disjoint groups the two run at the same time; co-located ranks
  * run them one after the other (same data flow, no overlap). 0: batch i+1 waits for update i.
@@ -77,8 +83,11 @@ double hp_rl_reward(const hp_rl_config *r, const int32_t *prompt, int len, const
 typedef struct hp_rl hp_rl;
 
 typedef struct hp_rl_opts {
-    /* After every sync, compare the actor's copy of each parameter with the learner's (gathered on
-     * the controller) byte for byte; the counts go to hp_rl_step_metrics. Costs a gather per sync. */
+    /* After every sync, compare the actor's copy of each parameter with the learner's byte for
+     * byte: the learner's values gathered on the controller go to every actor rank, which compares
+     * its own block (a tp shard, or a whole replica: every replica is checked); a parameter counts
+     * as differing when any rank's block differs. The counts go to hp_rl_step_metrics. Costs a
+     * gather and a send of every parameter to every actor rank per sync. */
     bool verify_sync;
 } hp_rl_opts;
 #define HP_RL_OPTS_DEFAULT ((hp_rl_opts){.verify_sync = false})

@@ -11,10 +11,10 @@
 #define MAX_PROMPTS 256
 
 static const char *usage = "usage: hp generate CKPT [--prompt TEXT]... [--batch N] [--tokens N] [--temp T] "
-                           "[--top-k K] [--top-p P] [--seed S] [--no-cache] [--stats]\n";
+                           "[--top-k K] [--top-p P] [--seed S] [--no-cache] [--stats] [--strategy RUN.yaml]\n";
 
 int hp_cli_generate(int argc, char **argv) {
-    const char *ckpt = NULL, *prompts[MAX_PROMPTS];
+    const char *ckpt = NULL, *prompts[MAX_PROMPTS], *strategy = NULL;
     int n_prompts = 0;
     int64_t tokens = 200, top_k = 40, batch = 0;
     double temp = 0.8, top_p = 1.0;
@@ -23,7 +23,8 @@ int hp_cli_generate(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
         bool takes = !strcmp(o, "--prompt") || !strcmp(o, "--tokens") || !strcmp(o, "--temp") || !strcmp(o, "--top-k") ||
-                     !strcmp(o, "--seed") || !strcmp(o, "--top-p") || !strcmp(o, "--batch");
+                     !strcmp(o, "--seed") || !strcmp(o, "--top-p") || !strcmp(o, "--batch") ||
+                     !strcmp(o, "--strategy");
         if (takes && !hp_cli_has_value(argc, argv, i)) return 2;
         if (!strcmp(o, "--prompt")) {
             if (n_prompts == MAX_PROMPTS) {
@@ -43,6 +44,8 @@ int hp_cli_generate(int argc, char **argv) {
             if (!hp_cli_int(o, argv[++i], 1, 4096, &batch)) return 2;
         } else if (!strcmp(o, "--seed")) {
             if (!hp_cli_u64(o, argv[++i], &seed)) return 2;
+        } else if (!strcmp(o, "--strategy")) {
+            strategy = argv[++i];
         } else if (!strcmp(o, "--no-cache")) {
             no_cache = true;
         } else if (!strcmp(o, "--stats")) {
@@ -69,27 +72,56 @@ int hp_cli_generate(int argc, char **argv) {
     go.gen.top_p = (float)top_p;
     go.gen.seed = seed;
     int n_seq = (int)batch > n_prompts ? (int)batch : n_prompts;
-    char **texts = calloc((size_t)n_seq, sizeof *texts);
-    if (!texts) return hp_cli_fail(HP_STATUS_OUT_OF_MEMORY, ckpt);
-    hp_generator_stats gs;
-    hp_status st = hp_generate_checkpoint(ckpt, prompts, n_prompts, &go, texts, &gs);
-    if (st != HP_STATUS_OK) {
-        free(texts);
-        return hp_cli_fail(st, ckpt);
+    /* --strategy: the strategy section of a run config, tensor parallelism over the MPI ranks */
+    hp_run_config cfg;
+    hp_comm *world = NULL;
+    bool mpi = false, lead = true, have_cfg = false;
+    hp_status st = HP_STATUS_OK;
+    if (strategy) {
+        st = hp_run_config_load(strategy, &cfg);
+        if (st != HP_STATUS_OK) return hp_cli_fail(st, strategy);
+        have_cfg = true;
+        if (!cfg.strategy.present) {
+            hp_run_config_free(&cfg);
+            fprintf(stderr, "hp: error: %s has no strategy: section for --strategy\n", strategy);
+            return 2;
+        }
+        go.strategy = &cfg.strategy;
+        st = hp_cli_world(&world, &mpi);
+        if (st != HP_STATUS_OK) {
+            hp_run_config_free(&cfg);
+            return hp_cli_fail(st, "starting MPI");
+        }
+        go.world = world;
+        if (world && hp_comm_size(world) > 1) {
+            hp_cli_rank = hp_comm_rank(world);
+            lead = hp_cli_rank == 0;
+        }
     }
-    for (int j = 0; j < n_seq; j++) {
-        if (n_seq > 1) printf("=== sequence %d ===\n", j);
-        printf("%s\n", texts[j]);
+    char **texts = calloc((size_t)n_seq, sizeof *texts);
+    hp_generator_stats gs;
+    int rc = 0;
+    if (!texts) st = HP_STATUS_OUT_OF_MEMORY;
+    if (st == HP_STATUS_OK) st = hp_generate_checkpoint(ckpt, prompts, n_prompts, &go, texts, &gs);
+    if (st != HP_STATUS_OK) rc = hp_cli_fail(st, ckpt);
+    for (int j = 0; texts && j < n_seq; j++) {
+        if (rc == 0 && lead && n_seq > 1) printf("=== sequence %d ===\n", j);
+        if (rc == 0 && lead) printf("%s\n", texts[j]);
         free(texts[j]);
     }
     free(texts);
-    if (stats) {
+    if (rc == 0 && lead && stats) {
         double secs = gs.prefill_seconds + gs.decode_seconds;
         fprintf(stderr, "generate: %d sequences x %lld tokens, %s: prefill %.3f s (%lld runs), decode %.3f s "
-                "(%lld runs), %.1f tokens/s, KV cache %zu bytes\n", n_seq, (long long)tokens,
+                "(%lld runs), %.1f tokens/s, KV cache %zu bytes%s\n", n_seq, (long long)tokens,
                 no_cache ? "recomputed (no cache)" : "KV cache", gs.prefill_seconds, (long long)gs.prefill_runs,
                 gs.decode_seconds, (long long)gs.decode_runs, secs > 0 ? (double)gs.tokens / secs : 0.0,
-                gs.cache_bytes);
+                gs.cache_bytes, strategy ? " on this rank" : "");
     }
-    return 0;
+    fflush(stdout);
+    if (have_cfg) {
+        hp_cli_world_end(world, mpi, rc);
+        hp_run_config_free(&cfg);
+    }
+    return rc;
 }

@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "                       JSON (Perfetto, chrome://tracing); rank 0 writes one file. SPANS\n"
             "                       per stream are preallocated (default 262144); more are dropped\n"
             "                       and counted\n"
-            "  generate CKPT [--prompt TEXT]... [--batch N] [--tokens N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--no-cache] [--stats]\n"
+            "  generate CKPT [--prompt TEXT]... [--batch N] [--tokens N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--no-cache] [--stats] [--strategy RUN.yaml]\n"
             "                       sample text from a checkpoint (a run dir or a step dir)\n"
             "  rl RUN.yaml [--steps N] [--verify-sync] [--metrics FILE.jsonl] [--quiet]\n"
             "                       GRPO on a verifiable task (rl: section) with actor and learner groups\n"

@@ -151,16 +151,40 @@ hp_status hp__config_check_rl(const hp_run_config *cfg) {
                    "(only one actor and one learner group)", gs->groups[other].name, hp_group_kind_name(gs->groups[other].kind));
     if (!r->present) return ERR(f, rg->line, rg->column, "groups.%s: RL groups need an rl: section", rg->name);
     const hp_group_config *a = &gs->groups[actor], *l = &gs->groups[learner];
-    if (a->strategy.present) {
-        const hp_strategy_config *s = &a->strategy;
-        if (s->n_axes != 1 || s->n_params > 0)
-            return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: the actor generates with whole replicas of the "
-                       "model: give it one axis (data-parallel replicas, e.g. {device_matrix: [%d], alias_name: [dp]}) "
-                       "and no params rules", a->name, a->n_ranks);
-    }
     int shared = 0;
     for (int i = 0; i < a->n_ranks; i++)
         for (int j = 0; j < l->n_ranks; j++) shared += a->ranks[i] == l->ranks[j];
+    if (a->strategy.present) {
+        const hp_strategy_config *s = &a->strategy;
+        if (s->n_axes > (s->n_params > 0 ? 2 : 1) || s->n_inputs > 0)
+            return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: the actor's mesh has one axis of whole "
+                       "replicas (e.g. {device_matrix: [%d], alias_name: [dp]}), or with params rules tensor "
+                       "parallelism over its last axis and replicas over an optional first one (e.g. alias_name: "
+                       "[tp] or [dp, tp]); no inputs rules", a->name, a->n_ranks);
+        for (int i = 0; s->n_axes == 2 && i < s->n_params; i++) /* the first axis holds replicas */
+            for (int d = 0; d < s->params[i].tensor_map.n; d++)
+                for (int k = 0; k < s->params[i].tensor_map.nmap[d]; k++)
+                    if (s->params[i].tensor_map.map[d][k] == 0)
+                        return ERR(f, s->params[i].line, 1, "groups.%s.strategy.params: '%s' splits over %s, the "
+                                   "axis of the actor's replicas; tensor parallelism uses the last axis (%s)", a->name,
+                                   s->params[i].match, s->alias_name[0], s->alias_name[1]);
+        if (s->n_params > 0) { /* tensor parallelism: the heads split over the last axis */
+            const hp_model_config *mc = &cfg->model;
+            int64_t tp = s->device_matrix[s->n_axes - 1];
+            int64_t kv = !strcmp(mc->family, "llama") && mc->kv_heads ? mc->kv_heads : mc->heads;
+            if (mc->heads % tp != 0 || kv % tp != 0)
+                return ERR(f, s->mesh_line, s->mesh_column, "groups.%s.mesh: tensor parallelism of degree %lld does "
+                           "not divide model.%s %lld: the actor splits the heads over its ranks", a->name,
+                           (long long)tp, mc->heads % tp ? "heads" : "kv_heads",
+                           (long long)(mc->heads % tp ? mc->heads : kv));
+            const hp_strategy_config *ls = &l->strategy;
+            if (shared > 0 && (!ls->present || ls->n_axes != 1 || s->n_axes != 1))
+                return ERR(f, s->mesh_line, s->mesh_column, "groups.%s: a tensor-parallel actor on the learner's ranks "
+                           "(co-located) needs one axis, and a learner mesh of one axis (groups.%s.mesh has %d, the "
+                           "actor's %d): the actor's views of the learner's weights are laid out over that axis",
+                           a->name, l->name, ls->present ? ls->n_axes : 0, s->n_axes);
+        }
+    }
     bool same = shared == a->n_ranks && shared == l->n_ranks;
     for (int i = 0; same && i < a->n_ranks; i++) same = a->ranks[i] == l->ranks[i];
     if (shared > 0 && !same)

@@ -195,36 +195,75 @@ static hp_status learner_init(hp_rl *rl) {
     return HP_STATUS_OK;
 }
 
-/* The actor's generator: over the learner's store when co-located (replicated views of the sharded
- * parameters made first, so the generator binds to them), else over a store of its own. */
+/* The actor's generator: over the learner's store when co-located (views in the actor's layout of
+ * the parameters the learner lays out otherwise made first, so the generator binds to them), else
+ * over a store of its own (on the actor's mesh with tp). A tp actor's generator is compiled under
+ * the actor's strategy over all the actor ranks; the rules split the heads over the mesh's last
+ * axis (tp) and leave a first axis (dp) unused, so the dp replicas never communicate and each
+ * feeds its own share of the batch (the ranks of one replica feed the same). */
 static hp_status actor_init(hp_rl *rl) {
     int64_t s0, n;
-    hp_block_range(rl->B, rl->n_actors, rl->actor_index, &s0, &n);
+    hp_block_range(rl->B, rl->n_rep, rl->actor_index / rl->tp, &s0, &n); /* this rank's replica's share */
     rl->share0 = (int)s0, rl->share = (int)n;
     rl->my_comp = malloc(sizeof(int32_t) * (size_t)n * (size_t)rl->M);
     rl->my_logp = malloc(sizeof(float) * (size_t)n * (size_t)rl->M);
     rl->gen_logits = malloc(sizeof(float) * (size_t)n * (size_t)rl->M * (size_t)rl->V);
     if (!rl->my_comp || !rl->my_logp || !rl->gen_logits) return OOM("the actor's buffers");
+    hp_mesh *am = rl->tp_actor ? hp_strategy_mesh(rl->astrategy) : NULL;
+    if (am) HP_CHECK(hp_mesh_attach(am, rl->acomm));
     if (rl->colocated) rl->astore = rl->lstore;
     else {
-        HP_CHECK(hp_store_new(NULL, NULL, &rl->astore_own));
+        HP_CHECK(hp_store_new(am, NULL, &rl->astore_own));
         rl->astore = rl->astore_own;
     }
     hp_generator_opts go = HP_GENERATOR_OPTS_DEFAULT;
     int64_t most;
-    hp_block_range(rl->B, rl->n_actors, 0, &s0, &most);
+    hp_block_range(rl->B, rl->n_rep, 0, &s0, &most);
     go.slots = (int)most;
+    go.strategy = rl->tp_actor ? rl->astrategy : NULL; /* heads split over tp; a dp axis holds replicas */
     return hp_generator_new(&rl->gc, rl->astore, &go, &rl->gen);
 }
 
-/* Co-located: the replicated views of the sharded parameters (collective over the learner mesh). */
+/*
+ * The actor's layout of every parameter, on every rank without communication: the layouts the
+ * actor's strategy gives the parameters of a decode graph (hp_strategy_annotate: the generator's
+ * programs take exactly these), replicated where no rule matches or without tp. A co-located
+ * learner's mesh has the actor's one axis over the same ranks (hp__config_check_rl), so the same
+ * layout values mean the same blocks on the learner's store.
+ */
+static hp_status actor_layouts(hp_rl *rl) {
+    rl->alay = calloc((size_t)rl->n_params, sizeof *rl->alay);
+    if (!rl->alay) return OOM("the actor's layouts");
+    for (int p = 0; p < rl->n_params; p++) rl->alay[p] = replicated(rl->pshape[p].ndim);
+    if (!rl->tp_actor) return HP_STATUS_OK;
+    hp_graph *g = hp_graph_new();
+    hp_layout *lay = NULL;
+    hp_gpt_decode d;
+    hp_status st = g ? hp_gpt_build_decode(g, &rl->gc, 1, 1, rl->gc.context, &d) : OOM("a graph");
+    if (st == HP_STATUS_OK) {
+        lay = calloc((size_t)hp_graph_n_tensors(g), sizeof *lay);
+        st = lay ? hp_strategy_annotate(rl->astrategy, g, lay, NULL) : OOM("the actor's layouts");
+    }
+    for (int p = 0; st == HP_STATUS_OK && p < rl->n_params; p++) {
+        hp_tid t = hp_graph_find(g, rl->pname[p]);
+        if (t == HP_TID_NONE)
+            st = hp_error(HP_STATUS_INTERNAL, "rl: parameter '%s' is not in the decode graph", rl->pname[p]);
+        else if (lay[t].ndim >= 0) rl->alay[p] = lay[t];
+    }
+    free(lay);
+    hp_graph_free(g);
+    return st;
+}
+
+/* Co-located: the views of the parameters whose learner layout is not the actor's (replicated, or
+ * the tp actor's), refreshed where the entry moved (collective over the learner mesh). */
 static hp_status refresh_views(hp_rl *rl, int64_t *bytes) {
     hp_store_stats a, b;
     hp_store_get_stats(rl->lstore, &a);
-    for (int p = 0; p < rl->n_params; p++) {
-        hp_layout rep = replicated(rl->pshape[p].ndim);
+    for (int p = 0; p < rl->n_params; p++) { /* the actor's layout: replicated, or tp's */
         void *d;
-        if (!hp_layout_equal(&rl->play[p], &rep)) HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rep, &d));
+        if (!hp_layout_equal(&rl->play[p], &rl->alay[p]))
+            HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rl->alay[p], &d));
     }
     hp_store_get_stats(rl->lstore, &b);
     if (bytes) *bytes += b.refresh_bytes - a.refresh_bytes;
@@ -238,9 +277,8 @@ static hp_status actor_param(hp_rl *rl, int p, void **out) {
         if (rl->is_actor) *out = hp_store_data(rl->astore, rl->pname[p]);
         return HP_STATUS_OK;
     }
-    hp_layout rep = replicated(rl->pshape[p].ndim);
-    if (hp_layout_equal(&rl->play[p], &rep)) *out = hp_store_data(rl->lstore, rl->pname[p]);
-    else HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rep, out)); /* fresh after a sync: no transfer */
+    if (hp_layout_equal(&rl->play[p], &rl->alay[p])) *out = hp_store_data(rl->lstore, rl->pname[p]);
+    else HP_CHECK(hp_store_view(rl->lstore, rl->pname[p], &rl->alay[p], out)); /* fresh after a sync: no transfer */
     return HP_STATUS_OK;
 }
 
@@ -257,30 +295,67 @@ static hp_status first_sync(hp_rl *rl) {
     return hp__rl_sync(rl, NULL);
 }
 
-/* With verify_sync: the learner's parameter gathered on the controller against actor 0's copy. */
+/*
+ * The check of parameter p: the controller sends the learner's gathered values `full` to every
+ * other actor rank; every actor rank (the controller too when co-located) cuts its own
+ * block under the actor's layout and compares it byte for byte with its copy `mine` (so replicated
+ * parameters are checked on every rank too); the verdicts go back to the controller.
+ */
+static hp_status verify_shards(hp_rl *rl, int p, const float *full, const void *mine, hp_rl_step_metrics *m) {
+    size_t n = (size_t)hp_shape_numel(&rl->pshape[p]);
+    int32_t bad = 0, any = 0;
+    if (rl->is_ctrl)
+        for (int a = 0; a < rl->n_actors; a++)
+            if (rl->actors[a] != rl->rank) HP_CHECK(hp_comm_send(rl->world, full, n, HP_DTYPE_F32, rl->actors[a], 8));
+    if (rl->is_actor) {
+        int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS], zero[HP_MAX_DIMS] = {0};
+        HP_CHECK(hp_layout_slice_of(&rl->alay[p], rl->amesh_w, &rl->pshape[p], rl->actor_index, start, len));
+        hp_shape local = rl->pshape[p];
+        int64_t ln = 1;
+        for (int d = 0; d < local.ndim; d++) local.dim[d] = len[d], ln *= len[d];
+        float *whole = rl->is_ctrl ? NULL : malloc(n * sizeof(float));
+        float *block = malloc((size_t)(ln ? ln : 1) * sizeof(float));
+        hp_status st = (whole || rl->is_ctrl) && block ? HP_STATUS_OK : OOM("a verified parameter");
+        if (st == HP_STATUS_OK && !rl->is_ctrl) st = hp_comm_recv(rl->world, whole, n, HP_DTYPE_F32, rl->controller, 8);
+        bad = 1;
+        if (st == HP_STATUS_OK) {
+            hp_copy_box(block, &local, zero, rl->is_ctrl ? full : whole, &rl->pshape[p], start, len, sizeof(float));
+            bad = memcmp(block, mine, (size_t)ln * sizeof(float)) != 0;
+            if (!rl->is_ctrl) st = hp_comm_send(rl->world, &bad, 1, HP_DTYPE_I32, rl->controller, 9);
+        }
+        free(whole);
+        free(block);
+        HP_CHECK(st);
+    }
+    if (rl->is_ctrl) {
+        any = rl->is_actor ? bad : 0;
+        for (int a = 0; a < rl->n_actors; a++) {
+            if (rl->actors[a] == rl->rank) continue;
+            HP_CHECK(hp_comm_recv(rl->world, &bad, 1, HP_DTYPE_I32, rl->actors[a], 9));
+            any |= bad;
+        }
+        m->sync_checked++;
+        m->sync_mismatch += any != 0;
+    }
+    return HP_STATUS_OK;
+}
+
+/* With verify_sync: the learner's parameter p gathered on the controller, checked against every
+ * actor rank's copy (verify_shards). */
 static hp_status verify(hp_rl *rl, int p, hp_rl_step_metrics *m) {
     hp_layout rep = replicated(rl->pshape[p].ndim);
     size_t bytes = (size_t)hp_shape_numel(&rl->pshape[p]) * sizeof(float);
-    float *full = rl->is_ctrl ? malloc(bytes) : NULL, *theirs = rl->is_ctrl ? malloc(bytes) : NULL;
-    hp_status st = !rl->is_ctrl || (full && theirs) ? HP_STATUS_OK : OOM("a verified parameter");
+    float *full = rl->is_ctrl ? malloc(bytes) : NULL;
+    hp_status st = !rl->is_ctrl || full ? HP_STATUS_OK : OOM("a verified parameter");
     void *mine = NULL;
     HP_CHECK_GOTO(st, st, done);
     const void *lb = rl->is_learner ? hp_store_data(rl->lstore, rl->pname[p]) : NULL;
     HP_CHECK_GOTO(hp_redistribute_cross(rl->world, rl->lmesh_w, &rl->play[p], lb, rl->cmesh_w, &rep, full, &rl->pshape[p],
                                         HP_DTYPE_F32, NULL), st, done);
     HP_CHECK_GOTO(actor_param(rl, p, &mine), st, done);
-    size_t n = bytes / sizeof(float);
-    if (rl->rank == rl->actors[0] && !rl->is_ctrl)
-        HP_CHECK_GOTO(hp_comm_send(rl->world, mine, n, HP_DTYPE_F32, rl->controller, 7), st, done);
-    if (rl->is_ctrl) {
-        if (rl->actors[0] == rl->rank) memcpy(theirs, mine, bytes);
-        else HP_CHECK_GOTO(hp_comm_recv(rl->world, theirs, n, HP_DTYPE_F32, rl->actors[0], 7), st, done);
-        m->sync_checked++;
-        m->sync_mismatch += memcmp(full, theirs, bytes) != 0;
-    }
+    st = verify_shards(rl, p, full, mine, m);
 done:
     free(full);
-    free(theirs);
     return st;
 }
 
@@ -289,14 +364,13 @@ hp_status hp__rl_sync(hp_rl *rl, hp_rl_step_metrics *m) {
     rl->actor_updates = rl->steps_done;
     int64_t bytes = 0;
     if (rl->colocated) {
-        if (rl->any_sharded) HP_CHECK(refresh_views(rl, &bytes));
+        if (rl->any_sharded || rl->tp_actor) HP_CHECK(refresh_views(rl, &bytes));
     } else {
         for (int p = 0; p < rl->n_params; p++) {
-            hp_layout rep = replicated(rl->pshape[p].ndim);
             const void *src = rl->is_learner ? hp_store_data(rl->lstore, rl->pname[p]) : NULL;
             void *dst = rl->is_actor ? hp_store_data(rl->astore, rl->pname[p]) : NULL;
             int64_t b = 0;
-            HP_CHECK(hp_redistribute_cross(rl->world, rl->lmesh_w, &rl->play[p], src, rl->amesh_w, &rep, dst,
+            HP_CHECK(hp_redistribute_cross(rl->world, rl->lmesh_w, &rl->play[p], src, rl->amesh_w, &rl->alay[p], dst,
                                            &rl->pshape[p], HP_DTYPE_F32, &b));
             if (rl->is_actor) HP_CHECK(hp_store_touch(rl->astore, rl->pname[p]));
             bytes += b;
@@ -335,7 +409,23 @@ static hp_status rl_init(hp_rl *rl) {
     HP_CHECK(hp_strategy_new(sc && sc->present ? sc : NULL, rl->n_learners, &rl->strategy));
     hp_mesh *lm = hp_strategy_mesh(rl->strategy);
     HP_CHECK(world_mesh(lm, rl->learners, rl->n_learners, &rl->lmesh_w));
-    HP_CHECK(world_mesh(NULL, rl->actors, rl->n_actors, &rl->amesh_w));
+    /* a tensor-parallel actor: its strategy on every rank (its mesh numbers the syncs' destinations)
+     * and a communicator of the actor ranks for its generator */
+    const hp_strategy_config *as = NULL;
+    for (int i = 0; rl->cfg.groups.present && i < rl->cfg.groups.n_groups; i++)
+        if (rl->cfg.groups.groups[i].kind == HP_GROUP_KIND_ACTOR) as = &rl->cfg.groups.groups[i].strategy;
+    rl->tp_actor = as && as->present && as->n_params > 0;
+    rl->tp = rl->tp_actor ? as->device_matrix[as->n_axes - 1] : 1;
+    rl->n_rep = rl->n_actors / rl->tp;
+    if (rl->tp_actor) {
+        HP_CHECK(hp_strategy_new(as, rl->n_actors, &rl->astrategy));
+        HP_CHECK(hp_comm_split(rl->world, rl->is_actor ? 1 : 0, rl->is_actor ? rl->actor_index : rl->rank, &rl->acomm));
+        if (!rl->is_actor) {
+            hp_comm_free(rl->acomm);
+            rl->acomm = NULL;
+        }
+    }
+    HP_CHECK(world_mesh(rl->tp_actor ? hp_strategy_mesh(rl->astrategy) : NULL, rl->actors, rl->n_actors, &rl->amesh_w));
     HP_CHECK(world_mesh(NULL, &rl->controller, 1, &rl->cmesh_w));
     size_t bt = (size_t)rl->B * (size_t)rl->T, bm = (size_t)rl->B * (size_t)rl->M;
     rl->tok = malloc(bt * sizeof(int32_t)), rl->tgt = malloc(bt * sizeof(int32_t));
@@ -375,7 +465,9 @@ static hp_status rl_init(hp_rl *rl) {
     int32_t sharded = rl->any_sharded;
     HP_CHECK(hp_comm_broadcast(rl->world, &sharded, 1, HP_DTYPE_I32, rl->controller));
     rl->any_sharded = sharded != 0;
-    if (rl->colocated && rl->any_sharded) HP_CHECK(refresh_views(rl, NULL)); /* before the generator binds */
+    HP_CHECK(actor_layouts(rl));
+    if (rl->colocated && (rl->any_sharded || rl->tp_actor))
+        HP_CHECK(refresh_views(rl, NULL)); /* before the generator binds */
     if (rl->is_actor) HP_CHECK(actor_init(rl));
     return first_sync(rl);
 }
@@ -410,12 +502,14 @@ void hp_rl_free(hp_rl *rl) {
     hp_store_free(rl->lstore);
     hp_store_free(rl->rstore);
     hp_strategy_free(rl->strategy);
+    hp_strategy_free(rl->astrategy);
+    hp_comm_free(rl->acomm);
     hp_mesh_free(rl->lmesh_w);
     hp_mesh_free(rl->amesh_w);
     hp_mesh_free(rl->cmesh_w);
     hp_comm_free(rl->lcomm);
     hp_comm_free(rl->world_own);
-    free(rl->actors), free(rl->learners), free(rl->pname), free(rl->pshape), free(rl->play);
+    free(rl->actors), free(rl->learners), free(rl->pname), free(rl->pshape), free(rl->play), free(rl->alay);
     free(rl->my_comp), free(rl->my_logp), free(rl->gen_logits);
     free(rl->tok), free(rl->tgt), free(rl->old), free(rl->ref), free(rl->adv), free(rl->w);
     free(rl->comp), free(rl->comp_logp);

@@ -35,6 +35,12 @@ struct hp_rl {
     bool any_sharded;             /* a parameter is not replicated on the learner mesh */
     hp_mesh *lmesh_w, *amesh_w, *cmesh_w; /* learner, actor, controller meshes numbered by world ranks */
     /* actor */
+    bool tp_actor;                /* the actor group is tensor-parallel (its strategy's params rules) */
+    int tp, n_rep;                /* its degree (the mesh's last axis; 1 without tp) and its replicas
+                                   * (n_actors / tp: the first axis of a [dp, tp] mesh) */
+    hp_strategy *astrategy;       /* that strategy (on every rank: the syncs need its mesh); NULL otherwise */
+    hp_comm *acomm;               /* the actor ranks (tp_actor only; NULL elsewhere) */
+    hp_layout *alay;              /* the actor's layout of every parameter (replicated without tp) */
     hp_store *astore, *astore_own;
     hp_generator *gen;
     int share0, share;            /* this actor's sequences [share0, share0 + share) of a step */

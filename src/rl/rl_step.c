@@ -146,23 +146,25 @@ static hp_status assemble(hp_rl *rl, int64_t step) {
 /* XFER: every actor's share to the controller, which assembles the batch. */
 static hp_status xfer(hp_rl *rl, int64_t step, hp_rl_step_metrics *m) {
     size_t cnt = (size_t)rl->share * (size_t)rl->M;
-    if (rl->is_actor && !rl->is_ctrl) {
+    const int replicas = rl->n_rep; /* the ranks of a tp replica hold the same samples: its first sends */
+    if (rl->is_actor && !rl->is_ctrl && rl->actor_index % rl->tp == 0) {
         HP_CHECK(hp_comm_send(rl->world, rl->my_comp, cnt, HP_DTYPE_I32, rl->controller, TAG_TOK));
         HP_CHECK(hp_comm_send(rl->world, rl->my_logp, cnt, HP_DTYPE_F32, rl->controller, TAG_LOGP));
     }
     if (!rl->is_ctrl) return HP_STATUS_OK;
     double t0 = hp_now_seconds();
-    for (int a = 0; a < rl->n_actors; a++) {
+    for (int a = 0; a < replicas; a++) {
         int64_t s0, n;
-        hp_block_range(rl->B, rl->n_actors, a, &s0, &n);
+        hp_block_range(rl->B, replicas, a, &s0, &n);
         size_t off = (size_t)s0 * (size_t)rl->M, k = (size_t)n * (size_t)rl->M;
-        if (rl->actors[a] == rl->rank) {
+        const int from = rl->actors[a * rl->tp];
+        if (from == rl->rank) {
             memcpy(rl->comp + off, rl->my_comp, k * sizeof(int32_t));
             memcpy(rl->comp_logp + off, rl->my_logp, k * sizeof(float));
             continue;
         }
-        HP_CHECK(hp_comm_recv(rl->world, rl->comp + off, k, HP_DTYPE_I32, rl->actors[a], TAG_TOK));
-        HP_CHECK(hp_comm_recv(rl->world, rl->comp_logp + off, k, HP_DTYPE_F32, rl->actors[a], TAG_LOGP));
+        HP_CHECK(hp_comm_recv(rl->world, rl->comp + off, k, HP_DTYPE_I32, from, TAG_TOK));
+        HP_CHECK(hp_comm_recv(rl->world, rl->comp_logp + off, k, HP_DTYPE_F32, from, TAG_LOGP));
     }
     if (m) m->wait_seconds += hp_now_seconds() - t0;
     return assemble(rl, step);
@@ -250,13 +252,13 @@ hp_status hp_rl_eval(hp_rl *rl, double *accuracy) {
     int32_t correct = 0;
     const int64_t n = rl->r.eval_prompts;
     if (rl->actor_updates != rl->steps_done) HP_CHECK(hp__rl_sync(rl, NULL)); /* the last updates */
-    if (rl->rank == rl->actors[0]) {
+    if (rl->is_actor && rl->actor_index < rl->tp) { /* the first replica (all its ranks with tp) */
         const uint64_t seed = (uint64_t)rl->cfg.train.seed ^ 0xe7a1e7a1ULL;
         int32_t pbuf[64][32];
         const int32_t *prompts[64];
         int lens[64];
         int64_t first, slots;
-        hp_block_range(rl->B, rl->n_actors, 0, &first, &slots);
+        hp_block_range(rl->B, rl->n_rep, 0, &first, &slots);
         int chunk = slots < 64 ? (int)slots : 64;
         int32_t *out = malloc(sizeof(int32_t) * (size_t)chunk * (size_t)rl->M);
         if (!out) return hp_error(HP_STATUS_OUT_OF_MEMORY, "rl: out of memory for the evaluation");
@@ -276,7 +278,8 @@ hp_status hp_rl_eval(hp_rl *rl, double *accuracy) {
         }
         free(out);
         HP_CHECK(st);
-        if (!rl->is_ctrl) HP_CHECK(hp_comm_send(rl->world, &correct, 1, HP_DTYPE_I32, rl->controller, TAG_EVAL));
+        if (!rl->is_ctrl && rl->rank == rl->actors[0])
+            HP_CHECK(hp_comm_send(rl->world, &correct, 1, HP_DTYPE_I32, rl->controller, TAG_EVAL));
     }
     if (rl->is_ctrl && rl->actors[0] != rl->rank)
         HP_CHECK(hp_comm_recv(rl->world, &correct, 1, HP_DTYPE_I32, rl->actors[0], TAG_EVAL));

@@ -1,11 +1,23 @@
 /* Batched generation with a KV cache, or by recomputing the window (hp/generate.h). */
 #include "hp/generate.h"
 
+#include "hp/compile.h"
 #include "hp/rng.h"
 #include "hp/runtime.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One decode-graph program: single-device (c NULL) or compiled under the strategy, with the
+ * per-rank ids of its inputs and of its (replicated) logits. */
+typedef struct gprog {
+    hp_graph *g;
+    hp_compiled *c;
+    hp_program *p;
+    hp_gpt_decode m;
+    hp_tid tok, pos, pid, logits;
+} gprog;
 
 struct hp_generator {
     hp_gpt_config cfg;
@@ -13,14 +25,10 @@ struct hp_generator {
     hp_generator_opts o;
     int t_max;
     /* with the cache: the decode program (seq 1); without: the recompute program (seq t_max) */
-    hp_graph *g_step;
-    hp_program *p_step;
-    hp_gpt_decode dec;
+    gprog step;
     hp_gpt full;
-    /* with the cache: the last prefill program built (seq pre_T) */
-    hp_graph *g_pre;
-    hp_program *p_pre;
-    hp_gpt_decode pre;
+    /* with the cache: the last prefill program built (seq pre.m.seq) */
+    gprog pre;
     hp_generator_stats stats;
 };
 
@@ -37,12 +45,121 @@ static hp_status make_program(hp_graph *g, hp_store *store, hp_tid logits, bool 
     return hp_program_new(g, &po, out);
 }
 
-/* A decode-graph program of `seq` tokens per slot into *g, *p, *m. */
-static hp_status build_decode(const hp_generator *gen, int seq, hp_graph **g, hp_program **p, hp_gpt_decode *m) {
-    *g = hp_graph_new();
-    if (!*g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for a graph");
-    HP_CHECK(hp_gpt_build_decode(*g, &gen->cfg, gen->o.slots, seq, gen->t_max, m));
-    return make_program(*g, gen->store, m->logits, (int64_t)seq * gen->o.slots <= 64, p);
+static void gprog_free(gprog *x) {
+    if (x->c) hp_compiled_free(x->c);
+    else hp_program_free(x->p);
+    hp_graph_free(x->g);
+    memset(x, 0, sizeof *x);
+}
+
+/* The name of layer l's key projection weight (its dim 0 split is the heads' split). */
+static void k_weight_name(const hp_gpt_config *c, int l, char *buf, size_t n) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA) snprintf(buf, n, "model.layers.%d.self_attn.k_proj.weight", l);
+    else snprintf(buf, n, "blocks.%d.attn.k.weight", l);
+}
+static void q_weight_name(const hp_gpt_config *c, int l, char *buf, size_t n) {
+    if (c->family == HP_MODEL_FAMILY_LLAMA) snprintf(buf, n, "model.layers.%d.self_attn.q_proj.weight", l);
+    else snprintf(buf, n, "blocks.%d.attn.q.weight", l);
+}
+
+/*
+ * The leaf layouts of a decode graph under the generator's strategy: the strategy's parameter
+ * rules (hp_strategy_annotate), then each layer's cache pair split over kv heads (dim 1) by the
+ * axes that split its key projection's output features (dim 0), so ATTENTION_CACHE's sharding rule
+ * finds the cache in the layout it asks for and writes it in place (no copy, no write-back).
+ */
+static hp_status annotate(void *user, const hp_graph *g, const hp_mesh *mesh, hp_layout *lay) {
+    const hp_generator *gen = user;
+    const hp_gpt_config *c = &gen->cfg;
+    HP_CHECK(hp_strategy_annotate(gen->o.strategy, g, lay, NULL));
+    const char *inputs[3] = {"tokens", "positions", "position_ids"};
+    for (int i = 0; i < 3; i++) {
+        hp_tid t = hp_graph_find(g, inputs[i]);
+        if (t == HP_TID_NONE || lay[t].ndim < 0) continue;
+        for (int d = 0; d < lay[t].ndim; d++)
+            if (lay[t].nmap[d] > 0)
+                return hp_error(HP_STATUS_INVALID_ARGUMENT, "generate: the strategy splits input '%s' (dim %d); the "
+                                "generator's inputs are replicated (its strategy splits the weights: tensor "
+                                "parallelism over heads)", inputs[i], d);
+    }
+    const int64_t H = c->heads, KV = c->family == HP_MODEL_FAMILY_LLAMA && c->kv_heads ? c->kv_heads : c->heads;
+    for (int l = 0; l < c->layers; l++) {
+        char kn[96], qn[96], cn[32];
+        k_weight_name(c, l, kn, sizeof kn);
+        q_weight_name(c, l, qn, sizeof qn);
+        hp_tid kw = hp_graph_find(g, kn), qw = hp_graph_find(g, qn);
+        if (kw == HP_TID_NONE || qw == HP_TID_NONE)
+            return hp_error(HP_STATUS_INTERNAL, "generate: no parameter '%s' or '%s' in the decode graph", kn, qn);
+        hp_layout kl = lay[kw].ndim >= 0 ? lay[kw] : (hp_layout){.ndim = 2};
+        hp_layout ql = lay[qw].ndim >= 0 ? lay[qw] : (hp_layout){.ndim = 2};
+        int64_t ks = hp_layout_shards(&kl, mesh, 0), qs = hp_layout_shards(&ql, mesh, 0);
+        bool same = kl.nmap[0] == ql.nmap[0];
+        for (int a = 0; same && a < kl.nmap[0]; a++) same = kl.map[0][a] == ql.map[0][a];
+        if (!same)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "generate: '%s' splits its output features over %lld shards "
+                            "and '%s' over %lld (other axes): the query and key heads split together", qn,
+                            (long long)qs, kn, (long long)ks);
+        if (ks > 1 && (H % ks != 0 || KV % ks != 0))
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "generate: tensor parallelism of degree %lld over the heads "
+                            "does not divide %s %lld (heads %lld, kv_heads %lld)", (long long)ks,
+                            KV % ks ? "kv_heads" : "heads", (long long)(KV % ks ? KV : H), (long long)H, (long long)KV);
+        hp_layout cache;
+        hp_layout_init(&cache, 4);
+        cache.nmap[1] = kl.nmap[0];
+        for (int a = 0; a < kl.nmap[0]; a++) cache.map[1][a] = kl.map[0][a];
+        for (int which = 0; which < 2; which++) {
+            snprintf(cn, sizeof cn, "kv.%d.%c", l, which ? 'v' : 'k');
+            hp_tid t = hp_graph_find(g, cn);
+            if (t != HP_TID_NONE) lay[t] = cache;
+        }
+    }
+    return HP_STATUS_OK;
+}
+
+/* Records the logical shape and layout of every parameter and cache entry of x in the store, but
+ * for entries declared already (a co-located learner's: x bound to their views). */
+static hp_status declare_entries(hp_generator *gen, const gprog *x) {
+    hp_partition *part = hp_compiled_partition(x->c);
+    for (int t = 0; t < hp_graph_n_tensors(x->g); t++) {
+        const hp_tensor *y = hp_graph_tensor(x->g, t);
+        hp_store_entry_info info;
+        if ((y->kind != HP_TENSOR_KIND_PARAM && y->kind != HP_TENSOR_KIND_STATE) || !y->name) continue;
+        if (hp_store_info(gen->store, y->name, &info) == HP_STATUS_OK && info.declared) continue;
+        HP_CHECK(hp_store_declare(gen->store, y->name, y->dtype, &y->shape, hp_partition_layout(part, t)));
+    }
+    return HP_STATUS_OK;
+}
+
+/* A decode-graph program of `seq` tokens per slot into *x: on one device, or compiled under the
+ * strategy (collective over its mesh). */
+static hp_status build_decode(hp_generator *gen, int seq, gprog *x) {
+    memset(x, 0, sizeof *x);
+    x->g = hp_graph_new();
+    if (!x->g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for a graph");
+    HP_CHECK(hp_gpt_build_decode(x->g, &gen->cfg, gen->o.slots, seq, gen->t_max, &x->m));
+    bool small = (int64_t)seq * gen->o.slots <= 64;
+    if (!gen->o.strategy) {
+        HP_CHECK(make_program(x->g, gen->store, x->m.logits, small, &x->p));
+        x->tok = x->m.tokens, x->pos = x->m.positions, x->pid = x->m.position_ids, x->logits = x->m.logits;
+        return HP_STATUS_OK;
+    }
+    hp_compile_opts co = HP_COMPILE_OPTS_INIT;
+    co.loss = x->m.logits; /* resolved replicated: every rank samples from the whole vocabulary */
+    co.mesh = hp_strategy_mesh(gen->o.strategy);
+    co.annotate = annotate;
+    co.annotate_user = gen;
+    co.comm = gen->o.comm;
+    co.bucket_size = 0;
+    co.program.node_by_node = small;
+    co.program.store = gen->store;
+    HP_CHECK(hp_compile(x->g, &co, &x->c));
+    x->p = hp_compiled_program(x->c);
+    hp_partition *part = hp_compiled_partition(x->c);
+    x->tok = hp_partition_local(part, x->m.tokens);
+    x->pos = hp_partition_local(part, x->m.positions);
+    x->pid = x->m.position_ids == HP_TID_NONE ? HP_TID_NONE : hp_partition_local(part, x->m.position_ids);
+    x->logits = hp_compiled_loss(x->c);
+    return declare_entries(gen, x);
 }
 
 hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_generator_opts *o, hp_generator **out) {
@@ -51,6 +168,9 @@ hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_gen
     if (o->t_max < 0 || o->t_max > c->context)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "generate: cache length %d is outside [0, context %d]", o->t_max,
                         c->context);
+    if (o->strategy && !o->use_cache)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "generate: a strategy needs the cache (use_cache); recomputing "
+                        "the window runs on one device");
     hp_generator *gen = calloc(1, sizeof *gen);
     if (!gen) return hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory");
     gen->cfg = *c;
@@ -60,17 +180,19 @@ hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_gen
     gen->t_max = o->t_max ? o->t_max : c->context;
     hp_status st;
     if (o->use_cache) {
-        st = build_decode(gen, 1, &gen->g_step, &gen->p_step, &gen->dec);
-        if (st == HP_STATUS_OK) {
-            int64_t KV = c->family == HP_MODEL_FAMILY_LLAMA && c->kv_heads ? c->kv_heads : c->heads;
-            gen->stats.cache_bytes = (size_t)(2 * (int64_t)c->layers * o->slots * KV * gen->t_max *
-                                              (c->width / c->heads)) * sizeof(float);
-        }
+        st = build_decode(gen, 1, &gen->step);
+        for (int l = 0; st == HP_STATUS_OK && l < c->layers; l++)
+            for (int which = 0; which < 2; which++) {
+                char cn[32];
+                hp_store_entry_info info;
+                snprintf(cn, sizeof cn, "kv.%d.%c", l, which ? 'v' : 'k');
+                if (hp_store_info(store, cn, &info) == HP_STATUS_OK) gen->stats.cache_bytes += info.bytes;
+            }
     } else {
-        gen->g_step = hp_graph_new();
-        st = gen->g_step ? hp_gpt_build(gen->g_step, &gen->cfg, o->slots, gen->t_max, false, &gen->full)
+        gen->step.g = hp_graph_new();
+        st = gen->step.g ? hp_gpt_build(gen->step.g, &gen->cfg, o->slots, gen->t_max, false, &gen->full)
                          : hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for a graph");
-        if (st == HP_STATUS_OK) st = make_program(gen->g_step, store, gen->full.logits, false, &gen->p_step);
+        if (st == HP_STATUS_OK) st = make_program(gen->step.g, store, gen->full.logits, false, &gen->step.p);
     }
     if (st != HP_STATUS_OK) {
         hp_generator_free(gen);
@@ -82,14 +204,12 @@ hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_gen
 
 void hp_generator_free(hp_generator *gen) {
     if (!gen) return;
-    hp_program_free(gen->p_pre);
-    hp_graph_free(gen->g_pre);
-    hp_program_free(gen->p_step);
-    hp_graph_free(gen->g_step);
+    gprog_free(&gen->pre);
+    gprog_free(&gen->step);
     free(gen);
 }
 
-const hp_graph *hp_generator_graph(const hp_generator *gen) { return gen->g_step; }
+const hp_graph *hp_generator_graph(const hp_generator *gen) { return gen->step.g; }
 
 void hp_generator_get_stats(const hp_generator *gen, hp_generator_stats *out) { *out = gen->stats; }
 
@@ -146,11 +266,11 @@ static hp_status timed_run(hp_program *p, double *seconds, int64_t *runs) {
 }
 
 /* Writes the inputs of a decode-graph program: row (s, t) gets id tok and position pos (-1: pad). */
-static void set_row(hp_program *p, const hp_gpt_decode *m, int s, int t, int32_t tok, int32_t pos) {
-    size_t r = (size_t)s * m->seq + t;
-    ((int32_t *)hp_program_data(p, m->tokens))[r] = tok;
-    ((int32_t *)hp_program_data(p, m->positions))[r] = pos;
-    if (m->position_ids != HP_TID_NONE) ((int32_t *)hp_program_data(p, m->position_ids))[r] = pos < 0 ? 0 : pos;
+static void set_row(const gprog *x, int s, int t, int32_t tok, int32_t pos) {
+    size_t r = (size_t)s * x->m.seq + t;
+    ((int32_t *)hp_program_data(x->p, x->tok))[r] = tok;
+    ((int32_t *)hp_program_data(x->p, x->pos))[r] = pos;
+    if (x->pid != HP_TID_NONE) ((int32_t *)hp_program_data(x->p, x->pid))[r] = pos < 0 ? 0 : pos;
 }
 
 static hp_status generate_cached(hp_generator *gen, int n_seq, const int32_t *const *prompts, const int *lens,
@@ -158,35 +278,33 @@ static hp_status generate_cached(hp_generator *gen, int n_seq, const int32_t *co
     const int S = gen->o.slots, V = gen->cfg.vocab, N = o->max_new_tokens;
     int Tp = 1;
     for (int j = 0; j < n_seq; j++) Tp = plen(lens, j) > Tp ? plen(lens, j) : Tp;
-    hp_program *p = gen->p_step;
-    const hp_gpt_decode *m = &gen->dec;
+    const gprog *x = &gen->step;
     if (Tp > 1) { /* a prefill program of Tp rows per slot (kept for the next call of that length) */
-        if (!gen->p_pre || gen->pre.seq != Tp) {
-            hp_program_free(gen->p_pre);
-            hp_graph_free(gen->g_pre);
-            gen->p_pre = NULL;
-            gen->g_pre = NULL;
-            HP_CHECK(build_decode(gen, Tp, &gen->g_pre, &gen->p_pre, &gen->pre));
+        if (!gen->pre.p || gen->pre.m.seq != Tp) {
+            gprog_free(&gen->pre);
+            hp_status st = build_decode(gen, Tp, &gen->pre);
+            if (st != HP_STATUS_OK) {
+                gprog_free(&gen->pre);
+                return st;
+            }
         }
-        p = gen->p_pre;
-        m = &gen->pre;
+        x = &gen->pre;
     }
     for (int s = 0; s < S; s++)
         for (int t = 0; t < Tp; t++) {
             bool real = s < n_seq && t < plen(lens, s);
-            set_row(p, m, s, t, real ? pid(prompts, lens, s, t) : 0, real ? t : -1);
+            set_row(x, s, t, real ? pid(prompts, lens, s, t) : 0, real ? t : -1);
         }
-    HP_CHECK(timed_run(p, &gen->stats.prefill_seconds, &gen->stats.prefill_runs));
-    const float *logits = hp_program_data(p, m->logits);
+    HP_CHECK(timed_run(x->p, &gen->stats.prefill_seconds, &gen->stats.prefill_runs));
+    const float *logits = hp_program_data(x->p, x->logits);
     for (int j = 0; j < n_seq; j++) HP_CHECK(pick(o, V, logits + ((size_t)j * Tp + plen(lens, j) - 1) * V, j, 0, out));
-    p = gen->p_step;
-    m = &gen->dec;
-    logits = hp_program_data(p, m->logits);
+    x = &gen->step;
+    logits = hp_program_data(x->p, x->logits);
     for (int i = 1; i < N; i++) {
         for (int s = 0; s < S; s++)
-            if (s < n_seq) set_row(p, m, s, 0, out[(size_t)s * N + i - 1], plen(lens, s) + i - 1);
-            else set_row(p, m, s, 0, 0, -1);
-        HP_CHECK(timed_run(p, &gen->stats.decode_seconds, &gen->stats.decode_runs));
+            if (s < n_seq) set_row(x, s, 0, out[(size_t)s * N + i - 1], plen(lens, s) + i - 1);
+            else set_row(x, s, 0, 0, -1);
+        HP_CHECK(timed_run(x->p, &gen->stats.decode_seconds, &gen->stats.decode_runs));
         for (int j = 0; j < n_seq; j++) HP_CHECK(pick(o, V, logits + (size_t)j * V, j, i, out));
     }
     return HP_STATUS_OK;
@@ -197,8 +315,8 @@ static hp_status generate_cached(hp_generator *gen, int n_seq, const int32_t *co
 static hp_status generate_recompute(hp_generator *gen, int n_seq, const int32_t *const *prompts, const int *lens,
                                     const hp_generate_opts *o, int32_t *out) {
     const int S = gen->o.slots, V = gen->cfg.vocab, N = o->max_new_tokens, T = gen->full.seq;
-    int32_t *tok = hp_program_data(gen->p_step, gen->full.tokens);
-    const float *logits = hp_program_data(gen->p_step, gen->full.logits);
+    int32_t *tok = hp_program_data(gen->step.p, gen->full.tokens);
+    const float *logits = hp_program_data(gen->step.p, gen->full.logits);
     for (int i = 0; i < N; i++) {
         memset(tok, 0, sizeof *tok * (size_t)S * T);
         for (int s = 0; s < n_seq; s++) {
@@ -207,7 +325,7 @@ static hp_status generate_recompute(hp_generator *gen, int n_seq, const int32_t 
             for (int t = 0; t < P; t++) row[t] = pid(prompts, lens, s, t);
             for (int t = 0; t < i; t++) row[P + t] = out[(size_t)s * N + t];
         }
-        HP_CHECK(timed_run(gen->p_step, &gen->stats.decode_seconds, &gen->stats.decode_runs));
+        HP_CHECK(timed_run(gen->step.p, &gen->stats.decode_seconds, &gen->stats.decode_runs));
         for (int j = 0; j < n_seq; j++)
             HP_CHECK(pick(o, V, logits + ((size_t)j * T + plen(lens, j) + i - 1) * V, j, i, out));
     }

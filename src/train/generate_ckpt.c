@@ -4,13 +4,16 @@
 
 #include "hp/checkpoint.h"
 #include "hp/generate.h"
+#include "hp/redistribute.h"
 #include "hp/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* The weights of the generator's graph from the step directory, written into the store. */
-static hp_status load_weights(const char *dir, hp_generator *gen, hp_store *store) {
+/* The weights of the generator's graph from the step directory, written into the store; with a
+ * mesh (tensor parallelism) each whole tensor is read, then this rank's block of the layout the
+ * generator declared is cut from it (hp_redistribute_tensor from replicated: no communication). */
+static hp_status load_weights(const char *dir, hp_generator *gen, hp_store *store, hp_mesh *mesh) {
     const hp_graph *g = hp_generator_graph(gen);
     int n = hp_graph_params(g, NULL, 0);
     hp_tid *ids = calloc((size_t)n + 1, sizeof *ids);
@@ -19,13 +22,26 @@ static hp_status load_weights(const char *dir, hp_generator *gen, hp_store *stor
     if (!ids || !named) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory");
     if (st == HP_STATUS_OK) {
         hp_graph_params(g, ids, n);
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && st == HP_STATUS_OK; i++) {
             const hp_tensor *x = hp_graph_tensor(g, ids[i]);
-            named[i] = (hp_named_tensor){x->name, x->dtype, x->shape, hp_store_data(store, x->name)};
+            void *d = mesh ? malloc((size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype) + 1)
+                           : hp_store_data(store, x->name);
+            if (!d) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for '%s'", x->name);
+            named[i] = (hp_named_tensor){x->name, x->dtype, x->shape, d};
         }
-        st = hp_checkpoint_load_model(dir, named, (size_t)n);
+        if (st == HP_STATUS_OK) st = hp_checkpoint_load_model(dir, named, (size_t)n);
+    }
+    for (int i = 0; mesh && st == HP_STATUS_OK && i < n; i++) {
+        hp_store_entry_info info;
+        hp_layout rep;
+        hp_layout_init(&rep, named[i].shape.ndim);
+        st = hp_store_info(store, named[i].name, &info);
+        if (st == HP_STATUS_OK)
+            st = hp_redistribute_tensor(mesh, &rep, &info.layout, &named[i].shape, named[i].dtype, named[i].data,
+                                        hp_store_data(store, named[i].name), NULL);
     }
     for (int i = 0; st == HP_STATUS_OK && i < n; i++) st = hp_store_touch(store, named[i].name);
+    for (int i = 0; mesh && named && i < n; i++) free(named[i].data);
     free(ids);
     free(named);
     return st;
@@ -130,6 +146,8 @@ hp_status hp_generate_checkpoint(const char *path, const char *const *prompts, i
     hp_store *store = NULL;
     hp_generator *gen = NULL;
     hp_tokenizer *tok = NULL;
+    hp_strategy *strategy = NULL;
+    hp_comm *self = NULL;
     int32_t **ids = calloc((size_t)n_prompts, sizeof *ids), *out = NULL;
     int *lens = calloc((size_t)n_prompts, sizeof *lens), *seq_lens = calloc((size_t)n_seq, sizeof *seq_lens);
     const int32_t **seq_ids = calloc((size_t)n_seq, sizeof *seq_ids);
@@ -143,12 +161,24 @@ hp_status hp_generate_checkpoint(const char *path, const char *const *prompts, i
     }
     HP_CHECK_GOTO(hp_checkpoint_check_config(dir, &s), st, out);
     hp_gpt_config gc = hp__gpt_config_from(&s.config.model);
-    HP_CHECK_GOTO(hp_store_new(NULL, NULL, &store), st, out);
+    hp_mesh *mesh = NULL;
+    if (o->strategy) { /* tensor parallelism over the world (or one rank) */
+        hp_comm *world = o->world;
+        if (!world && !(world = self = hp_comm_self_new())) {
+            st = hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory for a communicator");
+            goto out;
+        }
+        HP_CHECK_GOTO(hp_strategy_new(o->strategy, hp_comm_size(world), &strategy), st, out);
+        mesh = hp_strategy_mesh(strategy);
+        HP_CHECK_GOTO(hp_mesh_attach(mesh, world), st, out);
+    }
+    HP_CHECK_GOTO(hp_store_new(mesh, NULL, &store), st, out);
     hp_generator_opts go = HP_GENERATOR_OPTS_DEFAULT;
     go.slots = n_seq;
     go.use_cache = o->use_cache;
+    go.strategy = strategy;
     HP_CHECK_GOTO(hp_generator_new(&gc, store, &go, &gen), st, out);
-    HP_CHECK_GOTO(load_weights(dir, gen, store), st, out);
+    HP_CHECK_GOTO(load_weights(dir, gen, store, mesh), st, out);
     HP_CHECK_GOTO(hp__checkpoint_tokenizer(dir, &tok), st, out);
     for (int j = 0; j < n_prompts; j++) HP_CHECK_GOTO(encode(tok, prompts[j], &ids[j], &lens[j]), st, out);
     for (int j = 0; j < n_seq; j++) {
@@ -183,6 +213,8 @@ out:
     free(out);
     hp_generator_free(gen);
     hp_store_free(store);
+    hp_strategy_free(strategy);
+    hp_comm_free(self);
     hp_tokenizer_free(tok);
     hp_checkpoint_state_free(&s);
     return st;

@@ -127,7 +127,23 @@ static void test_config_errors(void **state) {
     expect_bad(MODEL "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0], module: [head]}\n  l: {kind: learner, ranks: [1]}\n",
                "bad.yaml:4:", "groups.a.module: a group of kind actor runs the whole model");
     expect_bad(MODEL "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0, 1], mesh: {device_matrix: [1, 2], alias_name: [x, y]}}\n"
-               "  l: {kind: learner, ranks: [2]}\n", "bad.yaml:4:", "the actor generates with whole replicas");
+               "  l: {kind: learner, ranks: [2]}\n", "bad.yaml:4:", "the actor's mesh has one axis");
+    expect_bad(MODEL "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0, 1, 2, 3], mesh: {device_matrix: [2, 2], alias_name: "
+               "[dp, tp]},\n      strategy: {params: [{match: \"*.attn.[qkv].weight\", tensor_map: [dp, none]}]}}\n"
+               "  l: {kind: learner, ranks: [4]}\n", "bad.yaml:5:", "splits over dp, the axis of the actor's replicas");
+    /* a tensor-parallel actor: its degree divides the heads (and kv_heads); its own ranks */
+    expect_bad(MODEL "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0, 1, 2], mesh: {device_matrix: [3], alias_name: [tp]},\n"
+               "      strategy: {params: [{match: \"*.attn.[qkv].weight\", tensor_map: [tp, none]}]}}\n"
+               "  l: {kind: learner, ranks: [3]}\n", "bad.yaml:4:", "tensor parallelism of degree 3 does not divide "
+               "model.heads 2");
+    expect_bad("model: {family: llama, vocab: 256, context: 12, layers: 1, heads: 4, kv_heads: 1, width: 32}\n"
+               "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0, 1], mesh: {device_matrix: [2], alias_name: [tp]},\n"
+               "      strategy: {params: [{match: \"*.[qkv]_proj.weight\", tensor_map: [tp, none]}]}}\n"
+               "  l: {kind: learner, ranks: [2]}\n", "bad.yaml:4:", "does not divide model.kv_heads 1");
+    expect_bad(MODEL "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0, 1], mesh: {device_matrix: [2], alias_name: [tp]},\n"
+               "      strategy: {params: [{match: \"*.attn.[qkv].weight\", tensor_map: [tp, none]}]}}\n"
+               "  l: {kind: learner, ranks: [0, 1], mesh: {device_matrix: [1, 2], alias_name: [dp, fsdp]}}\n", "bad.yaml:4:",
+               "a tensor-parallel actor on the learner's ranks (co-located) needs one axis, and a learner mesh of one axis");
     expect_bad(MODEL "rl: {prompts: 1, group_size: 2}\ngroups:\n  a: {kind: actor, ranks: [0, 1, 2], mesh: {device_matrix: "
                "[3], alias_name: [dp]}}\n  l: {kind: learner, ranks: [3]}\n", "bad.yaml:4:", "samples only");
     /* the world size against the groups */
