@@ -212,6 +212,17 @@ out:
 
 /* ---------------------------------------------------------------- export */
 
+/* The shortest decimal that reads back as the float f, as a double (0.02f becomes 0.02, so
+ * config.json says router_aux_loss_coef 0.02, not 0.019999999552965164). */
+static double shortest(float f) {
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if ((float)strtod(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return f;
+}
+
 /*
  * Whether a model's MoE layers are Mixtral's (hp/hf.h): the Llama family's SwiGLU experts in every
  * layer, the softmax router, no shared experts. Anything else is refused naming the setting:
@@ -249,7 +260,7 @@ static hp_status arch_from_model(const hp_model_config *mc, hp_hf_arch *a) {
         HP_CHECK(check_mixtral(mc));
         a->experts = mc->moe.experts;
         a->top_k = mc->moe.top_k;
-        a->aux_loss_coef = mc->moe.balance_loss;
+        a->aux_loss_coef = shortest(mc->moe.balance_loss);
     }
     if (!strcmp(mc->family, "llama")) {
         hp_gpt_config gc = hp_gpt_config_from_model(mc);
