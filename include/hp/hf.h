@@ -251,7 +251,10 @@ typedef struct hp_hf_export_info {
  * architecture, the model tensors are loaded with their checks (hp_checkpoint_load_model), and the
  * run directory's hf_config.json (kept by hp_hf_import) and tokenizer files, when present, go
  * along (from run_dir/hf_tokenizer/ too). Optimizer state is not exported. Importing the result gives back the same tensors, bit
- * for bit. Errors: the checkpoint's (naming the file and the tensor or field); hp_hf_write's.
+ * for bit. A Llama-family model with model.moe is written as Mixtral (see above). Errors: the
+ * checkpoint's (naming the file and the tensor or field); HP_STATUS_UNSUPPORTED for a MoE model
+ * Mixtral cannot express (GELU experts, shared experts, the sigmoid_bias router, a dense layer),
+ * naming the setting; hp_hf_write's.
  */
 hp_status hp_hf_export(const char *ckpt, const char *hf_dir, hp_hf_export_info *info);
 
