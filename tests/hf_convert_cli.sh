@@ -7,8 +7,9 @@
 # `hp ckpt verify`, `hp generate` and `hp train RUN.yaml --resume` (fresh AdamW moments: the
 # checkpoint has no optimizer state; with MPIEXEC also on 2 ranks with a data-parallel strategy)
 # accept; the fine-tuned run is exported with `hp convert --to-hf`, imported again and exported
-# again, and the two exports' model.safetensors are the same bytes. Bad input exits 1 naming the
-# path or value; bad usage exits 2.
+# again, and the two exports' model.safetensors are the same bytes; the same for the tiny Llama and
+# the tiny Mixtral (tests/data/hf/mixtral-tiny, MoE layers). Bad input exits 1 naming the path or
+# value; bad usage exits 2.
 set -euo pipefail
 hp="$1" src="$2" mpiexec="${3:-}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/hp-hf-cli.XXXXXX")"
@@ -97,6 +98,21 @@ else
     cmp llhf1/model.safetensors llhf2/model.safetensors || fail "llama export -> import -> export changed the weights"
     echo "ok: llama import, fine-tune, export -> import -> export byte-identical"
 fi
+
+# Mixtral: the Llama family with model.moe (one Hugging Face tensor per expert, stacked in ours)
+run import_mixtral "$hp" convert --from-hf "$src/tests/data/hf/mixtral-tiny" -o runs/mixtral
+grep -qF "4 experts of width 24 (2 per token)" import_mixtral.log || { cat import_mixtral.log; fail "the import does not describe the experts"; }
+run verify_mixtral "$hp" ckpt verify runs/mixtral
+run generate_mixtral "$hp" generate runs/mixtral --prompt "And" --tokens 4
+sed -i -e "s|corpus: data/kjv.txt|corpus: \"$src/data/kjv.txt\"|" -e 's/steps: 1000/steps: 2/' -e 's/batch: 8/batch: 2/' \
+    -e 's/eval_every: 100/eval_every: 0/' runs/mixtral/run.yaml
+run train_mixtral "$hp" train runs/mixtral/run.yaml --resume
+run export_mixtral1 "$hp" convert --to-hf runs/mixtral -o mxhf1
+grep -q '"model_type":[[:space:]]*"mixtral"' mxhf1/config.json || fail "mxhf1/config.json has no model_type mixtral"
+run import_mixtral2 "$hp" convert --from-hf mxhf1 -o runs/mixtral2
+run export_mixtral2 "$hp" convert --to-hf runs/mixtral2 -o mxhf2
+cmp mxhf1/model.safetensors mxhf2/model.safetensors || fail "mixtral export -> import -> export changed the weights"
+echo "ok: mixtral import, fine-tune, export -> import -> export byte-identical"
 
 refused missing 1 "nowhere/config.json" "$hp" convert --from-hf nowhere -o runs/x
 refused notckpt 1 "runs/none" "$hp" convert --to-hf runs/none -o hf3

@@ -1,5 +1,5 @@
 /*
- * hp/hf.h — Hugging Face interop: GPT-2 and Llama-family checkpoints (a directory with config.json
+ * hp/hf.h — Hugging Face interop: GPT-2, Llama-family and Mixtral checkpoints (a directory with config.json
  * and model.safetensors, or model.safetensors.index.json and its shards) to and from ours.
  *
  *     hp_hf_import_info in;
@@ -54,6 +54,25 @@
  * is {family: llama, vocab, context, layers, heads, kv_heads, width, ffn_width, rope_base,
  * norm_eps, tied_head} (hp/nn.h, the Llama family); an export writes it as LlamaForCausalLM.
  *
+ * Mixtral (model_type "mixtral", MixtralForCausalLM) is a Llama whose every MLP is a Mixture-of-
+ * Experts layer (hp/moe.h) with SwiGLU experts, the softmax router (gates: the top-k probabilities
+ * renormalised) and no shared experts. Hugging Face keeps one tensor per expert; ours stacks them:
+ *
+ *     HF (per layer L, expert e)                              ours (model.layers.L.mlp.)
+ *     block_sparse_moe.gate.weight (E, C)                     router.weight (E, C)           copied
+ *     block_sparse_moe.experts.e.w1.weight (F, C)             experts.gate_proj.weight (E, F, C)  [e]
+ *     block_sparse_moe.experts.e.w3.weight (F, C)             experts.up_proj.weight (E, F, C)    [e]
+ *     block_sparse_moe.experts.e.w2.weight (C, F)             experts.down_proj.weight (E, C, F)  [e]
+ *
+ * (the attention and norms as the Llama's). config.json adds num_local_experts (E), num_experts_per_tok
+ * (k, default 2, at most E), router_aux_loss_coef (default 0.001, our model.moe.balance_loss, carried
+ * as is: Hugging Face's loss, computed when output_router_logits is true, is k times ours over all
+ * layers' tokens at once, so the same coefficient weighs balance differently) and intermediate_size
+ * is the expert width F; refused: a sliding_window that is set. The run config's model section adds
+ * moe: {experts, top_k, expert_width, router: softmax, every: 1, balance_loss}. An export writes a
+ * Llama-family model with model.moe as MixtralForCausalLM when every layer is MoE, the router is
+ * softmax and there are no shared experts; other MoE settings are refused naming the setting.
+ *
  * Tensors are read as F32 or BF16 (converted exactly to float32) and written as F32. Every value
  * read is checked finite.
  */
@@ -79,7 +98,7 @@ const char *hp_hf_family_name(hp_hf_family f);
 /* A model's architecture in our terms, as config.json describes it. */
 typedef struct hp_hf_arch {
     hp_hf_family family;
-    char model_type[32]; /* config.json's model_type: "gpt2", "llama" or "qwen2" */
+    char model_type[32]; /* config.json's model_type: "gpt2", "llama", "qwen2" or "mixtral" */
     int64_t vocab;       /* V: vocab_size */
     int64_t context;     /* T: n_positions / max_position_embeddings */
     int64_t layers;      /* L: n_layer / num_hidden_layers */
@@ -91,15 +110,20 @@ typedef struct hp_hf_arch {
     double rope_base;    /* rope_theta (Llama); 0 for GPT-2 */
     bool tied_head;      /* tie_word_embeddings: the head reuses the token embedding */
     double dropout;      /* GPT-2's resid_pdrop (our model.dropout); 0 for Llama */
+    /* Mixtral (model_type "mixtral"): every layer's MLP is a Mixture-of-Experts layer; 0 for the
+     * dense models. ffn_width is then each expert's width (intermediate_size). */
+    int64_t experts;     /* E: num_local_experts */
+    int64_t top_k;       /* k: num_experts_per_tok, in [1, E] */
+    double aux_loss_coef; /* router_aux_loss_coef (our model.moe.balance_loss) */
 } hp_hf_arch;
 
 /*
  * Parses and checks config.json text (`name` stands for the file in messages) into *out.
  * Errors, each naming the file and the key and value: HP_STATUS_CORRUPT for malformed JSON or a
  * missing or mistyped key (sizes are whole numbers in [1, 2^31-1]); HP_STATUS_UNSUPPORTED for a
- * model_type other than gpt2, llama, qwen2 and for every setting refused above (naming what is
+ * model_type other than gpt2, llama, qwen2, mixtral and for every setting refused above (naming what is
  * supported); HP_STATUS_INVALID_ARGUMENT for sizes that do not fit (n_embd not divisible by
- * n_head, heads not divisible by kv_heads).
+ * n_head, heads not divisible by kv_heads, num_experts_per_tok larger than num_local_experts).
  */
 hp_status hp_hf_config_parse(const char *text, const char *name, hp_hf_arch *out);
 
@@ -227,7 +251,10 @@ typedef struct hp_hf_export_info {
  * architecture, the model tensors are loaded with their checks (hp_checkpoint_load_model), and the
  * run directory's hf_config.json (kept by hp_hf_import) and tokenizer files, when present, go
  * along (from run_dir/hf_tokenizer/ too). Optimizer state is not exported. Importing the result gives back the same tensors, bit
- * for bit. Errors: the checkpoint's (naming the file and the tensor or field); hp_hf_write's.
+ * for bit. A Llama-family model with model.moe is written as Mixtral (see above). Errors: the
+ * checkpoint's (naming the file and the tensor or field); HP_STATUS_UNSUPPORTED for a MoE model
+ * Mixtral cannot express (GELU experts, shared experts, the sigmoid_bias router, a dense layer),
+ * naming the setting; hp_hf_write's.
  */
 hp_status hp_hf_export(const char *ckpt, const char *hf_dir, hp_hf_export_info *info);
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: hp convert --from-hf HF_DIR -o RUN_DIR   import a Hugging Face GPT-2 or Llama checkpoint\n"
+    fprintf(f, "usage: hp convert --from-hf HF_DIR -o RUN_DIR   import a Hugging Face GPT-2, Llama or Mixtral checkpoint\n"
                "       hp convert --to-hf CKPT -o HF_DIR        export a checkpoint to Hugging Face's layout\n");
 }
 
@@ -17,12 +17,18 @@ static void describe(const hp_hf_arch *a, int64_t params) {
         printf("  %s: %lld layers, %lld heads, width %lld, context %lld, vocab %lld, %s head, %.2fM parameters\n",
                a->model_type, (long long)a->layers, (long long)a->heads, (long long)a->width, (long long)a->context,
                (long long)a->vocab, a->tied_head ? "tied" : "untied", (double)params / 1e6);
-    else
-        printf("  %s: %lld layers, %lld heads (%lld key/value), width %lld, MLP %lld, context %lld, vocab %lld, "
+    else {
+        char mlp[96];
+        if (a->experts > 0)
+            snprintf(mlp, sizeof mlp, "%lld experts of width %lld (%lld per token)", (long long)a->experts,
+                     (long long)a->ffn_width, (long long)a->top_k);
+        else
+            snprintf(mlp, sizeof mlp, "MLP %lld", (long long)a->ffn_width);
+        printf("  %s: %lld layers, %lld heads (%lld key/value), width %lld, %s, context %lld, vocab %lld, "
                "%s head, %.2fM parameters\n",
                a->model_type, (long long)a->layers, (long long)a->heads, (long long)a->kv_heads, (long long)a->width,
-               (long long)a->ffn_width, (long long)a->context, (long long)a->vocab, a->tied_head ? "tied" : "untied",
-               (double)params / 1e6);
+               mlp, (long long)a->context, (long long)a->vocab, a->tied_head ? "tied" : "untied", (double)params / 1e6);
+    }
 }
 
 static void list_copied(int n, char (*names)[32]) {

@@ -1,4 +1,4 @@
-/* Hugging Face config.json for GPT-2 and the Llama family: parsed and checked into an hp_hf_arch,
+/* Hugging Face config.json for GPT-2, the Llama family and Mixtral: parsed and checked into an hp_hf_arch,
  * and written back (see hp/hf.h for the keys and what is refused). */
 #include "hp/hf.h"
 #include "io/hf_internal.h"
@@ -183,6 +183,29 @@ static hp_status parse_llama(const ctx *c, hp_hf_arch *a) {
     return HP_STATUS_OK;
 }
 
+/* Mixtral: a Llama whose every MLP is a MoE layer of num_local_experts SwiGLU experts. */
+static hp_status parse_mixtral(const ctx *c, hp_hf_arch *a) {
+    HP_CHECK(parse_llama(c, a));
+    HP_CHECK(size_key(c, "num_local_experts", NULL, true, 0, &a->experts));
+    HP_CHECK(size_key(c, "num_experts_per_tok", NULL, false, 2, &a->top_k));
+    if (a->top_k > a->experts)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "'%s': 'num_experts_per_tok' %lld is larger than "
+                        "'num_local_experts' %lld", c->name, (long long)a->top_k, (long long)a->experts);
+    if (a->experts > 65536)
+        return hp_error(HP_STATUS_UNSUPPORTED, "'%s': 'num_local_experts' %lld is more than the 65536 experts hp "
+                        "convert maps", c->name, (long long)a->experts);
+    HP_CHECK(num_key(c, "router_aux_loss_coef", 0.001, 0.0, 1e6, &a->aux_loss_coef));
+    const cJSON *sw = item(c, "sliding_window");
+    if (sw) {
+        char *t = cJSON_PrintUnformatted(sw);
+        hp_status st = hp_error(HP_STATUS_UNSUPPORTED, "'%s': 'sliding_window' is %s; attention here is full causal "
+                                "attention (sliding_window null)", c->name, t ? t : "set");
+        free(t);
+        return st;
+    }
+    return HP_STATUS_OK;
+}
+
 hp_status hp_hf_config_parse(const char *text, const char *name, hp_hf_arch *out) {
     memset(out, 0, sizeof *out);
     cJSON *root = cJSON_Parse(text);
@@ -200,9 +223,11 @@ hp_status hp_hf_config_parse(const char *text, const char *name, hp_hf_arch *out
             st = parse_gpt2(&c, out);
         else if (!strcmp(mt, "llama") || !strcmp(mt, "qwen2"))
             st = parse_llama(&c, out);
+        else if (!strcmp(mt, "mixtral"))
+            st = parse_mixtral(&c, out);
         else
-            st = hp_error(HP_STATUS_UNSUPPORTED, "'%s': model_type '%s' is not supported (hp convert reads gpt2, llama "
-                          "and qwen2)", name, mt);
+            st = hp_error(HP_STATUS_UNSUPPORTED, "'%s': model_type '%s' is not supported (hp convert reads gpt2, llama, "
+                          "qwen2 and mixtral)", name, mt);
     }
     if (st == HP_STATUS_OK && out->family == HP_HF_FAMILY_GPT2 && out->width % out->heads)
         st = hp_error(HP_STATUS_INVALID_ARGUMENT, "'%s': 'n_embd' %lld is not divisible by 'n_head' %lld", name,
@@ -278,7 +303,10 @@ char *hp_hf_config_json(const hp_hf_arch *a, const char *base) {
     if (!o) o = cJSON_CreateObject();
     if (!o) return NULL;
     bool ok = true;
-    const char *arch_name = a->family == HP_HF_FAMILY_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+    const bool moe = a->family == HP_HF_FAMILY_LLAMA && a->experts > 0;
+    const char *arch_name = a->family == HP_HF_FAMILY_GPT2 ? "GPT2LMHeadModel"
+                            : moe                          ? "MixtralForCausalLM"
+                                                           : "LlamaForCausalLM";
     drop(o, "architectures");
     cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
     cJSON *an = cJSON_CreateString(arch_name);
@@ -300,13 +328,25 @@ char *hp_hf_config_json(const hp_hf_arch *a, const char *base) {
         drop(o, "use_sliding_window");
         drop(o, "sliding_window");
         drop(o, "max_window_layers");
-        ok = ok && set_str(o, "model_type", "llama") && set_num(o, "hidden_size", (double)a->width) &&
+        static const char *const moe_keys[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                                               "output_router_logits", "router_jitter_noise", "sliding_window"};
+        for (size_t i = 0; i < sizeof moe_keys / sizeof *moe_keys; i++) drop(o, moe_keys[i]);
+        if (moe) { /* Mixtral's config has no bias switches */
+            drop(o, "attention_bias");
+            drop(o, "mlp_bias");
+            ok = ok && set_num(o, "num_local_experts", (double)a->experts) &&
+                 set_num(o, "num_experts_per_tok", (double)a->top_k) &&
+                 set_num(o, "router_aux_loss_coef", a->aux_loss_coef) && set_bool(o, "output_router_logits", false) &&
+                 set_num(o, "router_jitter_noise", 0.0) && set_null(o, "sliding_window");
+        } else {
+            ok = ok && set_bool(o, "attention_bias", false) && set_bool(o, "mlp_bias", false);
+        }
+        ok = ok && set_str(o, "model_type", moe ? "mixtral" : "llama") && set_num(o, "hidden_size", (double)a->width) &&
              set_num(o, "intermediate_size", (double)a->ffn_width) && set_num(o, "num_hidden_layers", (double)a->layers) &&
              set_num(o, "num_attention_heads", (double)a->heads) &&
              set_num(o, "num_key_value_heads", (double)a->kv_heads) &&
              set_num(o, "max_position_embeddings", (double)a->context) && set_num(o, "rms_norm_eps", a->norm_eps) &&
              set_num(o, "rope_theta", a->rope_base) && set_str(o, "hidden_act", "silu") && set_null(o, "rope_scaling") &&
-             set_bool(o, "attention_bias", false) && set_bool(o, "mlp_bias", false) &&
              set_num(o, "head_dim", (double)(a->width / a->heads));
     }
     char *s = NULL;

@@ -15,6 +15,7 @@ typedef enum map_kind {
     MAP_COPY,   /* the same tensor */
     MAP_CONV1D, /* ours (O, I) is part `part` of `parts` column blocks of HF's (I, parts * O), transposed */
     MAP_SPLIT,  /* ours (O) is part `part` of `parts` blocks of HF's (parts * O) */
+    MAP_EXPERT, /* HF's (R, K) is expert `part` of ours (parts = E, R, K): Mixtral's one tensor per expert */
 } map_kind;
 
 typedef struct hf_map {
@@ -43,6 +44,11 @@ static void add(map_list *l, const char *ours, const char *hf, map_kind kind, in
 }
 
 static hp_status check_arch(const hp_hf_arch *a) {
+    if (a->experts < 0 || (a->experts > 0 && (a->family != HP_HF_FAMILY_LLAMA || a->top_k < 1 || a->top_k > a->experts ||
+                                              a->experts > 65536)))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "invalid %s architecture: %lld experts, top_k %lld (Mixture-of-"
+                        "Experts layers are Mixtral's: the Llama family, top_k in [1, experts], at most 65536 experts)",
+                        hp_hf_family_name(a->family), (long long)a->experts, (long long)a->top_k);
     if (a->vocab < 1 || a->context < 1 || a->layers < 1 || a->heads < 1 || a->kv_heads < 1 || a->width < 1 ||
         a->ffn_width < 1 || a->width % a->heads || a->heads % a->kv_heads)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "invalid %s architecture: vocab %lld context %lld layers %lld heads "
@@ -55,13 +61,18 @@ static hp_status check_arch(const hp_hf_arch *a) {
         if (rows[i] > lim / a->width)
             return hp_error(HP_STATUS_INVALID_ARGUMENT, "%s architecture too large: a (%lld, %lld) tensor has more than "
                             "2^48 elements", hp_hf_family_name(a->family), (long long)rows[i], (long long)a->width);
+    if (a->experts > 0 && a->experts > lim / (a->ffn_width * a->width))
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "mixtral architecture too large: a (%lld, %lld, %lld) expert tensor "
+                        "has more than 2^48 elements", (long long)a->experts, (long long)a->ffn_width, (long long)a->width);
     return HP_STATUS_OK;
 }
 
 static hp_status build_maps(const hp_hf_arch *a, map_list *l) {
     HP_CHECK(check_arch(a));
     const int64_t V = a->vocab, T = a->context, C = a->width, F = a->ffn_width, d = C / a->heads;
-    l->cap = a->family == HP_HF_FAMILY_GPT2 ? (size_t)(16 * a->layers + 5) : (size_t)(9 * a->layers + 3);
+    l->cap = a->family == HP_HF_FAMILY_GPT2 ? (size_t)(16 * a->layers + 5)
+             : a->experts > 0               ? (size_t)((7 + 3 * a->experts) * a->layers + 3)
+                                            : (size_t)(9 * a->layers + 3);
     l->n = 0;
     l->v = calloc(l->cap, sizeof *l->v);
     if (!l->v) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the tensor table");
@@ -109,9 +120,24 @@ static hp_status build_maps(const hp_hf_arch *a, map_list *l) {
             M("self_attn.v_proj.weight", HP_SHAPE(KV * d, C));
             M("self_attn.o_proj.weight", HP_SHAPE(C, H * d));
             M("post_attention_layernorm.weight", HP_SHAPE(C));
-            M("mlp.gate_proj.weight", HP_SHAPE(F, C));
-            M("mlp.up_proj.weight", HP_SHAPE(F, C));
-            M("mlp.down_proj.weight", HP_SHAPE(C, F));
+            if (a->experts > 0) { /* Mixtral: the router, then each expert's w1 (gate), w3 (up), w2 (down) */
+                const int64_t E = a->experts;
+                snprintf(o, sizeof o, "model.layers.%lld.mlp.router.weight", (long long)L);
+                snprintf(h, sizeof h, "model.layers.%lld.block_sparse_moe.gate.weight", (long long)L);
+                add(l, o, h, MAP_COPY, 0, 1, false, HP_SHAPE(E, C));
+                static const char *const ours[3] = {"gate_proj", "up_proj", "down_proj"}, *const hf[3] = {"w1", "w3", "w2"};
+                for (int64_t e = 0; e < E; e++)
+                    for (int w = 0; w < 3; w++) {
+                        snprintf(o, sizeof o, "model.layers.%lld.mlp.experts.%s.weight", (long long)L, ours[w]);
+                        snprintf(h, sizeof h, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight", (long long)L,
+                                 (long long)e, hf[w]);
+                        add(l, o, h, MAP_EXPERT, (int)e, (int)E, false, w < 2 ? HP_SHAPE(E, F, C) : HP_SHAPE(E, C, F));
+                    }
+            } else {
+                M("mlp.gate_proj.weight", HP_SHAPE(F, C));
+                M("mlp.up_proj.weight", HP_SHAPE(F, C));
+                M("mlp.down_proj.weight", HP_SHAPE(C, F));
+            }
 #undef M
         }
         add(l, "model.norm.weight", "model.norm.weight", MAP_COPY, 0, 1, false, HP_SHAPE(C));
@@ -121,12 +147,21 @@ static hp_status build_maps(const hp_hf_arch *a, map_list *l) {
 }
 
 static hp_shape hf_shape(const hf_map *m) {
+    if (m->kind == MAP_EXPERT) return HP_SHAPE(m->shape.dim[1], m->shape.dim[2]);
     if (m->kind == MAP_CONV1D) return HP_SHAPE(m->shape.dim[1], m->parts * m->shape.dim[0]);
     if (m->kind == MAP_SPLIT) return HP_SHAPE(m->parts * m->shape.dim[0]);
     return m->shape;
 }
 
-/* The flat index in HF's tensor of element i of ours. */
+/* The elements of ours that the map covers: ours[offset, offset + numel) (all of ours but for an
+ * expert's slice). */
+static int64_t ours_numel(const hf_map *m) {
+    if (m->kind == MAP_EXPERT) return m->shape.dim[1] * m->shape.dim[2];
+    return hp_shape_numel(&m->shape);
+}
+static int64_t ours_offset(const hf_map *m) { return m->kind == MAP_EXPERT ? m->part * ours_numel(m) : 0; }
+
+/* The flat index in HF's tensor of element offset + i of ours (i in [0, ours_numel)). */
 static int64_t hf_index(const hf_map *m, int64_t i) {
     if (m->kind == MAP_CONV1D) {
         int64_t O = m->shape.dim[0], I = m->shape.dim[1], o = i / I, c = i % I;
@@ -146,6 +181,10 @@ static void arch_str(const hp_hf_arch *a, char *buf, size_t n) {
                  "num_attention_heads %lld, num_key_value_heads %lld, tie_word_embeddings %s", a->model_type,
                  (long long)a->vocab, (long long)a->width, (long long)a->ffn_width, (long long)a->layers,
                  (long long)a->heads, (long long)a->kv_heads, a->tied_head ? "true" : "false");
+    if (a->experts > 0) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, n - k, ", num_local_experts %lld", (long long)a->experts);
+    }
 }
 
 /* ---------------------------------------------------------------- the model */
@@ -177,6 +216,7 @@ static hp_status alloc_from(const hp_hf_arch *a, const map_list *l, hp_hf_model 
     out->tensors = calloc(l->n, sizeof *out->tensors);
     if (!out->tensors) return hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for %zu tensors", l->n);
     for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].kind == MAP_EXPERT && l->v[i].part > 0) continue; /* expert 0's entry allocated the stack */
         hp_named_tensor *t = &out->tensors[out->n];
         size_t bytes = (size_t)hp_shape_numel(&l->v[i].shape) * sizeof(float);
         t->name = strdup(l->v[i].ours);
@@ -364,7 +404,8 @@ static hp_status check_entry(const hf_source *s, const src_tensor *t, const hf_m
  * file records one, every value finite. */
 static hp_status convert(const hf_source *s, const src_tensor *t, const hf_map *m, float *dst) {
     HP_CHECK(hp_safetensors_verify(s->files[t->file], t->e));
-    int64_t n = hp_shape_numel(&m->shape);
+    int64_t n = ours_numel(m);
+    dst += ours_offset(m);
     for (int64_t i = 0; i < n; i++) {
         int64_t j = hf_index(m, i);
         float v = element(t->e, j);
@@ -439,7 +480,10 @@ static hp_status read_tensors(const hf_source *s, const hp_hf_arch *a, const map
                       "(%s)", file_of(s, t), t->name, as);
     }
     if (st == HP_STATUS_OK) st = alloc_from(a, l, m);
-    for (size_t i = 0; st == HP_STATUS_OK && i < l->n; i++) st = convert(s, from[i], &l->v[i], m->tensors[i].data);
+    for (size_t i = 0; st == HP_STATUS_OK && i < l->n; i++) {
+        const hp_named_tensor *dst = hp_hf_model_find(m, l->v[i].ours); /* allocated from the same table */
+        st = convert(s, from[i], &l->v[i], dst->data);
+    }
     free(from);
     if (st != HP_STATUS_OK || !head) return st;
     /* the stored head must be the embedding */
@@ -512,9 +556,9 @@ hp_status hp_hf_write(const char *dir, const hp_hf_model *m, const char *base_co
             }
         }
         if (borrowed[k]) continue;
-        const float *s = src->data;
+        const float *s = (const float *)src->data + ours_offset(mp);
         float *d = out[k].data;
-        int64_t numel = hp_shape_numel(&mp->shape);
+        int64_t numel = ours_numel(mp);
         for (int64_t e = 0; e < numel; e++) d[hf_index(mp, e)] = s[e];
     }
     if (st == HP_STATUS_OK) st = hp_hf_mkdir_p(dir);

@@ -36,7 +36,7 @@ static char *run_yaml(const hp_hf_arch *a, const char *hf_dir, const char *run_d
     char *qdir = js ? cJSON_PrintUnformatted(js) : NULL, *qhf = jh ? cJSON_PrintUnformatted(jh) : NULL;
     cJSON_Delete(js);
     cJSON_Delete(jh);
-    char model[1024];
+    char model[1536];
     if (a->family == HP_HF_FAMILY_GPT2)
         snprintf(model, sizeof model,
                  "model:\n  vocab: %lld\n  context: %lld\n  layers: %lld\n  heads: %lld\n  width: %lld\n"
@@ -51,6 +51,16 @@ static char *run_yaml(const hp_hf_arch *a, const char *hf_dir, const char *run_d
                  (long long)a->vocab, (long long)a->context, (long long)a->layers, (long long)a->heads,
                  (long long)a->kv_heads, (long long)a->width, (long long)a->ffn_width, rope, eps,
                  a->tied_head ? "true" : "false");
+    if (a->family == HP_HF_FAMILY_LLAMA && a->experts > 0) { /* Mixtral: every layer's MLP is MoE */
+        char coef[64];
+        num(coef, sizeof coef, a->aux_loss_coef);
+        size_t k = strlen(model);
+        snprintf(model + k, sizeof model - k,
+                 "  moe:                 # Mixtral's block_sparse_moe (balance_loss: its router_aux_loss_coef)\n"
+                 "    experts: %lld\n    top_k: %lld\n    expert_width: %lld\n    router: softmax\n    every: 1\n"
+                 "    balance_loss: %s\n",
+                 (long long)a->experts, (long long)a->top_k, (long long)a->ffn_width, coef);
+    }
     size_t cap = strlen(model) + 4096 + 3 * HP_HF_PATH_MAX;
     char *text = qdir && qhf ? malloc(cap) : NULL;
     if (text)
@@ -202,27 +212,69 @@ out:
 
 /* ---------------------------------------------------------------- export */
 
+/* The shortest decimal that reads back as the float f, as a double (0.02f becomes 0.02, so
+ * config.json says router_aux_loss_coef 0.02, not 0.019999999552965164). */
+static double shortest(float f) {
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if ((float)strtod(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return f;
+}
+
+/*
+ * Whether a model's MoE layers are Mixtral's (hp/hf.h): the Llama family's SwiGLU experts in every
+ * layer, the softmax router, no shared experts. Anything else is refused naming the setting:
+ * Mixtral's config.json has no field for it.
+ */
+static hp_status check_mixtral(const hp_model_config *mc) {
+    const hp_moe_config *m = &mc->moe;
+    const char *why = " (Hugging Face's Mixtral, the MoE layout hp convert writes, has no such setting)";
+    if (strcmp(mc->family, "llama") != 0)
+        return hp_error(HP_STATUS_UNSUPPORTED, "the checkpoint's model has Mixture-of-Experts layers with GELU experts "
+                        "(model.family %s, model.moe.experts %d); only the Llama family's SwiGLU experts export, as "
+                        "Mixtral%s", mc->family, m->experts, why);
+    if (m->shared_experts > 0)
+        return hp_error(HP_STATUS_UNSUPPORTED, "the checkpoint's model has model.moe.shared_experts %d; Mixtral has no "
+                        "shared experts%s", m->shared_experts, why);
+    if (m->router != HP_MOE_ROUTER_SOFTMAX)
+        return hp_error(HP_STATUS_UNSUPPORTED, "the checkpoint's model has model.moe.router %s; Mixtral's router is "
+                        "softmax%s", hp_moe_router_name(m->router), why);
+    for (int l = 0; l < mc->layers; l++)
+        if (!hp_moe_config_layer(m, l))
+            return hp_error(HP_STATUS_UNSUPPORTED, "the checkpoint's model has a dense MLP in layer %d (model.moe.%s); "
+                            "Mixtral's every layer is Mixture-of-Experts (model.moe.every 1)%s", l,
+                            m->every > 0 ? "every > 1" : "layers lists only some", why);
+    return HP_STATUS_OK;
+}
+
 /*
  * The architecture a checkpoint's model section describes: model.family llama (with kv_heads,
- * ffn_width, rope_base, norm_eps; 0 meaning their defaults, as hp/nn.h resolves them) or GPT-2.
+ * ffn_width, rope_base, norm_eps; 0 meaning their defaults, as hp/nn.h resolves them; with
+ * model.moe, Mixtral's) or GPT-2.
  */
 static hp_status arch_from_model(const hp_model_config *mc, hp_hf_arch *a) {
     memset(a, 0, sizeof *a);
-    if (mc->moe.experts > 0) /* Mixtral / Qwen-MoE files keep one tensor per expert; not mapped yet */
-        return hp_error(HP_STATUS_UNSUPPORTED, "the checkpoint's model has Mixture-of-Experts layers (model.moe: %d "
-                        "experts), which have no Hugging Face export yet (GPT-2 and dense Llama only)",
-                        mc->moe.experts);
+    if (mc->moe.experts > 0) {
+        HP_CHECK(check_mixtral(mc));
+        a->experts = mc->moe.experts;
+        a->top_k = mc->moe.top_k;
+        a->aux_loss_coef = shortest(mc->moe.balance_loss);
+    }
     if (!strcmp(mc->family, "llama")) {
         hp_gpt_config gc = hp_gpt_config_from_model(mc);
-        a->family = HP_HF_FAMILY_LLAMA; /* written as LlamaForCausalLM */
-        snprintf(a->model_type, sizeof a->model_type, "llama");
+        a->family = HP_HF_FAMILY_LLAMA; /* written as LlamaForCausalLM, or MixtralForCausalLM with experts */
+        snprintf(a->model_type, sizeof a->model_type, "%s", a->experts > 0 ? "mixtral" : "llama");
         a->vocab = mc->vocab;
         a->context = mc->context;
         a->layers = mc->layers;
         a->heads = mc->heads;
         a->kv_heads = mc->kv_heads ? mc->kv_heads : mc->heads;
         a->width = mc->width;
-        a->ffn_width = mc->ffn_width ? mc->ffn_width : hp_llama_default_ffn_width(gc.width);
+        a->ffn_width = a->experts > 0  ? mc->moe.expert_width
+                       : mc->ffn_width ? mc->ffn_width
+                                       : hp_llama_default_ffn_width(gc.width);
         a->norm_eps = mc->norm_eps;
         a->rope_base = mc->rope_base;
         a->tied_head = mc->tied_head;

@@ -108,7 +108,7 @@ static void test_unsupported_configs(void **state) {
     (void)state;
     const char *d = copy_of("gpt2-tiny", "bert");
     set_config(d, "model_type", "\"bert\"");
-    expect(d, HP_STATUS_UNSUPPORTED, "config.json", "model_type 'bert'", "gpt2, llama and qwen2", NULL);
+    expect(d, HP_STATUS_UNSUPPORTED, "config.json", "model_type 'bert'", "gpt2, llama, qwen2 and mixtral", NULL);
     d = copy_of("gpt2-tiny", "gelu");
     set_config(d, "activation_function", "\"gelu\"");
     expect(d, HP_STATUS_UNSUPPORTED, "config.json", "'activation_function' is 'gelu'", "gelu_new", NULL);
