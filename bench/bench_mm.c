@@ -4,7 +4,7 @@
  * (1 - busy / (3 ranks x wall), busy = each group's measured compute) and the throughput ratio.
  * The two modes run in alternating rounds of STEPS steps (ROUNDS each), and the median round is
  * reported, so a change of the machine's load hits both alike. Run under mpirun with 3 ranks:
- *   OMP_NUM_THREADS=1 mpirun --oversubscribe -n 3 ./build/bench/bench_mm [STEPS] [LOAD] [ROUNDS]
+ *   OMP_NUM_THREADS=1 mpirun --oversubscribe -n 3 ./build/bench/bench_mm [STEPS] [LOAD] [ROUNDS] [MICRO_BATCHES]
  * LOAD picks the encoders: "unequal" (a: 7x7 patches, 1 layer; b: 4x4 patches, 3 layers; decoder
  * 2 layers) or "equal" (both 4x4 patches, 2 layers).
  */
@@ -47,18 +47,19 @@ int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 20;
     const char *load = argc > 2 ? argv[2] : "unequal";
     bool eq = strcmp(load, "equal") == 0;
+    int mbs = argc > 4 ? atoi(argv[4]) : 8; /* micro-batches per step of 32 rows */
     char text[2048];
     snprintf(text, sizeof text,
              "model: {family: multimodal, layers: 2, heads: 4, width: 64,\n"
              "  multimodal: {patch_a: %d, layers_a: %d, width_a: 64, patch_b: 4, layers_b: %d, width_b: 64,\n"
              "               train_images: 2000, test_images: 10}}\n"
              "train: {steps: 1000, batch: 32, seed: 1}\n"
-             "pipeline: {micro_batches: 8}\n"
+             "pipeline: {micro_batches: %d}\n"
              "groups: {a: {kind: encoder, ranks: [0]}, b: {kind: encoder, ranks: [1]}, dec: {kind: fusion, ranks: [2]}}\n",
-             eq ? 4 : 7, eq ? 2 : 1, eq ? 2 : 3);
+             eq ? 4 : 7, eq ? 2 : 1, eq ? 2 : 3, mbs);
     int rounds = argc > 3 ? atoi(argv[3]) : 5;
-    if (steps < 1 || rounds < 1 || rounds > 64) {
-        fprintf(stderr, "usage: bench_mm [STEPS >= 1] [unequal|equal] [ROUNDS 1..64]\n");
+    if (steps < 1 || rounds < 1 || rounds > 64 || mbs < 1 || 32 % mbs) {
+        fprintf(stderr, "usage: bench_mm [STEPS >= 1] [unequal|equal] [ROUNDS 1..64] [MICRO_BATCHES dividing 32]\n");
         return 2;
     }
     const char *names[2] = {"concurrent", "pipeline_1f1b"};
