@@ -11,7 +11,8 @@
 #
 #   bench/rl.sh [BUILD_DIR] [ROUNDS] [STEPS]
 #
-# HP_BENCH_ONLY=overlap (or sync) runs only that part.
+# HP_BENCH_ONLY=overlap (or sync) runs only that part. HP_BENCH_RANKS=2: a one-rank learner and a
+# one-rank actor instead (the overlap needs a core per group; this machine has 2).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +24,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/hp-rl.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+nranks="${HP_BENCH_RANKS:-3}" # 2: learner on rank 0, actor on rank 1 (a core each on a 2-core machine)
 
 config() { # WIDTH OFF_POLICY PROMPTS
     cat <<YAML
@@ -30,6 +32,15 @@ model: {vocab: 256, context: 12, layers: 2, heads: 2, width: $1}
 train: {seed: 1}
 optim: {lr: 3.0e-4, min_lr: 3.0e-4, warmup: 0, weight_decay: 0.0}
 rl: {digits: [3, 5], prompts: $3, group_size: 8, steps: $steps, sft_steps: 5, off_policy: $2, eval_prompts: 0}
+YAML
+    if (( nranks == 2 )); then
+        cat <<YAML
+groups:
+  learner: {kind: learner, ranks: [0]}
+  actor: {kind: actor, ranks: [1]}
+YAML
+    else
+        cat <<YAML
 groups:
   learner:
     kind: learner
@@ -38,6 +49,7 @@ groups:
     strategy: {inputs: {tokens: [fsdp, none], targets: [fsdp, none]}, params: [{match: "*", tensor_map: [fsdp]}]}
   actor: {kind: actor, ranks: [2]}
 YAML
+    fi
 }
 
 summary() { # NAME METRICS.jsonl
@@ -61,7 +73,7 @@ PY
 
 run() { # NAME WIDTH OFF_POLICY PROMPTS
     config "$2" "$3" "$4" > "$work/$1.yaml"
-    mpirun --oversubscribe -n 3 "$hp" rl "$work/$1.yaml" --quiet --metrics "$work/$1.jsonl" > /dev/null
+    mpirun --oversubscribe -n "$nranks" "$hp" rl "$work/$1.yaml" --quiet --metrics "$work/$1.jsonl" > /dev/null
     summary "$1" "$work/$1.jsonl"
 }
 
