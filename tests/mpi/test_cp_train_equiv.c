@@ -14,7 +14,8 @@
  * Ring attention (strategy.context_parallel: ring, K/V passed point to point around cp) the same
  * way, with causal load balancing (the default: rank i holds chunks i and 2n - 1 - i, the loader
  * permutes the batch, positions from the permutation; T = 31 gives uneven chunks): cpN, cpN with
- * offload, and dp2 x cp2 on 4 ranks; and cpN without balancing (ring_load_balance: false).
+ * offload, cpN with FSDP, and dp2 x cp2 and tp2 x cp2 on 4 ranks; and cpN without balancing
+ * (ring_load_balance: false).
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -59,7 +60,8 @@ static const char *LLAMA_TP =
 
 /* model: "gpt" or "llama"; family: "" (single rank), "cp", "cpfsdp", "cpoffload", "dpxcp", "tpxcp",
  * "tp2d"; with strategy.context_parallel: ring, "ring" (cpN), "ringoffload" (cpN + HyperOffload) and
- * "ringdpxcp" (dp2 x cp2), all load-balanced, and "ringnolb" (cpN, ring_load_balance: false). */
+ * "ringdpxcp" (dp2 x cp2), "ringfsdp" (cpN with FSDP over cp), "ringtpxcp" (tp2 x cp2), all
+ * load-balanced, and "ringnolb" (cpN, ring_load_balance: false). */
 static void make_config(char *buf, size_t cap, const char *model, int context, const char *family, int n) {
     char corpus[1024];
     const char *root = getenv("HP_SOURCE_DIR");
@@ -90,6 +92,14 @@ static void make_config(char *buf, size_t cap, const char *model, int context, c
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d, 2], alias_name: [dp, cp]}\n"
                  "  inputs: {tokens: [dp, cp], targets: [dp, cp]}\n  context_parallel: ring\n", n / 2);
+    else if (!strcmp(family, "ringfsdp"))
+        snprintf(buf + off, cap - off,
+                 "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s  context_parallel: ring\n"
+                 "  params:\n    - {match: \"*\", tensor_map: [cp]}\n", n, cp_in);
+    else if (!strcmp(family, "ringtpxcp"))
+        snprintf(buf + off, cap - off,
+                 "strategy:\n  mesh: {device_matrix: [2, %d], alias_name: [tp, cp]}\n%s  context_parallel: ring\n"
+                 "  params:\n%s", n / 2, cp_in, llama ? LLAMA_TP : GPT_TP);
     else if (!strcmp(family, "cpfsdp"))
         snprintf(buf + off, cap - off,
                  "strategy:\n  mesh: {device_matrix: [%d], alias_name: [cp]}\n%s"
@@ -137,12 +147,12 @@ static void check_model(hp_comm *world, const char *model, int context) {
     run(t, STEPS, ref_loss, ref_gn);
     hp_trainer_free(t);
     hp_run_config_free(&cfg);
-    const char *families[] = {"cp",   "cpfsdp",   "cpoffload",   "dpxcp",    "tpxcp",
-                              "tp2d", "ring", "ringnolb", "ringoffload", "ringdpxcp"};
+    const char *families[] = {"cp",   "cpfsdp",   "cpoffload",   "dpxcp",    "tpxcp",    "tp2d",
+                              "ring", "ringnolb", "ringoffload", "ringdpxcp", "ringfsdp", "ringtpxcp"};
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         const char *fam = families[f];
         bool any_n = !strncmp(fam, "cp", 2) || !strcmp(fam, "ring") || !strcmp(fam, "ringnolb") ||
-                     !strcmp(fam, "ringoffload");
+                     !strcmp(fam, "ringoffload") || !strcmp(fam, "ringfsdp");
         if (!any_n && n != 4) continue;
         make_config(text, sizeof text, model, context, fam, n);
         OK(hp_run_config_load_string(text, strlen(text), fam, &cfg));
