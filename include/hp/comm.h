@@ -234,8 +234,16 @@ hp_status hp_comm_set_rank_names(hp_comm *c, int n, const char *const *names);
  * instead of waiting for the timeout. Does not wait; a no-op when the implementation cannot send
  * it or when c's family has already given up because of another rank's fault (the first message
  * is the one that travels). Call it when this rank is about to stop while others may wait for it
- * (e.g. before ending the job); the receivers' communicators are unusable afterwards. */
+ * (e.g. before ending the job); the receivers' communicators are unusable afterwards. This rank's
+ * own communicators stay usable (hp_comm_give_up ends them too). */
 void hp_comm_report_failure(hp_comm *c, const char *msg);
+
+/* Marks c's family failed on this rank, as a peer's fault would: its waits that last beyond their
+ * first 2 ms fail at once with HP_STATUS_COMM ("... abandoned: this rank failed: msg"), and
+ * hp_comm_peer_failed / hp_comm_stalled say so. For a rank that failed mid-step and must drain
+ * transfers its stopping peers will never match (hp/pipeline.h); their buffers must stay allocated
+ * until the communicator is freed, as after a timeout. No-op when the family already gave up. */
+void hp_comm_give_up(hp_comm *c, const char *msg);
 
 /* Whether c's family gave up a wait because a rank of the job failed or is gone. */
 bool hp_comm_peer_failed(const hp_comm *c);

@@ -2,6 +2,7 @@
 #include "comm/comm_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +112,17 @@ hp_status hp_comm_set_rank_names(hp_comm *c, int n, const char *const *names) {
 void hp_comm_report_failure(hp_comm *c, const char *msg) {
     if (!c || !c->iface->report_fault || atomic_load(&c->family->peer_failed)) return;
     c->iface->report_fault(c->ctx, msg ? msg : "");
+}
+
+void hp_comm_give_up(hp_comm *c, const char *msg) {
+    if (!c) return;
+    hp__comm_family *f = c->family;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&f->stalled, &expect, 1)) {
+        atomic_store(&f->peer_failed, 1);
+        snprintf(f->msg, sizeof f->msg, "this rank failed: %s", msg ? msg : "");
+        atomic_store(&f->stalled, 2);
+    }
 }
 
 /* ---------------------------------------------------------------- helpers */

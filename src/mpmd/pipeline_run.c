@@ -6,6 +6,7 @@
 #include "mpmd/pipeline_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -375,6 +376,15 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
                                  hp_sched_op_name((hp_sched_op)a->op), a->stage, a->mb);
         }
     }
+    /* A failed action leaves the peers waiting for what this rank will not send, and this rank's
+     * posted receives unmatched: tell every rank first (their waits, and so this rank's drain once
+     * they stop, fail within a second instead of the timeout), keeping this rank's message. */
+    char msg[1024] = "";
+    if (st != HP_STATUS_OK) {
+        snprintf(msg, sizeof msg, "%s", hp_error_message());
+        hp_comm_report_failure(pp->comm, msg);
+        hp_comm_give_up(pp->comm, msg);
+    }
     for (int c = 0; c < pp->n_chunks; c++) /* every transfer done (a failed step drains them too) */
         for (int k = 0; k < pp->chunks[c].n_slots; k++) {
             pp_slot *sl = &pp->chunks[c].slots[k];
@@ -382,6 +392,7 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
                       w3 = hp__pp_reqs_wait(&sl->recv);
             if (st == HP_STATUS_OK) st = w1 != HP_STATUS_OK ? w1 : w2 != HP_STATUS_OK ? w2 : w3;
         }
+    if (msg[0]) return hp_error(st, "%s", msg);
     HP_CHECK(st);
     pp->stats.step_seconds += hp_now_seconds() - t_start; /* the schedule, before the gradient reductions */
     pp->stats.steps++;
