@@ -242,43 +242,6 @@ static void check_schedule(hp_comm *world, hp_sched_kind kind, int m, bool tied,
     check_groups(world, kind, m, tied, layers, first_layer, hp_comm_size(world), NULL);
 }
 
-/* A rank whose action fails (rank 0's embedding meets an id outside the vocabulary in micro-batch
- * 1, after micro-batch 0 left) must not leave the ranks waiting on each other's transfers: every
- * rank returns an error within seconds, rank 0 naming the id, the others rank 0's failure. On a
- * communicator family of its own (the failure ends it). */
-static void check_failed_action(int p) {
-    hp_comm *w = NULL;
-    hp_pipeline *pp = NULL;
-    hp_schedule s;
-    memset(&s, 0, sizeof s);
-    OK(hp_comm_mpi_world(&w));
-    OK(hp_comm_set_timeout(w, 120));
-    hp_gpt_config c = model(false, p);
-    OK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 4, 0, &s));
-    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
-    o.model = &c, o.batch = BATCH, o.seq = SEQ, o.schedule = &s, o.optim = &OPTIM, o.comm = w;
-    OK(hp_pipeline_new(&o, &pp));
-    OK(hp_pipeline_init_params(pp, SEED));
-    int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
-    batch(0, tok, tgt);
-    tok[(BATCH / 4) * SEQ + 3] = 48; /* micro-batch 1, vocab 48 */
-    double t0 = hp_now_seconds();
-    float loss;
-    hp_status st = hp_pipeline_forward_backward(pp, tok, tgt, &loss);
-    double wall = hp_now_seconds() - t0;
-    CHECK(st != HP_STATUS_OK && wall < 10.0, "failed action: status %s after %.1f s (%s)", hp_status_str(st), wall,
-          hp_error_message());
-    if (g_rank == 0)
-        CHECK(strstr(hp_error_message(), "id 48") != NULL, "rank 0's error does not name the id: %s", hp_error_message());
-    else
-        CHECK(strstr(hp_error_message(), "world rank 0") != NULL && strstr(hp_error_message(), "failed"),
-              "rank %d's error does not name rank 0's failure: %s", g_rank, hp_error_message());
-out:
-    hp_pipeline_free(pp);
-    hp_schedule_free(&s);
-    hp_comm_free(w);
-}
-
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
@@ -323,9 +286,6 @@ int main(int argc, char **argv) {
     g_offload = ob ? (size_t)strtoull(ob, NULL, 10) : 200000;
     if (p == 2) check_schedule(world, HP_SCHED_KIND_1F1B, 2 * p, false, 2 * p, NULL);
     g_offload = 0;
-    /* 2 ranks only: with 4, a nonblocking collective the failed family abandoned is still progressed
-     * by MPI_Finalize on a freed communicator and crashes it (after the checks pass; not fixed) */
-    if (p == 2) check_failed_action(p);
 done:;
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
