@@ -114,15 +114,20 @@ void hp_comm_report_failure(hp_comm *c, const char *msg) {
     c->iface->report_fault(c->ctx, msg ? msg : "");
 }
 
-void hp_comm_give_up(hp_comm *c, const char *msg) {
-    if (!c) return;
-    hp__comm_family *f = c->family;
+void hp__comm_family_fail(hp__comm_family *f, const char *msg) {
     int expect = 0;
     if (atomic_compare_exchange_strong(&f->stalled, &expect, 1)) {
         atomic_store(&f->peer_failed, 1);
-        snprintf(f->msg, sizeof f->msg, "this rank failed: %s", msg ? msg : "");
+        snprintf(f->msg, sizeof f->msg, "%s", msg);
         atomic_store(&f->stalled, 2);
     }
+}
+
+void hp_comm_give_up(hp_comm *c, const char *msg) {
+    if (!c) return;
+    char m[1024];
+    snprintf(m, sizeof m, "this rank failed: %s", msg ? msg : "");
+    hp__comm_family_fail(c->family, m);
 }
 
 /* ---------------------------------------------------------------- helpers */

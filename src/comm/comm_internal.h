@@ -82,5 +82,8 @@ const char *hp__comm_rank_label(const hp__comm_family *f, int world_rank, char *
 /* A new family (refs 1), or NULL when out of memory; hp__comm_family_unref frees it at 0. */
 hp__comm_family *hp__comm_family_new(void);
 void hp__comm_family_unref(hp__comm_family *f);
+/* Records the family's first failure: a member failed or is gone (peer_failed), or this rank
+ * gave up (hp_comm_give_up); `msg` is what later waits report. No-op when one is recorded. */
+void hp__comm_family_fail(hp__comm_family *f, const char *msg);
 
 #endif

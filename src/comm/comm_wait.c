@@ -233,12 +233,7 @@ static hp_status peer_fault(hp_comm_request *r, int who, const char *how) {
     describe(what, sizeof what, r);
     msg[0] = '\0';
     add(msg, sizeof msg, "world rank %d%s %s", who, hp__comm_rank_label(f, who, label, sizeof label), how);
-    int expect = 0;
-    if (atomic_compare_exchange_strong(&f->stalled, &expect, 1)) {
-        atomic_store(&f->peer_failed, 1);
-        snprintf(f->msg, sizeof f->msg, "%s", msg);
-        atomic_store(&f->stalled, 2);
-    }
+    hp__comm_family_fail(f, msg);
     char group[256] = "";
     add_group(group, sizeof group, c);
     abandon(r);
