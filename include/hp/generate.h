@@ -47,7 +47,9 @@
  * cache in place, each rank holding 1/tp of it (hp_generator_stats.cache_bytes is this rank's
  * part). The logits are resolved replicated (the
  * row-parallel sums all-reduced, the head replicated), so every rank samples the same tokens from
- * the same draws. The store must be made over the strategy's mesh (hp_store_new(mesh, ...)); the
+ * the same draws; each step the first rank of the ranks that split the parameters (the mesh axes
+ * some params rule names) broadcasts its tokens to them, so they agree even where an all-reduce
+ * hands ranks different bytes or their seeds differ (replicas over other axes sample their own). The store must be made over the strategy's mesh (hp_store_new(mesh, ...)); the
  * generator declares every parameter's and cache entry's logical shape and layout in it
  * (hp_store_info gives them: load a rank's block of a parameter with hp_redistribute_tensor from a
  * replicated copy, or with a cross-mesh redistribution); entries declared already keep their

@@ -29,6 +29,11 @@ struct hp_generator {
     hp_gpt full;
     /* with the cache: the last prefill program built (seq pre.m.seq) */
     gprog pre;
+    /* under a strategy: the ranks that hold one model replica together (the axes that split a
+     * parameter; owned by the mesh), NULL when one rank does; their first rank's tokens are
+     * broadcast each step (`picked`: one step's token per slot) */
+    hp_comm *agree;
+    int32_t *picked;
     hp_generator_stats stats;
 };
 
@@ -130,6 +135,40 @@ static hp_status declare_entries(hp_generator *gen, const gprog *x) {
     return HP_STATUS_OK;
 }
 
+/* The sub-communicator over the mesh axes that split some parameter of x (the ranks holding one
+ * model replica together) into gen->agree; none when they are one rank. Collective over the mesh. */
+static hp_status agree_comm(hp_generator *gen, const gprog *x) {
+    hp_partition *part = hp_compiled_partition(x->c);
+    hp_mesh *mesh = hp_strategy_mesh(gen->o.strategy);
+    bool used[HP_MESH_MAX_AXES] = {false};
+    for (int t = 0; t < hp_graph_n_tensors(x->g); t++) {
+        if (hp_graph_tensor(x->g, t)->kind != HP_TENSOR_KIND_PARAM) continue;
+        const hp_layout *l = hp_partition_layout(part, t);
+        for (int d = 0; l && d < l->ndim; d++)
+            for (int a = 0; a < l->nmap[d]; a++) used[l->map[d][a]] = true;
+    }
+    int axes[HP_MESH_MAX_AXES], n = 0, size = 1;
+    for (int a = 0; a < hp_mesh_naxes(mesh); a++)
+        if (used[a]) axes[n++] = a, size *= hp_mesh_dim(mesh, a);
+    if (size <= 1) return HP_STATUS_OK;
+    gen->picked = malloc(sizeof *gen->picked * (size_t)gen->o.slots);
+    if (!gen->picked) return hp_error(HP_STATUS_OUT_OF_MEMORY, "generate: out of memory");
+    return hp_mesh_axes_comm(mesh, n, axes, &gen->agree);
+}
+
+/* Under a strategy: every rank of a model replica takes its first rank's token i of each of the
+ * n_seq sequences (one broadcast a step). The replicated logits and the shared draws make them
+ * equal already whenever the all-reduces hand every rank the same bytes (Open MPI's do; MPI only
+ * recommends it); the broadcast makes it a guarantee, and a seed that differs between the ranks
+ * harmless. */
+static hp_status agree_tokens(hp_generator *gen, int n_seq, int N, int i, int32_t *out) {
+    if (!gen->agree) return HP_STATUS_OK;
+    for (int j = 0; j < n_seq; j++) gen->picked[j] = out[(size_t)j * N + i];
+    HP_CHECK(hp_comm_broadcast(gen->agree, gen->picked, (size_t)n_seq, HP_DTYPE_I32, 0));
+    for (int j = 0; j < n_seq; j++) out[(size_t)j * N + i] = gen->picked[j];
+    return HP_STATUS_OK;
+}
+
 /* A decode-graph program of `seq` tokens per slot into *x: on one device, or compiled under the
  * strategy (collective over its mesh). */
 static hp_status build_decode(hp_generator *gen, int seq, gprog *x) {
@@ -181,6 +220,7 @@ hp_status hp_generator_new(const hp_gpt_config *c, hp_store *store, const hp_gen
     hp_status st;
     if (o->use_cache) {
         st = build_decode(gen, 1, &gen->step);
+        if (st == HP_STATUS_OK && o->strategy) st = agree_comm(gen, &gen->step);
         for (int l = 0; st == HP_STATUS_OK && l < c->layers; l++)
             for (int which = 0; which < 2; which++) {
                 char cn[32];
@@ -206,6 +246,7 @@ void hp_generator_free(hp_generator *gen) {
     if (!gen) return;
     gprog_free(&gen->pre);
     gprog_free(&gen->step);
+    free(gen->picked);
     free(gen);
 }
 
@@ -298,6 +339,7 @@ static hp_status generate_cached(hp_generator *gen, int n_seq, const int32_t *co
     HP_CHECK(timed_run(x->p, &gen->stats.prefill_seconds, &gen->stats.prefill_runs));
     const float *logits = hp_program_data(x->p, x->logits);
     for (int j = 0; j < n_seq; j++) HP_CHECK(pick(o, V, logits + ((size_t)j * Tp + plen(lens, j) - 1) * V, j, 0, out));
+    HP_CHECK(agree_tokens(gen, n_seq, N, 0, out));
     x = &gen->step;
     logits = hp_program_data(x->p, x->logits);
     for (int i = 1; i < N; i++) {
@@ -306,6 +348,7 @@ static hp_status generate_cached(hp_generator *gen, int n_seq, const int32_t *co
             else set_row(x, s, 0, 0, -1);
         HP_CHECK(timed_run(x->p, &gen->stats.decode_seconds, &gen->stats.decode_runs));
         for (int j = 0; j < n_seq; j++) HP_CHECK(pick(o, V, logits + (size_t)j * V, j, i, out));
+        HP_CHECK(agree_tokens(gen, n_seq, N, i, out));
     }
     return HP_STATUS_OK;
 }

@@ -81,7 +81,7 @@ static hp_status load_weights(const hp_gpt_config *c, hp_generator *gen, hp_stor
 }
 
 typedef struct result {
-    int32_t tok[2][SLOTS * NEW], sampled[SLOTS * NEW];
+    int32_t tok[2][SLOTS * NEW], sampled[SLOTS * NEW], own_seed[SLOTS * NEW];
     float *logits[2]; /* (SLOTS, NEW, V) per call */
     size_t cache_bytes;
 } result;
@@ -116,6 +116,10 @@ static hp_status run(const hp_gpt_config *c, hp_strategy *strategy, hp_comm *wor
         o.top_p = 0.9f;
         o.seed = 17;
         st = hp_generate(gen, SLOTS, pa, la, &o, r->sampled);
+    }
+    if (st == HP_STATUS_OK) { /* a seed of each rank's own: the model replica takes its first rank's tokens */
+        o.seed = 17 + (uint64_t)g_rank * 1000;
+        st = hp_generate(gen, SLOTS, pa, la, &o, r->own_seed);
     }
     if (gen) {
         hp_generator_stats s;
@@ -163,6 +167,17 @@ static void compare(const char *what, const hp_gpt_config *c, const char *text, 
         memcpy(rank0, tp.sampled, sizeof rank0);
         OK(hp_comm_broadcast(world, rank0, SLOTS * NEW, HP_DTYPE_I32, 0));
         CHECK(memcmp(mine, rank0, sizeof mine) == 0, "%s: rank %d sampled other tokens than rank 0", what, g_rank);
+        memcpy(mine, tp.own_seed, sizeof mine);
+        memcpy(rank0, tp.own_seed, sizeof rank0);
+        OK(hp_comm_broadcast(world, rank0, SLOTS * NEW, HP_DTYPE_I32, 0));
+        CHECK(memcmp(mine, rank0, sizeof mine) == 0, "%s: with a seed per rank, rank %d's tokens are not rank 0's",
+              what, g_rank);
+        /* rank 0's are one device's at its seed; the other seeds sample otherwise on one device, so
+         * the agreement is the broadcast's, not the draws' */
+        int differ = 0;
+        for (int i = 0; i < SLOTS * NEW; i++) differ += ref.own_seed[i] != tp.own_seed[i];
+        if (g_rank == 0) CHECK(differ == 0, "%s: rank 0's tokens differ from one device's at its seed", what);
+        else CHECK(differ > 0, "%s: rank %d's own seed samples rank 0's tokens on one device too", what, g_rank);
         if (g_rank == 0)
             printf("%s: tp2 = one device (tokens of %d calls, logits within %.2g), cache %zu of %zu bytes per rank\n",
                    what, 3, worst, tp.cache_bytes, ref.cache_bytes);
