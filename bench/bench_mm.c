@@ -6,7 +6,8 @@
  * reported, so a change of the machine's load hits both alike. Run under mpirun with 3 ranks:
  *   OMP_NUM_THREADS=1 mpirun --oversubscribe -n 3 ./build/bench/bench_mm [STEPS] [LOAD] [ROUNDS] [MICRO_BATCHES]
  * LOAD picks the encoders: "unequal" (a: 7x7 patches, 1 layer; b: 4x4 patches, 3 layers; decoder
- * 2 layers) or "equal" (both 4x4 patches, 2 layers).
+ * 2 layers), "equal" (both 4x4 patches, 2 layers), or "PA:LA:PB:LB:LD" (encoder a's patch size and
+ * layers, encoder b's, the decoder's layers; e.g. "7:6:4:3:2").
  */
 #include "hp/comm_mpi.h"
 #include "hp/costmodel.h"
@@ -47,16 +48,21 @@ int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 20;
     const char *load = argc > 2 ? argv[2] : "unequal";
     bool eq = strcmp(load, "equal") == 0;
+    int pa = eq ? 4 : 7, la = eq ? 2 : 1, pb = 4, lb = eq ? 2 : 3, ld = 2;
+    if (strchr(load, ':') && sscanf(load, "%d:%d:%d:%d:%d", &pa, &la, &pb, &lb, &ld) != 5) {
+        fprintf(stderr, "bench_mm: LOAD \"%s\" is not PA:LA:PB:LB:LD\n", load);
+        return 2;
+    }
     int mbs = argc > 4 ? atoi(argv[4]) : 8; /* micro-batches per step of 32 rows */
     char text[2048];
     snprintf(text, sizeof text,
-             "model: {family: multimodal, layers: 2, heads: 4, width: 64,\n"
-             "  multimodal: {patch_a: %d, layers_a: %d, width_a: 64, patch_b: 4, layers_b: %d, width_b: 64,\n"
+             "model: {family: multimodal, layers: %d, heads: 4, width: 64,\n"
+             "  multimodal: {patch_a: %d, layers_a: %d, width_a: 64, patch_b: %d, layers_b: %d, width_b: 64,\n"
              "               train_images: 2000, test_images: 10}}\n"
              "train: {steps: 1000, batch: 32, seed: 1}\n"
              "pipeline: {micro_batches: %d}\n"
              "groups: {a: {kind: encoder, ranks: [0]}, b: {kind: encoder, ranks: [1]}, dec: {kind: fusion, ranks: [2]}}\n",
-             eq ? 4 : 7, eq ? 2 : 1, eq ? 2 : 3, mbs);
+             ld, pa, la, pb, lb, mbs);
     int rounds = argc > 3 ? atoi(argv[3]) : 5;
     if (steps < 1 || rounds < 1 || rounds > 64 || mbs < 1 || 32 % mbs) {
         fprintf(stderr, "usage: bench_mm [STEPS >= 1] [unequal|equal] [ROUNDS 1..64] [MICRO_BATCHES dividing 32]\n");

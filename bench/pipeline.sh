@@ -29,18 +29,23 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 # The model of bench_pipeline: 4 blocks, width 128, 4 heads, vocab 256, context 128; batch 16.
+# HP_BENCH_LAYERS, HP_BENCH_WIDTH, HP_BENCH_BATCH and HP_BENCH_MB (micro-batches) change it.
+layers="${HP_BENCH_LAYERS:-4}"
+width="${HP_BENCH_WIDTH:-128}"
+batch="${HP_BENCH_BATCH:-16}"
+mb="${HP_BENCH_MB:-8}"
 base() { # STEPS
     cat <<EOF
-model: {vocab: 256, context: 128, layers: 4, heads: 4, width: 128, tied_head: false}
+model: {vocab: 256, context: 128, layers: $layers, heads: 4, width: $width, tied_head: false}
 data: {corpus: data/kjv.txt, val_fraction: 0.05}
-train: {steps: $1, batch: 16, seed: 1, log_every: 1000, eval_every: 0, checkpoint_dir: ckpt, checkpoint_every: 0, sample_tokens: 0}
+train: {steps: $1, batch: $batch, seed: 1, log_every: 1000, eval_every: 0, checkpoint_dir: ckpt, checkpoint_every: 0, sample_tokens: 0}
 optim: {lr: 1.0e-3, min_lr: 1.0e-3, warmup: 0, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, grad_clip: 1.0}
 EOF
 }
 pipe() { # SCHEDULE CHUNKS
     base "$steps"
     cat <<EOF
-pipeline: {schedule: $1, micro_batches: 8, chunks: $2, split: auto}
+pipeline: {schedule: $1, micro_batches: $mb, chunks: $2, split: auto}
 groups:
   first: {ranks: [0]}
   second: {ranks: [1]}
@@ -64,12 +69,12 @@ EOF
 } > tp2.yaml
 { # one pipeline stage over both ranks, tensor parallel inside: the stage's collectives in the plan
     base "$steps"
-    cat <<'EOF'
+    cat <<EOF
 pipeline: {schedule: 1f1b, micro_batches: 2}
 groups:
   only:
     ranks: [0, 1]
-    module: [embedding, blocks.0-3, head]
+    module: [embedding, blocks.0-$((layers - 1)), head]
     mesh: {device_matrix: [2], alias_name: [tp]}
     strategy:
       params:
