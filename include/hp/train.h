@@ -75,6 +75,15 @@ hp_status hp_trainer_new_dist(const hp_run_config *cfg, hp_comm *world, hp_train
 void hp_trainer_free(hp_trainer *t);
 
 /*
+ * Labels every world rank that a group of `g` lists as "rank K of group 'NAME'" in the
+ * communicator's fault and timeout messages (hp_comm_set_rank_names): "world rank 3 (rank 1 of
+ * group 'stage1') is gone: ...". The pipeline trainer, the multimodal runner (hp/multimodal.h) and
+ * the RL job (hp/rl.h) call it on their world. Nothing happens without groups or on one rank; a
+ * rank listed twice keeps its first label. Errors: HP_STATUS_OUT_OF_MEMORY.
+ */
+hp_status hp_groups_name_ranks(hp_comm *world, const hp_groups_config *g);
+
+/*
  * Records the trainer's programs into `tr` from now on (hp/trace.h; NULL: stops, after waiting for
  * the copy streams): the training, evaluation and sampling programs' nodes and transfers
  * (hp_program_set_trace), plus on the "compute" track one span per training step ("step", with

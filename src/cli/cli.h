@@ -33,6 +33,12 @@ int hp_cli_rl(int argc, char **argv);
 hp_status hp_cli_world(hp_comm **out, bool *mpi);
 /* Frees the world and finalises MPI (aborting every rank when rc is not 0). */
 void hp_cli_world_end(hp_comm *world, bool mpi, int rc);
+/* After a failure under MPI (rc != 0), before anything the step used is freed: with `report` (this
+ * rank's own error, not one every rank reached alike) the other ranks are sent its message
+ * (hp_comm_report_failure) and given 0.5 s to print it; then, when a rank of the job failed, is gone
+ * or stalled (longer than comm_timeout seconds), ends the job with MPI_Abort here, freeing nothing:
+ * abandoned transfers may still write into the buffers. Returns in every other case. */
+void hp_cli_world_fault(hp_comm *world, bool mpi, int rc, bool report, double comm_timeout);
 
 /* main's argc/argv (MPI_Init may consume arguments) and this process's rank (-1: one process). */
 extern int *hp_cli_argc;

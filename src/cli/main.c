@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -169,6 +170,33 @@ hp_status hp_cli_world(hp_comm **out, bool *mpi) {
     }
 #endif
     return HP_STATUS_OK;
+}
+
+void hp_cli_world_fault(hp_comm *world, bool mpi, int rc, bool report, double comm_timeout) {
+#ifdef HP_HAVE_MPI
+    if (!mpi || !world || rc == 0 || hp_comm_size(world) < 2) return;
+    if (report && !hp_comm_stalled(world)) {
+        /* The others stop with this rank's message: their waits see it within milliseconds; the
+         * abort below would kill them before they print it, hence a short grace first. */
+        hp_comm_report_failure(world, hp_error_message());
+        nanosleep(&(struct timespec){0, 500000000L}, NULL);
+    }
+    char prefix[32] = "";
+    if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
+    if (hp_comm_peer_failed(world)) {
+        fprintf(stderr, "%shp: a rank of the job failed or is gone: ending the job (MPI_Abort)\n", prefix);
+        fflush(NULL);
+        hp_comm_mpi_abort(1);
+    }
+    if (hp_comm_stalled(world)) {
+        fprintf(stderr, "%shp: a rank stalled for longer than train.comm_timeout (%g s): ending the job (MPI_Abort); "
+                "raise train.comm_timeout if such waits are expected, 0 for no limit\n", prefix, comm_timeout);
+        fflush(NULL);
+        hp_comm_mpi_abort(1);
+    }
+#else
+    (void)world, (void)mpi, (void)rc, (void)report, (void)comm_timeout;
+#endif
 }
 
 void hp_cli_world_end(hp_comm *world, bool mpi, int rc) {

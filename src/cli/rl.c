@@ -107,6 +107,8 @@ int hp_cli_rl(int argc, char **argv) {
         if (mismatched) rc = 1;
     }
 end_rl:
+    if (mf) fflush(mf);
+    hp_cli_world_fault(world, mpi, rc, st != HP_STATUS_OK, cfg.train.comm_timeout); /* before the job is freed */
     if (mf) fclose(mf);
     hp_rl_free(rl);
 end_cfg:

@@ -358,32 +358,8 @@ int hp_cli_train(int argc, char **argv) {
     }
     rc = 0;
 out:
-#ifdef HP_HAVE_MPI
-    if (mpi && world && rc != 0 && !together && !hp_comm_stalled(world) && hp_comm_size(world) > 1) {
-        /* The others stop with this rank's message: their waits see it within milliseconds; the
-         * abort below would kill them before they print it, hence a short grace first. */
-        hp_comm_report_failure(world, hp_error_message());
-        nanosleep(&(struct timespec){0, 500000000L}, NULL);
-    }
-    if (mpi && world && hp_comm_peer_failed(world)) {
-        /* Another rank failed or is gone: its transfers were abandoned, so nothing is freed. */
-        char prefix[32] = "";
-        if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
-        fprintf(stderr, "%shp: a rank of the job failed or is gone: ending the job (MPI_Abort)\n", prefix);
-        if (metrics) fflush(metrics);
-        hp_comm_mpi_abort(1);
-    }
-    if (mpi && world && hp_comm_stalled(world)) {
-        /* A rank stalled (train.comm_timeout): the stopped rank ends only if the job is aborted, and
-         * the abandoned transfers may still write into the trainer's buffers, so nothing is freed. */
-        char prefix[32] = "";
-        if (hp_cli_rank >= 0) snprintf(prefix, sizeof prefix, "[rank %d] ", hp_cli_rank);
-        fprintf(stderr, "%shp: a rank stalled for longer than train.comm_timeout (%g s): ending the job (MPI_Abort); "
-                "raise train.comm_timeout if such waits are expected, 0 for no limit\n", prefix, cfg.train.comm_timeout);
-        if (metrics) fflush(metrics);
-        hp_comm_mpi_abort(1);
-    }
-#endif
+    if (metrics) fflush(metrics);
+    hp_cli_world_fault(world, mpi, rc, !together, cfg.train.comm_timeout);
     if (metrics) fclose(metrics);
     hp_trainer_free(t);
     hp_run_dir_lock_release(lock); /* after the last save */

@@ -121,6 +121,8 @@ int hp_cli_train_mm(hp_run_config *cfg, const char *metrics_path, const char *tr
     }
     rc = 0;
 out:
+    if (metrics) fflush(metrics);
+    hp_cli_world_fault(world, mpi, rc, r != NULL, cfg->train.comm_timeout); /* before the runner is freed */
     if (metrics) fclose(metrics);
     hp_mm_runner_free(r);
     hp_trace_free(trace); /* after the programs that record into it */

@@ -37,6 +37,7 @@ static hp_status roles(hp_rl *rl) {
         return hp_error(HP_STATUS_CONFIG, "%s:%d: hp rl needs groups of kind actor and learner (the groups here are "
                         "not an RL job's)", gs->file, gs->line);
     if (gs->present) HP_CHECK(hp_groups_config_check_world(gs, rl->size));
+    if (gs->present) HP_CHECK(hp_groups_name_ranks(rl->world, gs)); /* faults name the group */
     rl->n_actors = a ? a->n_ranks : rl->size;
     rl->n_learners = l ? l->n_ranks : rl->size;
     rl->actors = malloc(sizeof(int) * (size_t)rl->n_actors);

@@ -190,6 +190,7 @@ static hp_status build_optimizer(hp_mm_runner *r) {
 
 hp_status hp__mm_groups_new(hp_mm_runner *r) {
     if (!r->world) return hp_error(HP_STATUS_INVALID_ARGUMENT, "multimodal: groups need a world communicator");
+    HP_CHECK(hp_groups_name_ranks(r->world, &r->cfg->groups)); /* faults name the group */
     HP_CHECK(place(r));
     HP_CHECK(hp__mm_sub_build(&r->mc, r->role, r->lrows, 1.0f / (float)(r->m * r->ksize[r->role]), &r->sub));
     r->slot = calloc((size_t)r->m, sizeof *r->slot);

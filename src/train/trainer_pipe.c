@@ -21,29 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Labels every world rank with its group in the communicator's fault and timeout messages:
- * "world rank 3 (rank 1 of group 'stage1') is gone: ..." (hp_comm_set_rank_names). */
-static hp_status hp__pipe_name_ranks(hp_comm *world, const hp_groups_config *g) {
-    int n = hp_comm_size(world);
-    char **names = calloc((size_t)n, sizeof *names);
-    hp_status st = names ? HP_STATUS_OK : hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the rank names");
-    for (int i = 0; st == HP_STATUS_OK && i < g->n_groups; i++) {
-        const hp_group_config *gr = &g->groups[i];
-        for (int k = 0; st == HP_STATUS_OK && k < gr->n_ranks; k++) {
-            int r = gr->ranks[k];
-            if (r < 0 || r >= n || names[r]) continue;
-            size_t len = strlen(gr->name) + 64;
-            names[r] = malloc(len);
-            if (!names[r]) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "out of memory for the rank names");
-            else snprintf(names[r], len, "rank %d of group '%s'", k, gr->name);
-        }
-    }
-    if (st == HP_STATUS_OK) st = hp_comm_set_rank_names(world, n, (const char *const *)names);
-    for (int r = 0; names && r < n; r++) free(names[r]);
-    free(names);
-    return st;
-}
-
 hp_status hp__pipe_new(hp_trainer *t) {
     const hp_run_config *cfg = &t->cfg;
     const hp_groups_config *g = &cfg->groups;
@@ -60,7 +37,7 @@ hp_status hp__pipe_new(hp_trainer *t) {
     if (cfg->strategy.present)
         return hp_error(HP_STATUS_CONFIG, "strategy: and groups: together: a pipeline's strategies are per group "
                         "(groups.NAME.strategy)");
-    HP_CHECK(hp__pipe_name_ranks(t->world, g));
+    HP_CHECK(hp_groups_name_ranks(t->world, g));
     /* the pipeline's communicator: every rank of every stage group, ordered by stage then replica */
     HP_CHECK(hp_comm_split(t->world, 0, pl.stage * hp_comm_size(t->world) + pl.group_rank, &t->pipe_comm));
     hp_schedule *s = calloc(1, sizeof *s);
