@@ -97,6 +97,7 @@
 #include "hp/nn.h"
 #include "hp/offload_plan.h"
 #include "hp/schedule.h"
+#include "hp/shard.h"
 #include "hp/store.h"
 #include "hp/trace.h"
 
@@ -290,6 +291,14 @@ hp_status hp_pipeline_auto_split(const hp_gpt_config *model, int n_stages, int r
 /* The virtual stages this rank holds, and stage k's layer range and parts. */
 int hp_pipeline_n_chunks(const hp_pipeline *pp);
 hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, hp_gpt_stage *info, int *n_slots);
+/*
+ * The partition of chunk `chunk`'s stage graph over this rank's group mesh (hp/shard.h: its
+ * collectives, hp_partition_collective, and bytes), owned by the pipeline; NULL when the group's
+ * stages are not partitioned (no model-parallel or partitioned-row axes) or `chunk` is outside
+ * [0, hp_pipeline_n_chunks). A group that splits the rows and not the sequence (FSDP) resolves
+ * the stage's output and input gradient to its block of rows (no all-gather of them is listed).
+ */
+const hp_partition *hp_pipeline_stage_partition(const hp_pipeline *pp, int chunk);
 
 #ifdef __cplusplus
 }

@@ -73,6 +73,13 @@ typedef struct hp_partition_opts {
      * (single) mesh axis and expands attention and its backward into ring steps (K/V passed point
      * to point, src/ops/attention_ring.c). A sequence split over two axes takes Ulysses either way. */
     hp_cp_algo context_parallel;
+    /* The layouts the `resolve` tensors are resolved to, one per entry (n_resolve of them; the
+     * caller owns the array, read during the call only). NULL, or an entry with ndim -1: that
+     * tensor replicated (the default). A split layout (e.g. a pipeline stage's output with its rows
+     * split over the row axes, handed to the next stage block by block) avoids the all-gather a
+     * replicated copy costs. Each entry must be valid for the tensor's shape on the mesh
+     * (hp_layout_validate; its dims the tensor's); errors name the entry and the tensor. */
+    const hp_layout *resolve_layouts;
 } hp_partition_opts;
 
 #define HP_PARTITION_OPTS_DEFAULT \
@@ -136,7 +143,7 @@ hp_graph *hp_partition_graph(const hp_partition *p);
 hp_tid hp_partition_local(const hp_partition *p, hp_tid t);
 /* The layout logical tensor t has in the per-rank graph. */
 const hp_layout *hp_partition_layout(const hp_partition *p, hp_tid t);
-/* Replicated per-rank copy of resolve[i]. */
+/* Per-rank copy of resolve[i]: replicated, or in hp_partition_opts.resolve_layouts[i] when given. */
 hp_tid hp_partition_resolved(const hp_partition *p, int i);
 /* Inserted redistributions in program order. */
 int hp_partition_n_collectives(const hp_partition *p);

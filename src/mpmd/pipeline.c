@@ -196,14 +196,26 @@ static hp_status partition_chunk(const hp_strategy *strategy, hp_mesh *mesh, con
         l->nmap[1] = n_seq_axes;
         for (int a = 0; a < n_seq_axes; a++) l->map[1][a] = seq_axes[a];
     }
+    /* the output and input gradient: with rows split and the sequence not, in the rows' layout (each
+     * rank hands its block to the next group, no all-gather); else replicated, as the loss */
     hp_tid resolve[3];
+    hp_layout rlay[3];
     int nr = 0, at_out = -1, at_dx = -1, at_loss = -1;
+    bool blocks = n_row_axes > 0 && n_seq_axes == 0;
     if (c->gpt.x_out != HP_TID_NONE) at_out = nr, resolve[nr++] = c->gpt.x_out;
     if (c->dx != HP_TID_NONE) at_dx = nr, resolve[nr++] = c->dx;
     if (c->gpt.loss != HP_TID_NONE) at_loss = nr, resolve[nr++] = c->gpt.loss;
+    for (int k = 0; k < nr; k++) {
+        rlay[k].ndim = -1; /* replicated */
+        if (!blocks || k == at_loss) continue;
+        hp_layout_init(&rlay[k], hp_graph_tensor(lg, resolve[k])->shape.ndim);
+        rlay[k].nmap[0] = n_row_axes;
+        for (int a = 0; a < n_row_axes; a++) rlay[k].map[0][a] = row_axes[a];
+    }
     hp_partition_opts po = HP_PARTITION_OPTS_DEFAULT;
     po.bucket_size = 0; /* one collective per gradient: the accumulation reads each one alone */
     po.index = index;
+    po.resolve_layouts = rlay;
     if (st == HP_STATUS_OK) st = hp_partition_new_opts(lg, mesh, lay, resolve, nr, &po, &c->partition);
     free(lay);
     HP_CHECK(st);
@@ -226,8 +238,9 @@ static hp_status partition_chunk(const hp_strategy *strategy, hp_mesh *mesh, con
 
 /* With model-parallel axes: partitions the chunk's logical graph over the group's mesh (the
  * strategy's parameter layouts, each accumulator laid out as its parameter, everything else
- * replicated), the stage's output, input gradient and loss resolved to replicated copies; the
- * programs then run the per-rank graph with its phases ordered again. */
+ * replicated), the stage's loss resolved to a replicated copy and its output and input gradient
+ * to this rank's block of rows (rows split, sequence not: pp->hand_blocks) or a replicated copy;
+ * the programs then run the per-rank graph with its phases ordered again. */
 static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
     hp_tid logical_in;
     HP_CHECK(partition_chunk(pp->strategy, pp->mesh, pp->row_axes, pp->n_row_axes, pp->seq_axes, pp->n_seq_axes, -1, c,
@@ -244,6 +257,10 @@ static hp_status shard_stage(hp_pipeline *pp, pp_chunk *c) {
         c->blk0 = (int)start[0], c->blkn = (int)len[0];
         c->sq0 = (int)start[1], c->sqn = (int)len[1];
     }
+    int at = pp->grp_off[pp->rank] + pp->replica * pp->grp_pn[pp->rank] + pp->pi;
+    if (pp->hand_blocks && (c->blk0 != pp->grp_b0[at] || c->blkn != pp->grp_bn[at]))
+        return hp_error(HP_STATUS_INTERNAL, "pipeline: stage %d's rows [%d, +%d) are not its hand-off block [%d, +%d)",
+                        c->stage, c->blk0, c->blkn, pp->grp_b0[at], pp->grp_bn[at]);
     /* the store learns each parameter's and accumulator's logical shape and layout */
     for (int t = 0; t < nt; t++) {
         const hp_tensor *x = hp_graph_tensor(lg, t);
@@ -325,7 +342,7 @@ static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
         }
         HP_CHECK(slot_phases(c, sl));
         HP_CHECK(hp_program_new(sl->g, &so, &sl->p));
-        if (c->blkn == pp->rows && c->sqn == pp->seq) continue; /* a received block is this rank's whole input */
+        if (pp->hand_blocks || (c->blkn == pp->rows && c->sqn == pp->seq)) continue; /* received in place */
         if (c->gpt.x_in != HP_TID_NONE && !(sl->xin = malloc(c->act_bytes))) return OOM("a receive buffer");
         if (c->dy != HP_TID_NONE && !(sl->dyin = malloc(c->act_bytes))) return OOM("a receive buffer");
     }
@@ -467,6 +484,49 @@ static int axes_of_dim(const hp_strategy_config *sc, int d, int *axes) {
     return n;
 }
 
+/* Every group's hand-off blocks (pp->grp_b0, grp_bn, indexed as grp_ranks): the rows of its
+ * replica's rows that each process's stage output and input gradient hold, and that it receives
+ * into. A group whose partitioner splits the rows and not the sequence (FSDP, no sequence
+ * parallelism) resolves them to the block its x_in gets: dim 0 over the row axes, the slice
+ * hp_layout_slice_of gives on the group's mesh (built here, not attached); every process of
+ * another group holds its replica's whole rows. Processes of a replica with one block are copies. */
+static hp_status hand_blocks(hp_pipeline *pp, const hp_pipeline_opts *o) {
+    int total = hp_comm_size(o->comm);
+    pp->grp_b0 = malloc(sizeof(int) * (size_t)total);
+    pp->grp_bn = malloc(sizeof(int) * (size_t)total);
+    if (!pp->grp_b0 || !pp->grp_bn) return OOM("the hand-off blocks");
+    for (int r = 0; r < pp->p; r++) {
+        const hp_strategy_config *sc = o->group_strategy ? &o->group_strategy[r] : NULL;
+        int n = pp->grp_size[r], t = pp->grp_pn[r], row_axes[HP_CONFIG_MAX_AXES], seq_axes[HP_CONFIG_MAX_AXES];
+        bool present = sc && sc->present;
+        int nra = present ? axes_of_dim(sc, 0, row_axes) : 0, nsa = present ? axes_of_dim(sc, 1, seq_axes) : 0;
+        bool blocks = t > 1 && nra > 0 && nsa == 0;
+        if (r == pp->rank) pp->hand_blocks = blocks;
+        hp_strategy *strategy = NULL;
+        if (blocks) HP_CHECK(hp_strategy_new(sc, n, &strategy));
+        hp_status st = HP_STATUS_OK;
+        for (int q = 0; q < n && st == HP_STATUS_OK; q++) {
+            int dp, tp, j, i, a0, a1;
+            group_coords(sc, n, q, &dp, &tp, &j, &i);
+            hp__pp_rows(pp->rows_mb, dp, j, &a0, &a1);
+            int at = pp->grp_off[r] + j * t + i;
+            pp->grp_b0[at] = 0, pp->grp_bn[at] = a1 - a0;
+            if (!blocks) continue;
+            hp_layout l;
+            hp_layout_init(&l, 3);
+            l.nmap[0] = nra;
+            for (int a = 0; a < nra; a++) l.map[0][a] = row_axes[a];
+            hp_shape shape = HP_SHAPE(a1 - a0, pp->seq, pp->model.width);
+            int64_t start[HP_MAX_DIMS], len[HP_MAX_DIMS];
+            st = hp_layout_slice_of(&l, hp_strategy_mesh(strategy), &shape, q, start, len);
+            pp->grp_b0[at] = (int)start[0], pp->grp_bn[at] = (int)len[0];
+        }
+        hp_strategy_free(strategy);
+        HP_CHECK(st);
+    }
+    return HP_STATUS_OK;
+}
+
 /* Which group (pipeline rank) this process is, its replica and model-parallel index and rows, and
  * the group's communicators (collective over comm). */
 static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
@@ -502,6 +562,7 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
         if (pp->grp_dp[r] > pp->rows_mb)
             return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: group %d has %d data-parallel replicas for micro-batches "
                             "of %d rows", r, pp->grp_dp[r], pp->rows_mb);
+    HP_CHECK(hand_blocks(pp, o));
     int r1;
     hp__pp_rows(pp->rows_mb, pp->grp_dp[pp->rank], pp->replica, &pp->row0, &r1);
     pp->rows = r1 - pp->row0;
@@ -664,6 +725,8 @@ void hp_pipeline_free(hp_pipeline *pp) {
     free(pp->grp_dp);
     free(pp->grp_pn);
     free(pp->grp_ranks);
+    free(pp->grp_b0);
+    free(pp->grp_bn);
     free(pp->chunks);
     free(pp->chunk_of_stage);
     free(pp->plan);
@@ -729,4 +792,8 @@ hp_status hp_pipeline_stage_info(const hp_pipeline *pp, int chunk, int *stage, h
     if (info) *info = c->part;
     if (n_slots) *n_slots = c->n_slots;
     return HP_STATUS_OK;
+}
+
+const hp_partition *hp_pipeline_stage_partition(const hp_pipeline *pp, int chunk) {
+    return chunk >= 0 && chunk < pp->n_chunks ? pp->chunks[chunk].partition : NULL;
 }

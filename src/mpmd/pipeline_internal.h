@@ -22,8 +22,9 @@ typedef struct pp_slot {
     hp_partition *partition;
     hp_offload_state *ofl; /* with offload: the slot's pass state (homes, copy stream); else NULL */
     int f_end, b_end, n_nodes; /* phases of g: F [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
-    float *xin, *dyin; /* with partitioned rows: the replica's rows received, before this rank's block
-                        * is copied into the program (NULL: received into the program's input) */
+    float *xin, *dyin; /* with partitioned rows not handed by blocks (sequence parallelism): the
+                        * replica's rows received, before this rank's block is copied into the
+                        * program (NULL: received into the program's input) */
     pp_reqs recv;   /* pending receives into x_in (RECV_F) or dy (RECV_B) */
     pp_reqs send_f; /* pending sends of x_out */
     pp_reqs send_b; /* pending sends of dx */
@@ -70,6 +71,10 @@ struct hp_pipeline {
     int *grp_dp, *grp_pn;   /* [p]: each group's replicas (the manual row split) and partitioned ranks per
                              * replica (model-parallel and partitioned-row axes: the partitioner's);
                              * grp_ranks[grp_off[r] + j * grp_pn[r] + i] is process (j, i) of group r */
+    int *grp_b0, *grp_bn;   /* [sum], indexed as grp_ranks: the block [b0, b0 + bn) of its replica's rows
+                             * each process's stage output and input gradient hold (and it receives) */
+    bool hand_blocks;       /* this group's are blocks of rows (rows split, sequence not: FSDP); else
+                             * every process holds its replica's whole rows */
     int n_row_axes;         /* the group's partitioned-row axes (its inputs rules' dim 0) ... */
     int row_axes[HP_CONFIG_MAX_AXES]; /* ... as mesh axis indices, slowest first */
     int n_seq_axes;         /* the axes the inputs rules split the sequence (dim 1) over: sequence parallelism */

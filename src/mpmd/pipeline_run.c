@@ -103,26 +103,44 @@ static hp_status reqs_room(hp_pipeline *pp, pp_reqs *q) {
     return q->r ? HP_STATUS_OK : hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for transfers");
 }
 
-/* One transfer of a (rows, seq, C) activation or gradient `buf` (this rank's rows) with the ranks
- * of pipeline rank `peer`'s group whose rows overlap this rank's: a send of each overlap, or a
- * receive into it. Every pair of ranks moves at most one block per (kind, stage, micro-batch). */
+/* Which process of replica j of group r sends rows held by its process i to a receiver of
+ * model-parallel index k: the holders of those rows are the replica's processes with i's block
+ * (copies of each other), and the receiver takes them from holder k mod their number (index order).
+ * Groups without blocks: every process of the replica holds them, so holder k mod t as before. */
+static int holder(const hp_pipeline *pp, int r, int j, int i, int k) {
+    int t = pp->grp_pn[r], o = pp->grp_off[r] + j * t, n = 0;
+    for (int x = 0; x < t; x++) n += pp->grp_b0[o + x] == pp->grp_b0[o + i] && pp->grp_bn[o + x] == pp->grp_bn[o + i];
+    for (int x = 0, want = k % n; x < t; x++)
+        if (pp->grp_b0[o + x] == pp->grp_b0[o + i] && pp->grp_bn[o + x] == pp->grp_bn[o + i] && want-- == 0) return x;
+    return i;
+}
+
+/* One transfer of a (rows, seq, C) activation or gradient `buf` (this process's hand-off block of
+ * its replica's rows, pp->grp_b0/grp_bn) with the processes of pipeline rank `peer`'s group whose
+ * blocks overlap it: a send of each overlap this process is the holder for, or a receive of each
+ * overlap from its holder (holder()). Both sides compute the same pairs; every pair of processes
+ * moves at most one contiguous run of rows per (kind, stage, micro-batch). */
 static hp_status transfer(hp_pipeline *pp, bool send, float *buf, int peer, int tag, pp_reqs *q) {
     HP_CHECK(reqs_room(pp, q));
-    int d = pp->grp_dp[peer], tp = pp->grp_pn[peer], mine = pp->grp_pn[pp->rank];
+    int d = pp->grp_dp[peer], tp = pp->grp_pn[peer];
+    int mine = pp->grp_off[pp->rank] + pp->replica * pp->grp_pn[pp->rank] + pp->pi;
+    int m0 = pp->row0 + pp->grp_b0[mine], m1 = m0 + pp->grp_bn[mine]; /* this process's rows of the micro-batch */
     size_t row = (size_t)pp->seq * (size_t)pp->model.width;
     for (int j = 0; j < d; j++) {
         int a0, a1;
         hp__pp_rows(pp->rows_mb, d, j, &a0, &a1);
-        int lo = a0 > pp->row0 ? a0 : pp->row0, hi = a1 < pp->row0 + pp->rows ? a1 : pp->row0 + pp->rows;
-        if (lo >= hi) continue;
-        float *at = buf + (size_t)(lo - pp->row0) * row;
-        size_t count = (size_t)(hi - lo) * row;
-        /* model-parallel rank i of the receiving group takes the rows from rank i mod t of the sending one */
-        for (int i = send ? pp->pi : pp->pi % tp; i < tp; i += send ? mine : tp) {
-            int other = pp->grp_ranks[pp->grp_off[peer] + j * tp + i];
+        if (a1 <= m0 || a0 >= m1) continue;
+        for (int i = 0; i < tp; i++) {
+            int at = pp->grp_off[peer] + j * tp + i, b0 = a0 + pp->grp_b0[at], b1 = b0 + pp->grp_bn[at];
+            int lo = b0 > m0 ? b0 : m0, hi = b1 < m1 ? b1 : m1;
+            if (lo >= hi) continue;
+            if (send ? holder(pp, pp->rank, pp->replica, pp->pi, i) != pp->pi : holder(pp, peer, j, i, pp->pi) != i)
+                continue;
+            float *from = buf + (size_t)(lo - m0) * row;
+            size_t count = (size_t)(hi - lo) * row;
             hp_comm_request **r = &q->r[q->n];
-            HP_CHECK(send ? hp_comm_isend(pp->comm, at, count, HP_DTYPE_F32, other, tag, r)
-                          : hp_comm_irecv(pp->comm, at, count, HP_DTYPE_F32, other, tag, r));
+            HP_CHECK(send ? hp_comm_isend(pp->comm, from, count, HP_DTYPE_F32, pp->grp_ranks[at], tag, r)
+                          : hp_comm_irecv(pp->comm, from, count, HP_DTYPE_F32, pp->grp_ranks[at], tag, r));
             q->n++;
             if (send) pp->stats.bytes_sent += (int64_t)(count * sizeof(float));
         }
@@ -221,6 +239,14 @@ static void copy_block(const pp_chunk *c, int seq, size_t elem, void *dst, const
     for (int r = 0; r < c->blkn; r++) memcpy((char *)dst + (size_t)r * run, from + (size_t)r * row, run);
 }
 
+/* A hand-over between two stages of this rank (one group): the previous stage's output or the next
+ * one's input gradient `src` into `dst`, a block of rows already when the group hands by blocks. */
+static void copy_local(const hp_pipeline *pp, const pp_chunk *c, void *dst, const void *src) {
+    size_t act = (size_t)pp->model.width * sizeof(float);
+    if (pp->hand_blocks) memcpy(dst, src, (size_t)c->blkn * (size_t)pp->seq * act);
+    else copy_block(c, pp->seq, act, dst, src);
+}
+
 /* Sets a program's tokens or targets to this rank's block of the replica's rows (sequence
  * parallelism: a block of each row's positions, gathered into a staging copy first). */
 static hp_status set_ids(hp_pipeline *pp, const pp_chunk *c, hp_program *p, hp_tid t, const int32_t *replica_rows) {
@@ -269,7 +295,7 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
             pp_chunk *pc;
             pp_slot *ps = local_slot(pp, a->stage - 1, a->mb, i, &pc);
             if (!ps) return hp_error(HP_STATUS_INTERNAL, "pipeline: F of stage %d mb %d before its input", a->stage, a->mb);
-            copy_block(c, pp->seq, act, hp_program_data(sl->p, c->gpt.x_in), hp_program_data(ps->p, pc->gpt.x_out));
+            copy_local(pp, c, hp_program_data(sl->p, c->gpt.x_in), hp_program_data(ps->p, pc->gpt.x_out));
         } else {
             HP_CHECK(wait_recv(pp, a, c, sl, 2));
             if (sl->xin) copy_block(c, pp->seq, act, hp_program_data(sl->p, c->gpt.x_in), sl->xin);
@@ -296,7 +322,7 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
                 pp_chunk *nc;
                 pp_slot *ns = local_slot(pp, a->stage + 1, a->mb, i, &nc);
                 if (!ns) return hp_error(HP_STATUS_INTERNAL, "pipeline: B of stage %d mb %d before its gradient", a->stage, a->mb);
-                copy_block(c, pp->seq, act, hp_program_data(sl->p, c->dy), hp_program_data(ns->p, nc->dx));
+                copy_local(pp, c, hp_program_data(sl->p, c->dy), hp_program_data(ns->p, nc->dx));
             } else {
                 HP_CHECK(wait_recv(pp, a, c, sl, 3));
                 if (sl->dyin) copy_block(c, pp->seq, act, hp_program_data(sl->p, c->dy), sl->dyin);

@@ -474,7 +474,8 @@ hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index,
  * (the search's cost oracle skips both: they do not change the bytes).
  */
 static hp_status partition_run(const hp_graph *logical, hp_mesh *mesh, int index, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, int64_t bucket_size, bool ring,
+                               const hp_tid *resolve, int n_resolve, const hp_layout *resolve_layouts,
+                               int64_t bucket_size, bool ring,
                                const uint8_t *stationary, uint8_t *conflict, bool full, hp_partition **out) {
     *out = NULL;
     hp_partition *p = calloc(1, sizeof *p);
@@ -500,8 +501,25 @@ static hp_status partition_run(const hp_graph *logical, hp_mesh *mesh, int index
         if (hp_graph_tensor(logical, t)->producer < 0) st = make_leaf(p, t, &leaf_layouts[t]);
     for (int i = 0; i < hp_graph_n_nodes(logical) && st == HP_STATUS_OK; i++) st = partition_node(p, i);
     for (int r = 0; r < n_resolve && st == HP_STATUS_OK; r++) {
-        hp_layout rep = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
-        st = get_local(p, resolve[r], &rep, HP_NODE_FLAG_OPTIMIZER, false, false, &p->resolved[r]);
+        const hp_tensor *x = hp_graph_tensor(logical, resolve[r]);
+        hp_layout want = hp__lay_replicated(x->shape.ndim);
+        if (resolve_layouts && resolve_layouts[r].ndim >= 0) { /* a given layout instead of a replica */
+            char nb[32];
+            want = resolve_layouts[r];
+            if (want.ndim != x->shape.ndim) {
+                st = hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: resolve layout %d for '%s' has %d dims, the "
+                              "tensor %s has %d", r, lname(logical, resolve[r], nb, sizeof nb), want.ndim,
+                              hp__shape_s(&x->shape), x->shape.ndim);
+                break;
+            }
+            st = hp_layout_validate(&want, mesh, &x->shape);
+            if (st != HP_STATUS_OK) {
+                st = hp_error_prefix(st, "partition: resolve layout %d for '%s': ", r,
+                                     lname(logical, resolve[r], nb, sizeof nb));
+                break;
+            }
+        }
+        st = get_local(p, resolve[r], &want, HP_NODE_FLAG_OPTIMIZER, false, false, &p->resolved[r]);
     }
     if (full) {
         if (st == HP_STATUS_OK)
@@ -523,10 +541,11 @@ fail:
 }
 
 hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, bool ring, const uint8_t *stationary,
-                               uint8_t *conflict, int64_t *bytes) {
+                               const hp_tid *resolve, int n_resolve, const hp_layout *resolve_layouts, bool ring,
+                               const uint8_t *stationary, uint8_t *conflict, int64_t *bytes) {
     hp_partition *p;
-    HP_CHECK(partition_run(logical, mesh, 0, leaf_layouts, resolve, n_resolve, 0, ring, stationary, conflict, false, &p));
+    HP_CHECK(partition_run(logical, mesh, 0, leaf_layouts, resolve, n_resolve, resolve_layouts, 0, ring, stationary,
+                           conflict, false, &p));
     *bytes = p->bytes + p->p2p_bytes;
     hp_partition_free(p);
     return HP_STATUS_OK;
@@ -554,9 +573,10 @@ hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp
     int n_stationary = 0;
     const bool ring = o.context_parallel == HP_CP_RING;
     if (o.search)
-        HP_CHECK(hp__partition_search(logical, mesh, leaf_layouts, resolve, n_resolve, ring, &stationary,
-                                      &n_stationary));
-    hp_status st = partition_run(logical, mesh, index, leaf_layouts, resolve, n_resolve, o.bucket_size, ring,
+        HP_CHECK(hp__partition_search(logical, mesh, leaf_layouts, resolve, n_resolve, o.resolve_layouts, ring,
+                                      &stationary, &n_stationary));
+    hp_status st = partition_run(logical, mesh, index, leaf_layouts, resolve, n_resolve, o.resolve_layouts,
+                                 o.bucket_size, ring,
                                  stationary, NULL, true, out);
     if (st == HP_STATUS_OK) {
         (*out)->stationary_set = stationary;

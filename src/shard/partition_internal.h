@@ -34,11 +34,11 @@ hp_status hp__bucket_gradients(hp_graph *g, hp_mesh *mesh, int64_t bucket_size, 
  * reaches the same choice) with weight-stationary set `stationary` (NULL: none), recording in
  * `conflict` (NULL: not) the parameters a contraction could have kept in place, and returns the
  * bytes per rank per step it plans (collectives and ring attention's point-to-point; `ring`:
- * hp_partition_opts.context_parallel is HP_CP_RING). Errors: the partitioner's.
+ * hp_partition_opts.context_parallel is HP_CP_RING; `resolve_layouts`: hp_partition_opts'). Errors: the partitioner's.
  */
 hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, bool ring, const uint8_t *stationary,
-                               uint8_t *conflict, int64_t *bytes);
+                               const hp_tid *resolve, int n_resolve, const hp_layout *resolve_layouts, bool ring,
+                               const uint8_t *stationary, uint8_t *conflict, int64_t *bytes);
 
 /*
  * The weight-stationary search (partition_search.c): *stationary (malloc'ed, one byte per logical
@@ -46,7 +46,8 @@ hp_status hp__partition_oracle(const hp_graph *logical, hp_mesh *mesh, const hp_
  * Errors: out of memory, the baseline partition's errors.
  */
 hp_status hp__partition_search(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, bool ring, uint8_t **stationary, int *n);
+                               const hp_tid *resolve, int n_resolve, const hp_layout *resolve_layouts, bool ring,
+                               uint8_t **stationary, int *n);
 
 /*
  * Attaches the runtime instruction of each SENDRECV, SEND and RECV node in [first, last) of

@@ -49,7 +49,8 @@ static bool same_pattern(const char *a, const char *b) {
 }
 
 hp_status hp__partition_search(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
-                               const hp_tid *resolve, int n_resolve, bool ring, uint8_t **stationary, int *n) {
+                               const hp_tid *resolve, int n_resolve, const hp_layout *resolve_layouts, bool ring,
+                               uint8_t **stationary, int *n) {
     *stationary = NULL;
     *n = 0;
     int nt = hp_graph_n_tensors(logical);
@@ -61,7 +62,8 @@ hp_status hp__partition_search(const hp_graph *logical, hp_mesh *mesh, const hp_
         goto out;
     }
     int64_t best_bytes;
-    st = hp__partition_oracle(logical, mesh, leaf_layouts, resolve, n_resolve, ring, NULL, conflict, &best_bytes);
+    st = hp__partition_oracle(logical, mesh, leaf_layouts, resolve, n_resolve, resolve_layouts, ring, NULL, conflict,
+                              &best_bytes);
     if (st != HP_STATUS_OK) goto out;
     int n_conflict = 0;
     for (int t = 0; t < nt; t++) n_conflict += conflict[t] != 0;
@@ -95,7 +97,8 @@ hp_status hp__partition_search(const hp_graph *logical, hp_mesh *mesh, const hp_
         for (int t = 0; t < nt; t++)
             if (conflict[t] && find(parent, t) == root) trial[t] = 1;
         int64_t bytes;
-        if (hp__partition_oracle(logical, mesh, leaf_layouts, resolve, n_resolve, ring, trial, NULL, &bytes) != HP_STATUS_OK)
+        if (hp__partition_oracle(logical, mesh, leaf_layouts, resolve, n_resolve, resolve_layouts, ring, trial, NULL,
+                                 &bytes) != HP_STATUS_OK)
             continue; /* a rule that cannot hold the group in place: not a candidate */
         if (bytes < best_bytes) {
             best_bytes = bytes;

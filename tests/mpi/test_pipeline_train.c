@@ -6,11 +6,12 @@
  * within 1e-5; with uneven layers (5 layers) and a tied head too. A checkpoint the pipeline saves
  * resumes on one rank, and a single-rank checkpoint resumes into the pipeline, with the same
  * losses afterwards; evaluation gives the single-rank validation loss. With 4 ranks also stages over
- * several ranks: pp2 x dp2 (ZeRO-1, FSDP), pp2 x tp2 (with sequence parallelism too: tokens split
+ * several ranks: pp2 x dp2 (ZeRO-1, FSDP: its ranks hand blocks of rows, the bytes sent checked), pp2 x tp2 (with sequence parallelism too: tokens split
  * along the sequence over tp, a dp2 stage handing over to a tp2 + SP one), 3 stages on 1, 2, 1 ranks.
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
+#include "hp/pipeline.h"
 #include "hp/train.h"
 
 #include <math.h>
@@ -42,7 +43,7 @@ static const char *const TP_PARAMS =
 /* A stage group of d ranks, tp of them tensor parallel: its mesh and strategy. */
 static int group_text(char *out, size_t cap, int s, int d, int tp) {
     char mesh[96], strat[1024] = "";
-    if (g_fsdp) { /* rows and every parameter's dim 0 split over fsdp; the rest of the group replicas */
+    if (g_fsdp && tp == 1) { /* rows and every parameter's dim 0 split over fsdp; the rest of the group replicas */
         if (d == g_fsdp) snprintf(mesh, sizeof mesh, "{device_matrix: [%d], alias_name: [fsdp]}", d);
         else snprintf(mesh, sizeof mesh, "{device_matrix: [%d, %d], alias_name: [dp, fsdp]}", d / g_fsdp, g_fsdp);
         return snprintf(out, cap, "  stage%d: {ranks: %d, mesh: %s, strategy: {inputs: {tokens: [fsdp, none], targets: "
@@ -191,6 +192,69 @@ static void check_resume(hp_comm *world) {
     hp_run_config_free(&c1s);
 }
 
+/* pp2 x fsdp2 (1F1B, 4 micro-batches of 2 rows): each rank hands its own block of rows (1 row of
+ * 32 positions x 32 wide) to the next group's rank holding it, so it sends exactly m such blocks
+ * per step (the x_out of stage 0, the dx of stage 1): half of what the replicated hand-off sent; and
+ * no stage's collectives include an all-gather of a (rows, seq, width) activation (the output or
+ * input gradient resolved to whole rows). The pipeline is built from the run config's groups as
+ * the trainer builds it. */
+static void check_fsdp_handoff(hp_comm *world) {
+    static const int two[] = {2, 2, 0};
+    const int m = 4, rows_mb = 2, seq = 32, width = 32;
+    g_gsize = two, g_fsdp = 2;
+    hp_run_config cfg;
+    OK(load("1f1b", 2, m, 4, false, "/tmp/unused", &cfg));
+    g_gsize = NULL, g_fsdp = 0;
+    int gsize[2] = {2, 2};
+    hp_strategy_config gstrat[2];
+    for (int i = 0; i < cfg.groups.n_groups; i++) gstrat[cfg.groups.groups[i].stage] = cfg.groups.groups[i].strategy;
+    hp_gpt_config model = {.vocab = 256, .context = seq, .layers = 4, .heads = 4, .width = width};
+    hp_schedule s;
+    OK(hp_schedule_build(HP_SCHED_KIND_1F1B, 2, m, 0, &s));
+    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+    o.model = &model;
+    o.batch = m * rows_mb;
+    o.seq = seq;
+    o.schedule = &s;
+    o.optim = &cfg.optim;
+    o.comm = world;
+    o.group_size = gsize;
+    o.group_strategy = gstrat;
+    hp_pipeline *pp = NULL;
+    OK(hp_pipeline_new(&o, &pp));
+    OK(hp_pipeline_init_params(pp, 3));
+    int32_t tok[8 * 32], tgt[8 * 32];
+    for (int i = 0; i < 8 * 32; i++) tok[i] = (i * 7) % 256, tgt[i] = (i * 7 + 1) % 256;
+    const int steps = 3;
+    for (int k = 0; k < steps; k++) OK(hp_pipeline_step(pp, tok, tgt, 1e-3f, NULL, NULL));
+    hp_pipeline_stats st;
+    hp_pipeline_get_stats(pp, &st);
+    int64_t want = (int64_t)m * (rows_mb / 2) * seq * width * (int64_t)sizeof(float);
+    CHECK(st.bytes_sent == steps * want, "pp2 x fsdp2: rank %d sent %lld bytes per step, its blocks are %lld "
+          "(the replicated hand-off sent %lld)", g_rank, (long long)(st.bytes_sent / steps), (long long)want,
+          (long long)(2 * want));
+    for (int c = 0; c < hp_pipeline_n_chunks(pp); c++) {
+        const hp_partition *part = hp_pipeline_stage_partition(pp, c);
+        CHECK(part != NULL, "pp2 x fsdp2: rank %d's chunk %d is not partitioned", g_rank, c);
+        for (int i = 0; part && i < hp_partition_n_collectives(part); i++) {
+            const hp_redistribute_plan *pl = &hp_partition_collective(part, i)->plan;
+            /* the stage's output and input gradient were resolved as the optimizer phase's */
+            bool act = pl->shape.ndim == 3 && pl->shape.dim[0] == rows_mb && pl->shape.dim[1] == seq &&
+                       pl->shape.dim[2] == width && (hp_partition_collective(part, i)->flags & HP_NODE_FLAG_OPTIMIZER);
+            for (int k = 0; act && k < pl->nsteps; k++)
+                CHECK(pl->steps[k].kind != HP_REDIST_ALL_GATHER || pl->steps[k].dim_from != 0,
+                      "pp2 x fsdp2: rank %d's stage all-gathers the rows of its output or input gradient ('%s')",
+                      g_rank, hp_partition_collective(part, i)->tensor);
+        }
+    }
+    if (g_rank == 0)
+        printf("pp2 x fsdp2 hand-off: %lld bytes sent per rank per step (its blocks), no all-gather of the rows\n",
+               (long long)(st.bytes_sent / steps));
+    hp_pipeline_free(pp);
+    hp_schedule_free(&s);
+    hp_run_config_free(&cfg);
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
@@ -227,7 +291,17 @@ int main(int argc, char **argv) {
         g_fsdp = 2; /* FSDP in each stage group */
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
+        check_schedule(world, "zb-v", 4, 4, false, ref_loss, ref_gn, ref_val); /* a local hand-over too */
+        g_tp = tp_one; /* an fsdp2 stage handing its blocks to a tp2 stage, then to a tp2 + SP one */
+        check_schedule(world, "gpipe", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_sp = true;
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_sp = false, g_tp = NULL;
+        g_gsize = uneq; /* one rank -> fsdp2 -> one rank: blocks from and to a whole-rows stage */
+        check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
+        g_gsize = two;
         g_fsdp = 0;
+        check_fsdp_handoff(world);
         g_tp = tp_two; /* pp2 x tp2 */
         check_schedule(world, "1f1b", 4, 4, false, ref_loss, ref_gn, ref_val);
         check_schedule(world, "zb-h1", 4, 4, false, ref_loss, ref_gn, ref_val);
