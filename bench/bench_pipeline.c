@@ -10,9 +10,12 @@
  *      16 stages at m = 2p and 4p, against the closed forms at the same times;
  *   3. the same model trained as pp2 (1F1B), dp2 and tp2 (hp train's trainer): tokens/s and bytes
  *      sent per rank per step side by side.
+ * With --fsdp under mpirun with 4 ranks, only pp2 x fsdp2 (bench_fsdp): the bytes each rank sends
+ * per step between the groups and the step time.
  * Prints JSON lines (rank 0).
  *
  *   OMP_NUM_THREADS=1 mpirun -n 2 ./build/bench/bench_pipeline [--steps N] [--m M]
+ *   OMP_NUM_THREADS=1 mpirun -n 4 ./build/bench/bench_pipeline --fsdp [--steps N] [--m M]
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -263,15 +266,98 @@ static void compare_strategies(hp_comm *world, int steps) {
     }
 }
 
+/* pp2 x fsdp2 on 4 ranks (examples/pp2fsdp2.yaml's model and groups: width 128, context 128, batch
+ * 16, 1F1B over m micro-batches): the bytes each rank sends per step (activations and input
+ * gradients handed between the groups; the stage's own collectives are not counted) and the step
+ * time (per step the slowest rank's, median over the steps). */
+static void bench_fsdp(hp_comm *world, int m, int steps) {
+    const char *text =
+        "model: {vocab: 256, context: 128, layers: 4, heads: 4, width: 128}\n"
+        "data: {corpus: data/kjv.txt, val_fraction: 0.05}\n"
+        "train: {steps: 1, batch: 16, seed: 1, checkpoint_dir: /tmp/unused}\n"
+        "pipeline: {schedule: 1f1b, micro_batches: 4}\ngroups:\n"
+        "  stage0: {ranks: [0, 1], module: [embedding, blocks.0-1], mesh: {device_matrix: [2], alias_name: [fsdp]}, strategy: {inputs: {tokens: "
+        "[fsdp, none], targets: [fsdp, none]}, params: [{match: \"*\", tensor_map: [fsdp]}]}}\n"
+        "  stage1: {ranks: [2, 3], module: [blocks.2-3, head], mesh: {device_matrix: [2], alias_name: [fsdp]}, strategy: {inputs: {tokens: "
+        "[fsdp, none], targets: [fsdp, none]}, params: [{match: \"*\", tensor_map: [fsdp]}]}}\n";
+    hp_run_config cfg;
+    if (hp_run_config_load_string(text, strlen(text), "pp2fsdp2", &cfg) != HP_STATUS_OK) fail("config");
+    int gsize[2] = {2, 2};
+    hp_strategy_config gstrat[2];
+    for (int i = 0; i < cfg.groups.n_groups && i < 2; i++) gstrat[cfg.groups.groups[i].stage] = cfg.groups.groups[i].strategy;
+    hp_gpt_config c = {.vocab = 256, .context = SEQ, .layers = 4, .heads = 4, .width = 128};
+    hp_schedule s;
+    if (hp_schedule_build(HP_SCHED_KIND_1F1B, 2, m, 0, &s) != HP_STATUS_OK) fail("schedule");
+    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+    o.model = &c;
+    o.batch = BATCH;
+    o.seq = SEQ;
+    o.schedule = &s;
+    o.optim = &OPTIM;
+    o.comm = world;
+    o.group_size = gsize;
+    o.group_strategy = gstrat;
+    hp_pipeline *pp;
+    if (hp_pipeline_new(&o, &pp) != HP_STATUS_OK) fail("pipeline");
+    if (hp_pipeline_init_params(pp, 1) != HP_STATUS_OK) fail("init");
+    int32_t *tok = malloc(sizeof(int32_t) * BATCH * SEQ), *tgt = malloc(sizeof(int32_t) * BATCH * SEQ);
+    for (int i = 0; i < BATCH * SEQ; i++) tok[i] = (int32_t)(hp_rng_u64(1, (uint64_t)i) % 256), tgt[i] = (tok[i] + 1) % 256;
+    float loss, gn;
+    if (hp_pipeline_step(pp, tok, tgt, 1e-3f, &loss, &gn) != HP_STATUS_OK) fail("warm-up step");
+    hp_pipeline_reset_stats(pp);
+    double *step_s = calloc((size_t)steps, sizeof *step_s);
+    for (int k = 0; k < steps; k++) {
+        hp_comm_barrier(world);
+        double t0 = hp_now_seconds();
+        if (hp_pipeline_step(pp, tok, tgt, 1e-3f, &loss, &gn) != HP_STATUS_OK) fail("step");
+        float mine = (float)(hp_now_seconds() - t0), mx;
+        hp_comm_all_reduce(world, &mine, &mx, 1, HP_DTYPE_F32, HP_REDUCE_MAX);
+        step_s[k] = mx;
+    }
+    for (int a = 0; a < steps; a++) /* sort for the median */
+        for (int b = a + 1; b < steps; b++)
+            if (step_s[b] < step_s[a]) {
+                double t = step_s[a];
+                step_s[a] = step_s[b], step_s[b] = t;
+            }
+    hp_pipeline_stats st;
+    hp_pipeline_get_stats(pp, &st);
+    float bytes = (float)st.bytes_sent / (float)steps, bmax, bsum;
+    hp_comm_all_reduce(world, &bytes, &bmax, 1, HP_DTYPE_F32, HP_REDUCE_MAX);
+    hp_comm_all_reduce(world, &bytes, &bsum, 1, HP_DTYPE_F32, HP_REDUCE_SUM);
+    if (g_rank == 0)
+        printf("{\"bench\": \"pipeline_fsdp_handoff\", \"groups\": \"pp2 x fsdp2\", \"m\": %d, \"steps\": %d, "
+               "\"step_s_median\": %.4f, \"step_s_min\": %.4f, \"bytes_sent_per_rank_step_mean\": %.0f, "
+               "\"bytes_sent_per_rank_step_max\": %.0f, \"loss\": %.4f}\n",
+               m, steps, step_s[steps / 2], step_s[0], bsum / 4, bmax, (double)loss);
+    fflush(stdout);
+    free(step_s), free(tok), free(tgt);
+    hp_pipeline_free(pp);
+    hp_schedule_free(&s);
+    hp_run_config_free(&cfg);
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
     if (hp_comm_mpi_world(&world) != HP_STATUS_OK) return 1;
     g_rank = hp_comm_rank(world);
     int steps = 3, m = 8;
+    bool fsdp = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fsdp")) fsdp = true;
+    }
+    if (fsdp) { /* 4 ranks: the pp2 x fsdp2 hand-off only */
+        if (hp_comm_size(world) != 4) {
+            fprintf(stderr, "bench_pipeline --fsdp runs on 4 ranks (pp2 x fsdp2), not %d\n", hp_comm_size(world));
+            return 1;
+        }
+        bench_fsdp(world, m, steps);
+        hp_comm_free(world);
+        hp_comm_mpi_finalize();
+        return 0;
     }
     const hp_sched_kind kinds[] = {HP_SCHED_KIND_GPIPE, HP_SCHED_KIND_1F1B, HP_SCHED_KIND_INTERLEAVED_1F1B,
                                    HP_SCHED_KIND_ZB_H1, HP_SCHED_KIND_ZB_V, HP_SCHED_KIND_DUALPIPE_V};
