@@ -58,9 +58,12 @@
  * is partitioned over the mesh with the group's parameter rules, the accumulators laid out as
  * their parameters, the stage's input, output, input gradient and loss replicated over the
  * model-parallel axes (the partitioner's resolved copies), and the phases ordered again over the
- * per-rank graph. An activation of replica j goes to each model-parallel rank i' of the next
- * group's replicas that share its rows from the rank i' mod t of the sending group (t its
- * model-parallel size), so groups of different shapes hand over. The gradient norm counts a
+ * per-rank graph. Each process holds a block of its replica's rows of the stage's output and
+ * input gradient (the whole rows unless the group hands by blocks, FSDP below); an activation
+ * goes from each sending process to the next group's processes whose blocks overlap its own, the
+ * overlap only, and of the sending processes holding the same rows (copies) the receiver of
+ * model-parallel index i' takes them from the (i' mod their number)-th: for whole rows, rank i' mod
+ * t of the sending group (t its model-parallel size). So groups of different shapes hand over. The gradient norm counts a
  * replicated parameter on model-parallel rank 0 only and a split one's blocks on every rank; the
  * loss is counted by model-parallel rank 0. The store is over the group's mesh (entries declared
  * with their logical shapes and layouts), so hp_store_view gives a full copy of a split entry.
@@ -76,10 +79,13 @@
  *
  * FSDP inside a stage: axes that split the stage inputs' rows (inputs rules) and the parameters
  * (params rules) make the partitioner gather each parameter before its use and reduce-scatter its
- * gradient into the accumulator's block every micro-batch. Such a stage's output and input gradient
- * are resolved to the replica's whole rows (an all-gather over the row axes) so the hand-off is
- * the same as for tensor parallelism; each rank copies its block of what it receives into its
- * program (pp_slot's receive buffers).
+ * gradient into the accumulator's block every micro-batch. Such a stage's output and input
+ * gradient are resolved to each rank's block of rows (the layout its input gets;
+ * hp_partition_opts.resolve_layouts), so no all-gather of them is inserted, and each rank sends
+ * its block to the next group's ranks holding those rows and receives its block straight into its
+ * program. With sequence parallelism in the group as well (positions split too) they are resolved
+ * to the replica's whole rows (an all-gather) and each rank copies its block of what it receives
+ * into its program (pp_slot's receive buffers).
  *
  * Offload inside a stage (hp_pipeline_opts.offload): every slot has its own graph, rewritten by
  * HyperOffload's planner under the slot's share of the budget after the phase order was fixed; the

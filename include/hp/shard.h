@@ -110,7 +110,8 @@ typedef struct hp_bucket_info {
  * communicator before the per-rank program runs, not before this call). `leaf_layouts` has one
  * entry per logical tensor; entries for leaves are used (ndim -1 means replicated), others are
  * ignored. `resolve` lists logical tensors (e.g. the loss) that must also be available
- * replicated at the end of the step (hp_partition_resolved). The per-rank graph keeps the names
+ * replicated (or, hp_partition_new_opts, in a given layout) at the end of the step
+ * (hp_partition_resolved). The per-rank graph keeps the names
  * of leaves, so checkpoints and strategies find parameters by name.
  * Errors: an invalid leaf layout (naming the tensor), a rule that cannot be satisfied (naming the
  * node), allocation failures.
@@ -126,10 +127,12 @@ hp_status hp_partition_new_at(const hp_graph *logical, hp_mesh *mesh, int index,
                               const hp_tid *resolve, int n_resolve, hp_partition **out);
 /*
  * hp_partition_new / hp_partition_new_at with options (NULL: HP_PARTITION_OPTS_DEFAULT): the mesh
- * index (opts->index, -1 for this process's) and the gradient bucket size (opts->bucket_size bytes
- * per rank, 0: one collective per gradient). hp_partition_new and hp_partition_new_at bucket with
+ * index (opts->index, -1 for this process's), the gradient bucket size (opts->bucket_size bytes
+ * per rank, 0: one collective per gradient) and the layouts to resolve to
+ * (opts->resolve_layouts). hp_partition_new and hp_partition_new_at bucket with
  * HP_BUCKET_SIZE_DEFAULT. Errors: as hp_partition_new_at; a negative bucket_size
- * (HP_STATUS_INVALID_ARGUMENT naming it).
+ * (HP_STATUS_INVALID_ARGUMENT naming it); a resolve layout of the wrong rank or invalid for the
+ * tensor's shape (HP_STATUS_INVALID_ARGUMENT naming the entry and the tensor).
  */
 hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp_layout *leaf_layouts,
                                 const hp_tid *resolve, int n_resolve, const hp_partition_opts *opts,

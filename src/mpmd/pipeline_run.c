@@ -195,7 +195,8 @@ static void trace_p2p(hp_pipeline *pp, const hp_sched_action *a, const pp_chunk 
     s.stage = (int16_t)a->stage;
     s.microbatch = (int16_t)a->mb;
     s.phase = k % 2 ? HP_TRACE_PHASE_B : HP_TRACE_PHASE_F;
-    s.bytes = (double)c->act_bytes;
+    s.bytes = (double)c->act_bytes; /* the replica's rows; with blocks, this rank's block of them */
+    if (pp->hand_blocks && pp->rows > 0) s.bytes = (double)c->act_bytes / pp->rows * c->blkn;
     hp_trace_end(pp->trace, pp->trace_track, t0, &s);
 }
 

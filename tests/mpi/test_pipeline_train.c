@@ -6,8 +6,11 @@
  * within 1e-5; with uneven layers (5 layers) and a tied head too. A checkpoint the pipeline saves
  * resumes on one rank, and a single-rank checkpoint resumes into the pipeline, with the same
  * losses afterwards; evaluation gives the single-rank validation loss. With 4 ranks also stages over
- * several ranks: pp2 x dp2 (ZeRO-1, FSDP: its ranks hand blocks of rows, the bytes sent checked), pp2 x tp2 (with sequence parallelism too: tokens split
- * along the sequence over tp, a dp2 stage handing over to a tp2 + SP one), 3 stages on 1, 2, 1 ranks.
+ * several ranks: pp2 x dp2 (ZeRO-1), pp2 x fsdp2 (its ranks hand blocks of rows: the bytes each
+ * sends per step are its blocks, half of a replicated hand-off, and no stage all-gathers its output
+ * or input gradient; under ZB-V, an fsdp2 stage handing to a tp2 and a tp2 + SP stage, 1 -> fsdp2
+ * -> 1 rank), pp2 x tp2 (with sequence parallelism too: tokens split along the sequence over tp, a
+ * dp2 stage handing over to a tp2 + SP one), 3 stages on 1, 2, 1 ranks.
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -201,10 +204,12 @@ static void check_resume(hp_comm *world) {
 static void check_fsdp_handoff(hp_comm *world) {
     static const int two[] = {2, 2, 0};
     const int m = 4, rows_mb = 2, seq = 32, width = 32;
-    g_gsize = two, g_fsdp = 2;
+    const int *gsize_was = g_gsize, *tp_was = g_tp;
+    int fsdp_was = g_fsdp;
+    g_gsize = two, g_fsdp = 2, g_tp = NULL;
     hp_run_config cfg;
     OK(load("1f1b", 2, m, 4, false, "/tmp/unused", &cfg));
-    g_gsize = NULL, g_fsdp = 0;
+    g_gsize = gsize_was, g_fsdp = fsdp_was, g_tp = tp_was;
     int gsize[2] = {2, 2};
     hp_strategy_config gstrat[2];
     for (int i = 0; i < cfg.groups.n_groups; i++) gstrat[cfg.groups.groups[i].stage] = cfg.groups.groups[i].strategy;
