@@ -10,7 +10,8 @@
  * sends per step are its blocks, half of a replicated hand-off, and no stage all-gathers its output
  * or input gradient; under ZB-V, an fsdp2 stage handing to a tp2 and a tp2 + SP stage, 1 -> fsdp2
  * -> 1 rank), pp2 x tp2 (with sequence parallelism too: tokens split along the sequence over tp, a
- * dp2 stage handing over to a tp2 + SP one), 3 stages on 1, 2, 1 ranks.
+ * dp2 stage handing over to a tp2 + SP one), 3 stages on 1, 2, 1 ranks. With 8 ranks pp2 x dp2 x
+ * tp2, pp2 x (dp2 x fsdp2) and pp2 x (fsdp2 x tp2) (each block of rows held by two tp ranks).
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
@@ -46,6 +47,11 @@ static const char *const TP_PARAMS =
 /* A stage group of d ranks, tp of them tensor parallel: its mesh and strategy. */
 static int group_text(char *out, size_t cap, int s, int d, int tp) {
     char mesh[96], strat[1024] = "";
+    if (g_fsdp && tp > 1 && d == g_fsdp * tp) { /* rows over fsdp (the partitioner's), Megatron over tp */
+        snprintf(mesh, sizeof mesh, "{device_matrix: [%d, %d], alias_name: [fsdp, tp]}", g_fsdp, tp);
+        return snprintf(out, cap, "  stage%d: {ranks: %d, mesh: %s, strategy: {inputs: {tokens: [fsdp, none], targets: "
+                        "[fsdp, none]}, %s}}\n", s, d, mesh, TP_PARAMS);
+    }
     if (g_fsdp && tp == 1) { /* rows and every parameter's dim 0 split over fsdp; the rest of the group replicas */
         if (d == g_fsdp) snprintf(mesh, sizeof mesh, "{device_matrix: [%d], alias_name: [fsdp]}", d);
         else snprintf(mesh, sizeof mesh, "{device_matrix: [%d, %d], alias_name: [dp, fsdp]}", d / g_fsdp, g_fsdp);
@@ -342,6 +348,9 @@ eight:
         g_zero = false;
         g_tp = NULL, g_fsdp = 2; /* each group 2 replicas x FSDP over 2 (HSDP inside a stage) */
         check_schedule(world, "1f1b", 4, 4, true, ref_loss, ref_gn, ref_val);
+        g_tp = tp_two; /* rows over fsdp2 x Megatron tp2: two copies of each block, each receiver one holder */
+        check_schedule(world, "zb-v", 4, 4, true, ref_loss, ref_gn, ref_val);
+        g_tp = NULL;
         g_fsdp = 0;
         g_gsize = NULL, g_tp = NULL;
     }
