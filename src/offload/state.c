@@ -256,6 +256,8 @@ done:
 void hp__ofl_set_ext(hp_offload_state *s, size_t device_budget) {
     s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, device_budget, ext_write, ext_read,
                               ext_before_run, ext_after_run, ext_report, s, ext_sync, hp__ofl_set_trace,
-                              /* a host-only plan leaves nothing in flight after after_run */
-                              .per_range = !s->disk && s->n_async == 0};
+                              /* after_run drains both streams (every disk transfer's event is
+                               * waited for), so a node range leaves nothing in flight for the next;
+                               * only deferred updates outlive a run by design (they span steps) */
+                              .per_range = s->n_async == 0};
 }
