@@ -25,7 +25,8 @@ typedef struct {
 } gpt;
 
 #define MAX_ROWS 16
-static int g_rows = 2; /* batch rows of gpt_build and run_steps (16 positions each) */
+static int g_rows = 2;       /* batch rows of gpt_build and run_steps (16 positions each) */
+static bool g_abandon;       /* run_steps_ranged: each step first runs its first half and abandons it */
 
 static void gpt_build(gpt *x, int layers) {
     x->g = hp_graph_new();
@@ -77,6 +78,7 @@ static hp_status run_steps_ranged(gpt *x, hp_program_opts o, result *r, int step
         float step = (float)(k + 1);
         st = hp_program_set_input(p, x->ts.step, &step, sizeof step);
         int nn = hp_graph_n_nodes(x->g);
+        if (st == HP_STATUS_OK && g_abandon) st = hp_program_run_nodes(p, 0, nn / 2);
         if (st == HP_STATUS_OK && range <= 0) st = hp_program_run(p);
         for (int first = 0; st == HP_STATUS_OK && range > 0 && first < nn; first += range)
             st = hp_program_run_nodes(p, first, first + range < nn ? first + range : nn);
@@ -233,11 +235,13 @@ static int cuts_in_flight(const hp_graph *g, int range) {
 
 /*
  * A disk-tier program run as node ranges (a pipeline stage's F, B and W phases run that way,
- * hp/pipeline.h): every range's end drains the disk stream, so any cut, including one between a
- * transfer and its wait, gives the whole run's results bitwise. Activations alone on disk, and
- * everything on disk without deferred updates (early reads and their write-backs); with deferred
- * updates (they span steps) a range is refused. Each run gets a fresh program and offload state
- * (the optimizer states' homes live in the state).
+ * hp/pipeline.h): a range's end leaves its disk reads and writes in flight (after_range), each
+ * waited for by its OFFLOAD_WAIT in a later range, so any cut, including one between a transfer
+ * and its wait, gives the whole run's results bitwise; so does a step whose first half was run and
+ * abandoned before it (the next run from node 0 drains what the half left). Activations alone on
+ * disk, and everything on disk without deferred updates (early reads and their write-backs); with
+ * deferred updates (they span steps) a range is refused. Each run gets a fresh program and offload
+ * state (the optimizer states' homes live in the state).
  */
 static void test_disk_node_ranges(void **state) {
     (void)state;
@@ -245,10 +249,12 @@ static void test_disk_node_ranges(void **state) {
     result a;
     size_t peak = reference_run(&a);
     static const double frac[] = {0.5, 0.75, 0.9, 0.999};
-    static const int ranges[] = {1, 7, 50, -1}; /* -1: the F/B/W-like cut in thirds */
+    /* -1: in thirds (like F, B, W); the last: ranges of 7 after a half step abandoned every step */
+    static const int ranges[] = {1, 7, 50, -1, 7};
     for (int policy = 0; policy < 3; policy++) {
         double fb = -1;
-        for (size_t k = 0; k < 4; k++) {
+        for (size_t k = 0; k < 5; k++) {
+            g_abandon = k == 4;
             for (size_t b = 0; b < 4; b++) {
                 if (fb >= 0 && frac[b] != fb) continue;
                 hp_offload_plan_config c = disk_config(frac[b], peak);
@@ -288,8 +294,9 @@ static void test_disk_node_ranges(void **state) {
                     assert_true(cs.bytes[HP_TIER_DEVICE][HP_TIER_DISK] > 0);
                     int cuts = cuts_in_flight(x.g, range);
                     if (range == 7) assert_true(cuts > 0);
-                    print_message("disk policy %d budget %.2f, ranges of %d nodes: bitwise equal, %d transfers in flight "
-                                  "at a range's end\n", policy, fb, range, cuts);
+                    print_message("disk policy %d budget %.2f, ranges of %d nodes%s: bitwise equal, %d transfers in "
+                                  "flight at a range's end\n", policy, fb, range, g_abandon ? " (half steps abandoned)" : "",
+                                  cuts);
                 }
                 free(r.params);
                 hp_offload_state_free(s);
@@ -302,6 +309,7 @@ static void test_disk_node_ranges(void **state) {
     }
     free(a.params);
     g_rows = 2;
+    g_abandon = false;
 }
 
 /* ---------------------------------------------------------------- synthetic graphs */
