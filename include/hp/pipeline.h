@@ -84,7 +84,9 @@
  * Offload inside a stage (hp_pipeline_opts.offload): every slot has its own graph, rewritten by
  * HyperOffload's planner under the slot's share of the budget after the phase order was fixed; the
  * nodes carry their phase (HP_NODE_PHASE), so the F, B and W ranges of the rewritten graph are found
- * again (an inserted copy runs in the phase of the node before it).
+ * again (an inserted copy runs in the phase of the node before it). With the disk tier each slot
+ * has its own store file, and the disk transfers a phase leaves in flight keep going into the
+ * slot's next phase (hp_program_ext.after_range).
  *
  * Not built yet: sequence parallelism inside a stage (the activations' sequence dim split).
  */
