@@ -666,9 +666,11 @@ static hp_status run_execs(hp_program *p, int e0, int e1) {
     if (p->n_binds) HP_CHECK(hp__store_before_run(p->opts.store, p->binds, p->n_binds, p->be));
     HP_CHECK(prepare_instrs(p));
     /* A run from the start after a range that left transfers in flight (a step abandoned mid-way):
-     * they finish before this run reuses the arena. */
-    if (p->range_open && e0 == 0 && ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
-    p->range_open = false;
+     * they finish before this run reuses the arena. range_open stays set until a hook drained. */
+    if (p->range_open && e0 == 0) {
+        if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
+        p->range_open = false;
+    }
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
     if (!p->q && !p->compute_progress && !p->opts.node_by_node) {
         /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
@@ -697,10 +699,11 @@ static hp_status run_execs(hp_program *p, int e0, int e1) {
     if (p->q) hp__queues_times(p->q, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
     HP_CHECK(hp_backend_synchronize(p->be));
     if (e1 < p->n_exec && ext && ext->after_range) { /* a later range waits for what it leaves in flight */
-        HP_CHECK(ext->after_range(ext->user));
         p->range_open = true;
+        HP_CHECK(ext->after_range(ext->user));
     } else if (ext && ext->after_run) {
         HP_CHECK(ext->after_run(ext->user));
+        p->range_open = false;
     }
     if (e1 == p->n_exec) p->stats.n_runs++;
     return HP_STATUS_OK;
