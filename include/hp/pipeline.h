@@ -145,9 +145,10 @@ typedef struct hp_pipeline_opts {
      * and disk_dir is set), or to the disk tier with policy[HP_OFFLOAD_CLASS_ACTIVATIONS] ==
      * HP_TIER_DISK (disk_dir required: HP_STATUS_INVALID_ARGUMENT); host_budget and disk_budget
      * are per rank, split over the slots like device_budget. Each instance has its own disk store
-     * file (its slots never share disk bytes) and its copies, disk reads and writes included,
-     * drain at the end of each phase (hp_program_run_nodes with hp_program_ext.per_range). The
-     * other classes stay in the fast tier. Borrowed for the call. */
+     * file (its slots never share disk bytes). Its host-tier copies drain at the end of each phase;
+     * its disk reads and writes go on into the instance's next phase while the rank runs other
+     * phases (hp_program_ext.after_range), each waited for before the micro-batch's last phase
+     * ends. The other classes stay in the fast tier. Borrowed for the call. */
     const hp_offload_plan_config *offload;
 } hp_pipeline_opts;
 
