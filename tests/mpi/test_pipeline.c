@@ -12,7 +12,10 @@
  * rows, groups of equal and unequal sizes) are held to the same. The attention key biases are held only to "moved at most 2 lr apart" and
  * gradients below 1e-5 of the largest gradient of the model: their exact gradient is 0 (softmax
  * ignores a shift shared by every key), so both sides hold rounding noise
- * (tests/unit/test_torch_ref.c meets the same).
+ * (tests/unit/test_torch_ref.c meets the same). On 2 ranks, 1F1B with HyperOffload inside the stages
+ * is held to the same: the activations in flight to the host tier (200 kB per rank) and to the disk
+ * tier (150 kB per rank, so both stages offload), where every rank must have written activation
+ * bytes to disk and read them back (hp_pipeline_stats.bytes_to_disk, bytes_from_disk).
  */
 #include "hp/comm_mpi.h"
 #include "hp/compile.h"
