@@ -14,8 +14,9 @@
  * ignores a shift shared by every key), so both sides hold rounding noise
  * (tests/unit/test_torch_ref.c meets the same). On 2 ranks, 1F1B with HyperOffload inside the stages
  * is held to the same: the activations in flight to the host tier (200 kB per rank) and to the disk
- * tier (150 kB per rank, so both stages offload), where every rank must have written activation
- * bytes to disk and read them back (hp_pipeline_stats.bytes_to_disk, bytes_from_disk).
+ * tier (150 kB per rank, so both stages offload; also under ZB-H1, whose B and W phases run
+ * apart), where every rank must have written activation bytes to disk and read them back
+ * (hp_pipeline_stats.bytes_to_disk, bytes_from_disk).
  */
 #include "hp/comm_mpi.h"
 #include "hp/compile.h"
@@ -311,6 +312,7 @@ int main(int argc, char **argv) {
     const char *tmp = getenv("TMPDIR");
     g_disk_dir = tmp && *tmp ? tmp : "/tmp";
     if (p == 2) check_schedule(world, HP_SCHED_KIND_1F1B, 2 * p, false, 2 * p, NULL);
+    if (p == 2) check_schedule(world, HP_SCHED_KIND_ZB_H1, 2 * p, false, 2 * p, NULL); /* B and W apart */
     g_disk_dir = NULL;
     g_offload = 0;
 done:;
