@@ -87,8 +87,6 @@
  * again (an inserted copy runs in the phase of the node before it). With the disk tier each slot
  * has its own store file, and the disk transfers a phase leaves in flight keep going into the
  * slot's next phase (hp_program_ext.after_range).
- *
- * Not built yet: sequence parallelism inside a stage (the activations' sequence dim split).
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
