@@ -10,11 +10,15 @@
  *      16 stages at m = 2p and 4p, against the closed forms at the same times;
  *   3. the same model trained as pp2 (1F1B), dp2 and tp2 (hp train's trainer): tokens/s and bytes
  *      sent per rank per step side by side.
+ *   4. with --offload BYTES: 1F1B with HyperOffload inside the stages under BYTES of device budget per
+ *      rank, the activations to the host tier and to the disk tier (in $TMPDIR or /tmp), against no
+ *      offload: step time and bytes offloaded, written to and read from disk per rank per step
+ *      (--offload-only: this section alone).
  * With --fsdp under mpirun with 4 ranks, only pp2 x fsdp2 (bench_fsdp): the bytes each rank sends
  * per step between the groups and the step time.
  * Prints JSON lines (rank 0).
  *
- *   OMP_NUM_THREADS=1 mpirun -n 2 ./build/bench/bench_pipeline [--steps N] [--m M]
+ *   OMP_NUM_THREADS=1 mpirun -n 2 ./build/bench/bench_pipeline [--steps N] [--m M] [--offload BYTES [--offload-only]]
  *   OMP_NUM_THREADS=1 mpirun -n 4 ./build/bench/bench_pipeline --fsdp [--steps N] [--m M]
  */
 #include "hp/comm_mpi.h"
@@ -266,6 +270,64 @@ static void compare_strategies(hp_comm *world, int steps) {
     }
 }
 
+/* 1F1B under an offload budget per rank: none (tier 0), activations to the host (1) or disk (2). */
+static void bench_offload(hp_comm *world, int m, int steps, size_t budget, int tier) {
+    hp_gpt_config c = {.vocab = 256, .context = SEQ, .layers = 4, .heads = 4, .width = 128};
+    hp_schedule s;
+    if (hp_schedule_build(HP_SCHED_KIND_1F1B, hp_comm_size(world), m, 0, &s) != HP_STATUS_OK) fail("schedule");
+    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+    o.model = &c;
+    o.batch = BATCH;
+    o.seq = SEQ;
+    o.schedule = &s;
+    o.optim = &OPTIM;
+    o.comm = world;
+    hp_offload_plan_config oc;
+    hp_offload_plan_config_init(&oc);
+    oc.device_budget = budget;
+    oc.bandwidth[HP_TIER_HOST] = 1e10, oc.bandwidth[HP_TIER_DISK] = 1e9; /* no probe */
+    const char *tmp = getenv("TMPDIR");
+    if (tier == 2) oc.disk_dir = tmp && *tmp ? tmp : "/tmp", oc.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = HP_TIER_DISK;
+    if (tier) o.offload = &oc;
+    hp_pipeline *pp;
+    if (hp_pipeline_new(&o, &pp) != HP_STATUS_OK) fail("pipeline with offload");
+    if (hp_pipeline_init_params(pp, 1) != HP_STATUS_OK) fail("init");
+    int32_t *tok = malloc(sizeof(int32_t) * BATCH * SEQ), *tgt = malloc(sizeof(int32_t) * BATCH * SEQ);
+    for (int i = 0; i < BATCH * SEQ; i++) tok[i] = (int32_t)(hp_rng_u64(1, (uint64_t)i) % 256), tgt[i] = (tok[i] + 1) % 256;
+    float loss, gn;
+    if (hp_pipeline_step(pp, tok, tgt, 1e-3f, &loss, &gn) != HP_STATUS_OK) fail("warm-up step");
+    hp_pipeline_stats st0, st;
+    hp_pipeline_get_stats(pp, &st0); /* the offload bytes count from the start: take the warm-up off */
+    hp_pipeline_reset_stats(pp);
+    for (int k = 0; k < steps; k++) {
+        hp_comm_barrier(world);
+        if (hp_pipeline_forward_backward(pp, tok, tgt, &loss) != HP_STATUS_OK) fail("step with offload");
+        if (hp_pipeline_update(pp, 1e-3f, &gn) != HP_STATUS_OK) fail("update");
+    }
+    hp_pipeline_get_stats(pp, &st);
+    float mine[4] = {(float)(st.bytes_offloaded - st0.bytes_offloaded) / (float)steps,
+                     (float)(st.bytes_to_disk - st0.bytes_to_disk) / (float)steps,
+                     (float)(st.bytes_from_disk - st0.bytes_from_disk) / (float)steps, 0};
+    float all[4 * 2] = {0}, step_mine = (float)(st.step_seconds / steps), step_max;
+    int me = hp_comm_rank(world), p = hp_comm_size(world);
+    float per[8] = {0};
+    for (int k = 0; k < 3 && me < 2; k++) per[4 * me + k] = mine[k];
+    hp_comm_all_reduce(world, per, all, 8, HP_DTYPE_F32, HP_REDUCE_SUM);
+    hp_comm_all_reduce(world, &step_mine, &step_max, 1, HP_DTYPE_F32, HP_REDUCE_MAX);
+    static const char *const names[] = {"none", "host", "disk"};
+    if (g_rank == 0)
+        for (int r = 0; r < p && r < 2; r++)
+            printf("{\"bench\": \"pipeline_offload\", \"schedule\": \"1f1b\", \"p\": %d, \"m\": %d, \"tier\": \"%s\", "
+                   "\"device_budget\": %zu, \"step_s\": %.4f, \"rank\": %d, \"offloaded_bytes_per_step\": %.0f, "
+                   "\"disk_written_per_step\": %.0f, \"disk_read_per_step\": %.0f, \"loss\": %.5f}\n",
+                   p, m, names[tier], tier ? budget : 0, step_max, r, all[4 * r], all[4 * r + 1], all[4 * r + 2],
+                   (double)loss);
+    fflush(stdout);
+    free(tok), free(tgt);
+    hp_pipeline_free(pp);
+    hp_schedule_free(&s);
+}
+
 /* pp2 x fsdp2 on 4 ranks (examples/pp2fsdp2.yaml's model and groups: width 128, context 128, batch
  * 16, 1F1B over m micro-batches): the bytes each rank sends per step (activations and input
  * gradients handed between the groups; the stage's own collectives are not counted) and the step
@@ -343,10 +405,13 @@ int main(int argc, char **argv) {
     if (hp_comm_mpi_world(&world) != HP_STATUS_OK) return 1;
     g_rank = hp_comm_rank(world);
     int steps = 3, m = 8;
-    bool fsdp = false;
+    size_t offload = 0;
+    bool offload_only = false, fsdp = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--offload") && i + 1 < argc) offload = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--offload-only")) offload_only = true;
         else if (!strcmp(argv[i], "--fsdp")) fsdp = true;
     }
     if (fsdp) { /* 4 ranks: the pp2 x fsdp2 hand-off only */
@@ -355,6 +420,13 @@ int main(int argc, char **argv) {
             return 1;
         }
         bench_fsdp(world, m, steps);
+        hp_comm_free(world);
+        hp_comm_mpi_finalize();
+        return 0;
+    }
+    if (offload)
+        for (int tier = 0; tier < 3; tier++) bench_offload(world, m, steps, offload, tier);
+    if (offload_only) {
         hp_comm_free(world);
         hp_comm_mpi_finalize();
         return 0;

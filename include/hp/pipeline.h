@@ -90,9 +90,9 @@
  * Offload inside a stage (hp_pipeline_opts.offload): every slot has its own graph, rewritten by
  * HyperOffload's planner under the slot's share of the budget after the phase order was fixed; the
  * nodes carry their phase (HP_NODE_PHASE), so the F, B and W ranges of the rewritten graph are found
- * again (an inserted copy runs in the phase of the node before it).
- *
- * Not built yet: sequence parallelism inside a stage (the activations' sequence dim split).
+ * again (an inserted copy runs in the phase of the node before it). With the disk tier each slot
+ * has its own store file, and the disk transfers a phase leaves in flight keep going into the
+ * slot's next phase (hp_program_ext.after_range).
  */
 #ifndef HP_PIPELINE_H
 #define HP_PIPELINE_H
@@ -144,10 +144,16 @@ typedef struct hp_pipeline_opts {
     /* HyperOffload inside the stages (NULL, or a device_budget of 0: none): the activations of the
      * micro-batches in flight leave the fast tier between their forward and backward uses. Each
      * program instance (slot) is planned alone (hp/offload_plan.h) with only the activations class
-     * enabled, to the host tier, under device_budget / (the rank's slots) bytes of activations and
-     * workspace (plus the parameters and accumulators it reads, which live in the store, once per
-     * rank, outside this budget); the instance's copies drain at the end of each phase. A disk tier is refused
-     * (HP_STATUS_UNSUPPORTED: its deferred work spans phases). Borrowed for the call. */
+     * enabled, under device_budget / (the rank's slots) bytes of activations and workspace (plus
+     * the parameters and accumulators it reads, which live in the store, once per rank, outside
+     * this budget). The activations go to the host tier (spilling to disk when host_budget is full
+     * and disk_dir is set), or to the disk tier with policy[HP_OFFLOAD_CLASS_ACTIVATIONS] ==
+     * HP_TIER_DISK (disk_dir required: HP_STATUS_INVALID_ARGUMENT); host_budget and disk_budget
+     * are per rank, split over the slots like device_budget. Each instance has its own disk store
+     * file (its slots never share disk bytes). Its host-tier copies drain at the end of each phase;
+     * its disk reads and writes go on into the instance's next phase while the rank runs other
+     * phases (hp_program_ext.after_range), each waited for before the micro-batch's last phase
+     * ends. The other classes stay in the fast tier. Borrowed for the call. */
     const hp_offload_plan_config *offload;
 } hp_pipeline_opts;
 
@@ -273,8 +279,12 @@ typedef struct hp_pipeline_stats {
     double f_seconds, b_seconds, w_seconds; /* per phase, summed over this rank's chunks */
     int64_t n_f, n_b, n_w;     /* actions run (a full backward counts as one B, its time in b_seconds) */
     int64_t bytes_sent;        /* activations and gradients sent to other ranks */
-    int64_t bytes_offloaded;   /* with offload: activation bytes copied to the host tier, since the
-                                * pipeline was built (not reset by hp_pipeline_reset_stats) */
+    int64_t bytes_offloaded;   /* with offload: activation bytes copied out of the fast tier (to the
+                                * host or disk tier), since the pipeline was built (not reset by
+                                * hp_pipeline_reset_stats) */
+    int64_t bytes_to_disk;     /* the part of bytes_offloaded written to the disk tier */
+    int64_t bytes_from_disk;   /* activation bytes read back from the disk tier (prefetches), since
+                                * the pipeline was built */
 } hp_pipeline_stats;
 
 void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out);

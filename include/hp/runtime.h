@@ -66,6 +66,15 @@ typedef struct hp_program_ext {
      * leaves nothing in flight across ranges that a later range's hook would miss); false: the
      * program runs only whole */
     bool per_range;
+    /* optional, with per_range: called instead of after_run at the end of a node range that does
+     * not reach the program's end. It may leave transfers in flight that nodes of a later range of
+     * the same step wait for (HyperOffload's disk reads and writes), so the pass's work overlaps
+     * whatever the caller runs between the ranges. Such transfers touch only the pass's homes and
+     * arena bytes no caller reaches between ranges (inputs and kept tensors are never shared arena
+     * bytes; read and write wait for them). A run that starts again at node 0 after such a range
+     * (a step abandoned mid-way) calls after_run first, so it drains; so do a failed range,
+     * hp_program_sync and hp_program_free. */
+    hp_status (*after_range)(void *user);
 } hp_program_ext;
 
 /*
@@ -225,7 +234,9 @@ hp_status hp_program_set_trace(hp_program *p, hp_trace *tr, const hp_trace_tags 
  * HP_STATUS_INVALID_ARGUMENT for a range outside [0, n_nodes] or first > last, or a program with
  * an offload pass whose hooks run per whole step (hp_program_ext.per_range false: a disk tier or
  * deferred updates); then hp_program_run's errors. With per_range, each range runs the pass's
- * before_run and after_run (its copies drain at the end of each range).
+ * before_run and after_run (its copies drain at the end of each range), or, for a range that does
+ * not reach the end, after_range when the pass has one (HyperOffload's disk transfers keep going
+ * into the next range; every transfer is waited for inside the step).
  */
 hp_status hp_program_run_nodes(hp_program *p, int first, int last);
 

@@ -178,10 +178,13 @@ hp_status hp__config_check_rl(const hp_run_config *cfg) {
                            (long long)tp, mc->heads % tp ? "heads" : "kv_heads",
                            (long long)(mc->heads % tp ? mc->heads : kv));
             const hp_strategy_config *ls = &l->strategy;
-            if (shared > 0 && (!ls->present || ls->n_axes != 1 || s->n_axes != 1))
+            bool same_mesh = ls->present && ls->n_axes == s->n_axes;
+            for (int k = 0; same_mesh && k < s->n_axes; k++) same_mesh = ls->device_matrix[k] == s->device_matrix[k];
+            if (shared > 0 && !same_mesh)
                 return ERR(f, s->mesh_line, s->mesh_column, "groups.%s: a tensor-parallel actor on the learner's ranks "
-                           "(co-located) needs one axis, and a learner mesh of one axis (groups.%s.mesh has %d, the "
-                           "actor's %d): the actor's views of the learner's weights are laid out over that axis",
+                           "(co-located) needs the learner's mesh shape (groups.%s.mesh: %d axes, the actor's %d, "
+                           "sizes equal axis by axis; e.g. both [2, 2], the learner splitting over [[dp, tp]]): the "
+                           "actor's views of the learner's weights are laid out over the learner's mesh",
                            a->name, l->name, ls->present ? ls->n_axes : 0, s->n_axes);
         }
     }

@@ -586,19 +586,24 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
     return hp_mesh_attach(pp->mesh, gc); /* collective over the group */
 }
 
-/* The stages' offload plan config: activations only, to the host, the budget split over the rank's
- * slots (hp_pipeline_opts.offload). */
+/* The stages' offload plan config: activations only, to the host tier (spilling to disk when a host
+ * budget is full and disk_dir is set) or to the disk tier (policy activations: disk), every budget
+ * split over the rank's slots (hp_pipeline_opts.offload). Each slot's offload state opens its own
+ * disk store file, so the slots of a rank never share disk bytes. */
 static hp_status offload_config(hp_pipeline *pp, const hp_offload_plan_config *cfg) {
-    if (cfg->disk_dir || cfg->policy[HP_OFFLOAD_CLASS_ACTIVATIONS] == HP_TIER_DISK)
-        return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: offload to disk inside a pipeline stage is not built "
-                        "(its deferred work spans the schedule's phases); use the host tier");
+    hp_tier act = cfg->policy[HP_OFFLOAD_CLASS_ACTIVATIONS] == HP_TIER_DISK ? HP_TIER_DISK : HP_TIER_HOST;
+    if (act == HP_TIER_DISK && !cfg->disk_dir)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: offload policy activations: disk without a disk_dir");
     int slots = 0;
     for (int c = 0; c < pp->n_chunks; c++) slots += pp->chunks[c].n_slots;
+    size_t n = (size_t)(slots > 0 ? slots : 1);
     pp->offload = true;
     pp->offload_cfg = *cfg;
     for (int k = 0; k < HP_OFFLOAD_CLASS_COUNT; k++) pp->offload_cfg.policy[k] = HP_TIER_DEVICE;
-    pp->offload_cfg.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = HP_TIER_HOST;
-    pp->offload_cfg.device_budget = cfg->device_budget / (size_t)(slots > 0 ? slots : 1);
+    pp->offload_cfg.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = act;
+    pp->offload_cfg.device_budget = cfg->device_budget / n;
+    if (cfg->host_budget) pp->offload_cfg.host_budget = cfg->host_budget / n > 0 ? cfg->host_budget / n : 1;
+    if (cfg->disk_budget) pp->offload_cfg.disk_budget = cfg->disk_budget / n > 0 ? cfg->disk_budget / n : 1;
     return HP_STATUS_OK;
 }
 

@@ -376,13 +376,15 @@ static hp_status reduce_gradients(hp_pipeline *pp) {
 void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out) {
     *out = pp->stats;
     out->busy_seconds = out->f_seconds + out->b_seconds + out->w_seconds;
-    out->bytes_offloaded = 0;
+    out->bytes_offloaded = out->bytes_to_disk = out->bytes_from_disk = 0;
     for (int c = 0; c < pp->n_chunks; c++)
         for (int k = 0; k < pp->chunks[c].n_slots; k++) {
             if (!pp->chunks[c].slots[k].ofl) continue;
             hp_copy_stats cs;
             hp_offload_state_copy_stats(pp->chunks[c].slots[k].ofl, &cs);
-            out->bytes_offloaded += (int64_t)cs.bytes[HP_TIER_DEVICE][HP_TIER_HOST];
+            out->bytes_offloaded += (int64_t)(cs.bytes[HP_TIER_DEVICE][HP_TIER_HOST] + cs.bytes[HP_TIER_DEVICE][HP_TIER_DISK]);
+            out->bytes_to_disk += (int64_t)cs.bytes[HP_TIER_DEVICE][HP_TIER_DISK];
+            out->bytes_from_disk += (int64_t)cs.bytes[HP_TIER_DISK][HP_TIER_DEVICE];
         }
 }
 

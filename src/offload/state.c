@@ -150,6 +150,21 @@ static hp_status ext_after_run(void *user) {
     return hp_first_error_status(&fe);
 }
 
+/*
+ * The end of a node range that does not end the step (hp_program_run_nodes: a pipeline stage's F or
+ * B phase): the host stream drains as after a whole run, the disk stream keeps going. An activation's
+ * write to disk goes on while the caller runs other programs (the other micro-batches' phases), and a
+ * read the planner issued for the next range keeps reading. Each such transfer has its OFFLOAD_WAIT
+ * later in the step (before its arena bytes are reused or read), and nothing outside the program
+ * touches those bytes in between: the disk extents are this state's own (one store file per state),
+ * the arena bytes are neither inputs nor kept tensors, and ext_read / ext_write wait for both
+ * streams. With deferred updates a program runs only whole (per_range false), so none is pending.
+ */
+static hp_status ext_after_range(void *user) {
+    hp_offload_state *s = user;
+    return hp_copy_engine_synchronize(s->ce);
+}
+
 static void ext_report(void *user, FILE *f) {
     hp_offload_state *s = user;
     hp_copy_stats cs;
@@ -256,6 +271,10 @@ done:
 void hp__ofl_set_ext(hp_offload_state *s, size_t device_budget) {
     s->ext = (hp_program_ext){s->n_tensors, s->tier, s->data, device_budget, ext_write, ext_read,
                               ext_before_run, ext_after_run, ext_report, s, ext_sync, hp__ofl_set_trace,
-                              /* a host-only plan leaves nothing in flight after after_run */
-                              .per_range = !s->disk && s->n_async == 0};
+                              /* deferred updates outlive a run by design (they span steps): whole
+                               * steps only; else a node range ends with after_run (host tier: both
+                               * streams drain) or, with a disk tier, after_range (disk transfers go
+                               * on into the next range, each waited for inside the step) */
+                              .per_range = s->n_async == 0,
+                              .after_range = s->disk && s->n_async == 0 ? ext_after_range : NULL};
 }

@@ -652,6 +652,7 @@ static hp_status node_failed(hp_program *p, int e, hp_status st) {
     (void)wait_all(p);
     hp__queues_clear_errors(p->q); /* the step failed as a whole; a later run starts clean */
     if (ext && ext->after_run) (void)ext->after_run(ext->user); /* drains the copy stream */
+    p->range_open = false;
     hp_error(st, "%s", msg);
     if (e < 0) return st;
     const hp_node *n = p->exec[e].node;
@@ -664,6 +665,12 @@ static hp_status run_execs(hp_program *p, int e0, int e1) {
     const hp_program_ext *ext = p->opts.ext;
     if (p->n_binds) HP_CHECK(hp__store_before_run(p->opts.store, p->binds, p->n_binds, p->be));
     HP_CHECK(prepare_instrs(p));
+    /* A run from the start after a range that left transfers in flight (a step abandoned mid-way):
+     * they finish before this run reuses the arena. range_open stays set until a hook drained. */
+    if (p->range_open && e0 == 0) {
+        if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
+        p->range_open = false;
+    }
     if (ext && ext->before_run) HP_CHECK(ext->before_run(ext->user));
     if (!p->q && !p->compute_progress && !p->opts.node_by_node) {
         /* No node is asynchronous, so nothing waits between nodes: the backend runs the program as
@@ -691,7 +698,13 @@ static hp_status run_execs(hp_program *p, int e0, int e1) {
     if (wst != HP_STATUS_OK) return node_failed(p, -1, wst);
     if (p->q) hp__queues_times(p->q, &p->stats.comm_busy_s, &p->stats.comm_wait_s);
     HP_CHECK(hp_backend_synchronize(p->be));
-    if (ext && ext->after_run) HP_CHECK(ext->after_run(ext->user));
+    if (e1 < p->n_exec && ext && ext->after_range) { /* a later range waits for what it leaves in flight */
+        p->range_open = true;
+        HP_CHECK(ext->after_range(ext->user));
+    } else if (ext && ext->after_run) {
+        HP_CHECK(ext->after_run(ext->user));
+        p->range_open = false;
+    }
     if (e1 == p->n_exec) p->stats.n_runs++;
     return HP_STATUS_OK;
 }

@@ -46,6 +46,8 @@ struct hp_program {
     int n_complete;      /* exec entries whose instruction has a complete hook (non-blocking sends) */
     int *complete;
     bool prepared;       /* the instructions' prepare hooks have run */
+    bool range_open;     /* the last run was a node range that did not reach the end and ended with
+                            the pass's after_range hook: its transfers may still be in flight */
     hp_program_stats stats;
     bool dry;            /* hp_program_plan: plan and count, allocate no data */
     bool built;          /* program_build succeeded */

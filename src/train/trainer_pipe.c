@@ -200,5 +200,11 @@ void hp__pipe_report_memory(const hp_trainer *t, FILE *f) {
                 slots == 1 ? "" : "es");
     }
     fprintf(f, "\n");
+    hp_pipeline_stats ps;
+    hp_pipeline_get_stats(t->pipe, &ps);
+    if (ps.bytes_offloaded > 0) /* HyperOffload inside the stages, since the pipeline was built */
+        fprintf(f, "offload: activations of the micro-batches in flight: %.1f MiB offloaded, %.1f MiB written to "
+                "and %.1f MiB read from disk\n", (double)ps.bytes_offloaded / 1048576.0,
+                (double)ps.bytes_to_disk / 1048576.0, (double)ps.bytes_from_disk / 1048576.0);
     hp_store_report_memory(hp_pipeline_store(t->pipe), f);
 }

@@ -4,7 +4,8 @@
  * and prefill programs compiled under a Megatron tp2 strategy (q/k/v and fc/gate/up column-parallel,
  * proj/o/down row-parallel), the caches split over kv heads, give the greedy tokens of the
  * single-device generator with every sampled logit within 1e-5, for GPT-2 and for Llama with
- * grouped-query attention (4 heads, 2 kv heads), over two calls (the second with another prompt
+ * grouped-query attention (4 heads, 2 kv heads), for GPT with MoE layers (each expert's hidden width split
+ * over tp), over two calls (the second with another prompt
  * length: a new prefill program, the slots reused). Sampling at temperature 0.8 with top-p gives
  * the same tokens as one device on every rank. Each rank holds half of every cache; a degree that
  * does not divide kv_heads is refused naming the value, as are a strategy without the cache and
@@ -36,6 +37,23 @@ static const char *const GPT_TP =
     "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
     "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
     "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n";
+
+/* GPT with MoE layers in every second block: attention Megatron, each expert's hidden width split
+ * over tp (fc column-, proj row-parallel per expert), the router replicated. */
+static const char *const MOE_TP =
+    "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, tied_head: false,\n"
+    "        moe: {experts: 4, top_k: 2, expert_width: 32, every: 2, router: softmax, balance_loss: 0.01}}\n"
+    "strategy:\n"
+    "  mesh: {device_matrix: [2], alias_name: [tp]}\n"
+    "  params:\n"
+    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}\n"
+    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}\n"
+    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}\n"
+    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
+    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
+    "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n"
+    "    - {match: \"*.experts.fc.weight\", tensor_map: [none, tp, none]}\n"
+    "    - {match: \"*.experts.proj.weight\", tensor_map: [none, none, tp]}\n";
 
 static const char *const LLAMA_TP =
     "model: {family: llama, vocab: 256, context: 32, layers: 2, heads: 4, kv_heads: %d, width: 32, ffn_width: 48, "
@@ -84,6 +102,7 @@ typedef struct result {
     int32_t tok[2][SLOTS * NEW], sampled[SLOTS * NEW], own_seed[SLOTS * NEW];
     float *logits[2]; /* (SLOTS, NEW, V) per call */
     size_t cache_bytes;
+    int expert_params; /* parameters of the decode graph named "*.experts.*" */
 } result;
 
 static const int32_t P0[] = {3, 14, 15, 9, 26}, P1[] = {5, 35}, P2[] = {8, 9, 7, 9, 3, 2, 3};
@@ -102,6 +121,10 @@ static hp_status run(const hp_gpt_config *c, hp_strategy *strategy, hp_comm *wor
     hp_generator *gen = NULL;
     hp_status st = hp_generator_new(c, store, &go, &gen);
     if (st == HP_STATUS_OK) st = load_weights(c, gen, store, mesh);
+    for (int t = 0; st == HP_STATUS_OK && t < hp_graph_n_tensors(hp_generator_graph(gen)); t++) {
+        const hp_tensor *x = hp_graph_tensor(hp_generator_graph(gen), t);
+        r->expert_params += x->kind == HP_TENSOR_KIND_PARAM && x->name && strstr(x->name, ".experts.");
+    }
     const int32_t *pa[SLOTS] = {P0, P1, P2}, *pb[SLOTS] = {Q0, Q1, Q2};
     int la[SLOTS] = {5, 2, 7}, lb[SLOTS] = {3, 3, 1};
     hp_generate_opts o = HP_GENERATE_OPTS_DEFAULT;
@@ -159,6 +182,8 @@ static void compare(const char *what, const hp_gpt_config *c, const char *text, 
         }
         CHECK(worst <= 1e-5, "%s: largest logit difference %.3g > 1e-5", what, worst);
         CHECK(memcmp(ref.sampled, tp.sampled, sizeof ref.sampled) == 0, "%s: sampled tokens differ", what);
+        CHECK((c->moe.experts > 0) == (tp.expert_params > 0), "%s: %d expert parameters in the decode graph", what,
+              tp.expert_params);
         CHECK(tp.cache_bytes * 2 == ref.cache_bytes, "%s: this rank's cache %zu bytes, one device's %zu", what,
               tp.cache_bytes, ref.cache_bytes);
         /* every rank sampled the same tokens */
@@ -220,6 +245,11 @@ int main(int argc, char **argv) {
         if (hp_run_config_load_string(GPT_TP, strlen(GPT_TP), "gpt", &cfg) == HP_STATUS_OK) {
             hp_gpt_config c = hp_gpt_config_from_model(&cfg.model);
             compare("gpt tp2", &c, GPT_TP, world);
+            hp_run_config_free(&cfg);
+        }
+        if (hp_run_config_load_string(MOE_TP, strlen(MOE_TP), "moe", &cfg) == HP_STATUS_OK) {
+            hp_gpt_config c = hp_gpt_config_from_model(&cfg.model);
+            compare("gpt moe tp2", &c, MOE_TP, world);
             hp_run_config_free(&cfg);
         }
         char text[2048];

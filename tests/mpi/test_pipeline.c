@@ -12,7 +12,11 @@
  * rows, groups of equal and unequal sizes) are held to the same. The attention key biases are held only to "moved at most 2 lr apart" and
  * gradients below 1e-5 of the largest gradient of the model: their exact gradient is 0 (softmax
  * ignores a shift shared by every key), so both sides hold rounding noise
- * (tests/unit/test_torch_ref.c meets the same).
+ * (tests/unit/test_torch_ref.c meets the same). On 2 ranks, 1F1B with HyperOffload inside the stages
+ * is held to the same: the activations in flight to the host tier (200 kB per rank) and to the disk
+ * tier (150 kB per rank, so both stages offload; also under ZB-H1, whose B and W phases run
+ * apart), where every rank must have written activation bytes to disk and read them back
+ * (hp_pipeline_stats.bytes_to_disk, bytes_from_disk).
  */
 #include "hp/comm_mpi.h"
 #include "hp/compile.h"
@@ -37,6 +41,7 @@ static const hp_optim_config OPTIM = {.lr = 3e-3, .min_lr = 3e-3, .weight_decay 
                                       .eps = 1e-8, .grad_clip = 0.5};
 
 static size_t g_offload; /* device_budget of HyperOffload inside the stages, bytes per rank (0: none) */
+static const char *g_disk_dir; /* with g_offload: the activations go to the disk tier in this directory */
 
 static hp_gpt_config model(bool tied, int layers) {
     return (hp_gpt_config){.vocab = 48, .context = SEQ, .layers = layers, .heads = 2, .width = 16, .tied_head = tied};
@@ -191,6 +196,11 @@ static void check_groups(hp_comm *world, hp_sched_kind kind, int m, bool tied, i
     hp_offload_plan_config_init(&ocfg);
     ocfg.device_budget = g_offload;
     ocfg.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
+    ocfg.bandwidth[HP_TIER_DISK] = 1e9;
+    if (g_disk_dir) {
+        ocfg.disk_dir = g_disk_dir;
+        ocfg.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = HP_TIER_DISK;
+    }
     if (g_offload) o.offload = &ocfg;
     OK(hp_pipeline_new(&o, &pp));
     OK(hp_pipeline_init_params(pp, SEED));
@@ -229,8 +239,18 @@ static void check_groups(hp_comm *world, hp_sched_kind kind, int m, bool tied, i
         float mine = (float)ps.bytes_offloaded, all = 0;
         OK(hp_comm_all_reduce(world, &mine, &all, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
         CHECK(all > 0, "%s: offload budget %zu bytes: no activation was offloaded", label, g_offload);
-        if (g_rank == 0) printf("%s: offload %zu B/rank: %lld activation bytes offloaded\n", label, g_offload,
-                                (long long)all);
+        if (g_rank == 0) printf("%s: offload %zu B/rank%s: %lld activation bytes offloaded\n", label, g_offload,
+                                g_disk_dir ? " (disk tier)" : "", (long long)all);
+        if (g_disk_dir) { /* to the disk tier and back, on every rank */
+            CHECK(ps.bytes_to_disk > 0 && ps.bytes_to_disk == ps.bytes_offloaded,
+                  "%s: rank %d wrote %lld bytes to disk of %lld offloaded", label, g_rank, (long long)ps.bytes_to_disk,
+                  (long long)ps.bytes_offloaded);
+            CHECK(ps.bytes_from_disk > 0, "%s: rank %d read %lld bytes back from disk", label, g_rank,
+                  (long long)ps.bytes_from_disk);
+            if (g_rank == 0)
+                printf("%s: rank 0 wrote %lld and read %lld activation bytes on disk over %d steps\n", label,
+                       (long long)ps.bytes_to_disk, (long long)ps.bytes_from_disk, STEPS);
+        }
     }
 out:
     hp_pipeline_free(pp);
@@ -285,6 +305,15 @@ int main(int argc, char **argv) {
     const char *ob = getenv("HP_TEST_PIPELINE_OFFLOAD");
     g_offload = ob ? (size_t)strtoull(ob, NULL, 10) : 200000;
     if (p == 2) check_schedule(world, HP_SCHED_KIND_1F1B, 2 * p, false, 2 * p, NULL);
+    /* the same to the disk tier: every phase (F, B, W ranges of a slot's program) drains its disk
+     * reads and writes, each slot its own store file; 150 kB per rank makes both stages offload
+     * (rank 1 keeps one micro-batch in flight, rank 0 two) */
+    g_offload = ob ? (size_t)strtoull(ob, NULL, 10) : 150000;
+    const char *tmp = getenv("TMPDIR");
+    g_disk_dir = tmp && *tmp ? tmp : "/tmp";
+    if (p == 2) check_schedule(world, HP_SCHED_KIND_1F1B, 2 * p, false, 2 * p, NULL);
+    if (p == 2) check_schedule(world, HP_SCHED_KIND_ZB_H1, 2 * p, false, 2 * p, NULL); /* B and W apart */
+    g_disk_dir = NULL;
     g_offload = 0;
 done:;
     int failed = g_failed, any = 0;

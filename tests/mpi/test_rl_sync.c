@@ -166,6 +166,11 @@ int main(int argc, char **argv) {
         run(world, "learner fsdp2 [2,3], actor tp2 [0,1], synchronous",
             "groups:\n  actor: {kind: actor, ranks: [0, 1], " TP(2) "}\n"
             "  learner: {kind: learner, ranks: [2, 3], " FSDP(2) "}\n", 0, "disjoint", true);
+        run(world, "co-located learner fsdp over [dp, tp], actor dp2 x tp2 [0,1,2,3]",
+            "groups:\n  learner: {kind: learner, ranks: [0, 1, 2, 3], mesh: {device_matrix: [2, 2], alias_name: [dp, tp]}, "
+            "strategy: {inputs: {tokens: [[dp, tp], none], targets: [[dp, tp], none]}, params: [{match: \"*\", "
+            "tensor_map: [[dp, tp]]}]}}\n"
+            "  actor: {kind: actor, ranks: [0, 1, 2, 3], " DPTP "}\n", 1, "co-located", true);
         run(world, "co-located fsdp4 without groups",
             "strategy: {mesh: {device_matrix: [4], alias_name: [fsdp]}, inputs: {tokens: [fsdp, none]}, "
             "params: [{match: \"*\", tensor_map: [fsdp]}]}\n", 0, "co-located", false);

@@ -24,10 +24,14 @@ typedef struct {
     hp_tid keep[2];
 } gpt;
 
+#define MAX_ROWS 16
+static int g_rows = 2;       /* batch rows of gpt_build and run_steps (16 positions each) */
+static bool g_abandon;       /* run_steps_ranged: each step first runs its first half and abandons it */
+
 static void gpt_build(gpt *x, int layers) {
     x->g = hp_graph_new();
     hp_gpt_config c = {.vocab = 64, .context = 16, .layers = layers, .heads = 2, .width = 32, .tied_head = true};
-    assert_ok(hp_gpt_build(x->g, &c, 2, 16, true, &x->m));
+    assert_ok(hp_gpt_build(x->g, &c, g_rows, 16, true, &x->m));
     hp_optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
     assert_ok(hp_train_step_build(x->g, x->m.loss, &oc, &x->ts));
     x->keep[0] = x->ts.loss;
@@ -41,8 +45,9 @@ typedef struct {
     hp_program_stats st;
 } result;
 
-/* Three steps; parameters initialised and read through set_input / get_output (they may be on disk). */
-static hp_status run_steps(gpt *x, hp_program_opts o, result *r, int steps) {
+/* Three steps; parameters initialised and read through set_input / get_output (they may be on disk).
+ * range > 0: each step runs as consecutive node ranges of `range` nodes (hp_program_run_nodes). */
+static hp_status run_steps_ranged(gpt *x, hp_program_opts o, result *r, int steps, int range) {
     o.keep = x->keep;
     o.n_keep = 2;
     hp_program *p;
@@ -59,19 +64,24 @@ static hp_status run_steps(gpt *x, hp_program_opts o, result *r, int steps) {
         if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->ts.params[i], r->params + at, (size_t)n * sizeof(float));
         at += (size_t)n;
     }
-    int32_t tok[32], tgt[32];
-    for (int i = 0; i < 32; i++) {
+    int32_t tok[MAX_ROWS * 16], tgt[MAX_ROWS * 16];
+    size_t n_tok = (size_t)g_rows * 16;
+    for (size_t i = 0; i < n_tok; i++) {
         tok[i] = (int32_t)((i * 7 + 3) % 64);
         tgt[i] = (int32_t)((i * 5 + 1) % 64);
     }
     float lr = 1e-3f;
-    if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->m.tokens, tok, sizeof tok);
-    if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->m.targets, tgt, sizeof tgt);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->m.tokens, tok, n_tok * sizeof *tok);
+    if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->m.targets, tgt, n_tok * sizeof *tgt);
     if (st == HP_STATUS_OK) st = hp_program_set_input(p, x->ts.lr, &lr, sizeof lr);
     for (int k = 0; k < steps && st == HP_STATUS_OK; k++) {
         float step = (float)(k + 1);
         st = hp_program_set_input(p, x->ts.step, &step, sizeof step);
-        if (st == HP_STATUS_OK) st = hp_program_run(p);
+        int nn = hp_graph_n_nodes(x->g);
+        if (st == HP_STATUS_OK && g_abandon) st = hp_program_run_nodes(p, 0, nn / 2);
+        if (st == HP_STATUS_OK && range <= 0) st = hp_program_run(p);
+        for (int first = 0; st == HP_STATUS_OK && range > 0 && first < nn; first += range)
+            st = hp_program_run_nodes(p, first, first + range < nn ? first + range : nn);
         if (st == HP_STATUS_OK) st = hp_program_get_output(p, x->ts.loss, &r->loss[k], sizeof(float));
     }
     at = 0;
@@ -84,6 +94,8 @@ static hp_status run_steps(gpt *x, hp_program_opts o, result *r, int steps) {
     hp_program_free(p);
     return st;
 }
+
+static hp_status run_steps(gpt *x, hp_program_opts o, result *r, int steps) { return run_steps_ranged(x, o, r, steps, 0); }
 
 static size_t no_offload_peak(gpt *x) {
     hp_offload_plan_config c;
@@ -200,6 +212,104 @@ static void test_gpt_bitwise_every_policy(void **state) {
                   "single class\n", peak, ran, impossible);
     assert_true(ran >= 10); /* every policy but gradients alone; everything (host, disk) at 50% and 25% */
     free(a.params);
+}
+
+/* ---------------------------------------------------------------- node ranges with a disk tier */
+
+/* How many transfers (OFFLOAD, PREFETCH, early reads) have a cut between node ranges of `range`
+ * nodes between them and their OFFLOAD_WAIT: transfers in flight at the end of a range. */
+static int cuts_in_flight(const hp_graph *g, int range) {
+    int nn = hp_graph_n_nodes(g), cuts = 0;
+    for (int w = 0; w < nn; w++) {
+        const hp_node *wn = hp_graph_node(g, w);
+        if (wn->op != HP_OP_OFFLOAD_WAIT || !wn->extra) continue;
+        for (int i = w - 1; i >= 0; i--) {
+            const hp_node *n = hp_graph_node(g, i);
+            if (n->extra != wn->extra || (n->op != HP_OP_OFFLOAD && n->op != HP_OP_PREFETCH)) continue;
+            if (i / range != w / range) cuts++;
+            break;
+        }
+    }
+    return cuts;
+}
+
+/*
+ * A disk-tier program run as node ranges (a pipeline stage's F, B and W phases run that way,
+ * hp/pipeline.h): a range's end leaves its disk reads and writes in flight (after_range), each
+ * waited for by its OFFLOAD_WAIT in a later range, so any cut, including one between a transfer
+ * and its wait, gives the whole run's results bitwise; so does a step whose first half was run and
+ * abandoned before it (the next run from node 0 drains what the half left). Activations alone on
+ * disk, and everything on disk without deferred updates (early reads and their write-backs); with
+ * deferred updates (they span steps) a range is refused. Each run gets a fresh program and offload
+ * state (the optimizer states' homes live in the state).
+ */
+static void test_disk_node_ranges(void **state) {
+    (void)state;
+    g_rows = MAX_ROWS; /* activations weigh more than the parameters and states */
+    result a;
+    size_t peak = reference_run(&a);
+    static const double frac[] = {0.5, 0.75, 0.9, 0.999};
+    /* -1: in thirds (like F, B, W); the last: ranges of 7 after a half step abandoned every step */
+    static const int ranges[] = {1, 7, 50, -1, 7};
+    for (int policy = 0; policy < 3; policy++) {
+        double fb = -1;
+        for (size_t k = 0; k < 5; k++) {
+            g_abandon = k == 4;
+            for (size_t b = 0; b < 4; b++) {
+                if (fb >= 0 && frac[b] != fb) continue;
+                hp_offload_plan_config c = disk_config(frac[b], peak);
+                for (int cl = 0; cl < HP_OFFLOAD_CLASS_COUNT; cl++)
+                    c.policy[cl] = policy == 0 && cl != HP_OFFLOAD_CLASS_ACTIVATIONS ? HP_TIER_DEVICE : HP_TIER_DISK;
+                c.async_update = policy == 2;
+                gpt x;
+                gpt_build(&x, 2);
+                hp_program_opts o = HP_PROGRAM_OPTS_DEFAULT;
+                o.keep = x.keep;
+                o.n_keep = 2;
+                hp_offload_state *s = NULL;
+                hp_status st = hp_offload_apply_config(&c, x.g, &o, &s);
+                if (st == HP_STATUS_OUT_OF_MEMORY && fb < 0) {
+                    hp_graph_free(x.g);
+                    continue;
+                }
+                assert_ok(st);
+                fb = frac[b];
+                hp_offload_plan_stats ps;
+                hp_offload_plan_get_stats(hp_offload_state_plan(s), &ps);
+                assert_true(ps.home_bytes[HP_TIER_DISK] > 0);
+                int nn = hp_graph_n_nodes(x.g), range = ranges[k] > 0 ? ranges[k] : (nn + 2) / 3;
+                result r;
+                if (policy == 2) { /* deferred updates: whole steps only */
+                    assert_true(ps.n_deferred > 0);
+                    assert_int_equal(run_steps_ranged(&x, o, &r, 1, range), HP_STATUS_INVALID_ARGUMENT);
+                    hp_test_assert_error_contains("node range");
+                } else {
+                    assert_int_equal(ps.n_deferred, 0);
+                    assert_ok(run_steps_ranged(&x, o, &r, 3, range));
+                    assert_memory_equal(a.loss, r.loss, sizeof a.loss);
+                    assert_int_equal(a.n, r.n);
+                    assert_memory_equal(a.params, r.params, a.n * sizeof(float));
+                    hp_copy_stats cs;
+                    hp_offload_state_copy_stats(s, &cs);
+                    assert_true(cs.bytes[HP_TIER_DEVICE][HP_TIER_DISK] > 0);
+                    int cuts = cuts_in_flight(x.g, range);
+                    if (range == 7) assert_true(cuts > 0);
+                    print_message("disk policy %d budget %.2f, ranges of %d nodes%s: bitwise equal, %d transfers in "
+                                  "flight at a range's end\n", policy, fb, range, g_abandon ? " (half steps abandoned)" : "",
+                                  cuts);
+                }
+                free(r.params);
+                hp_offload_state_free(s);
+                hp_graph_free(x.g);
+                break;
+            }
+            if (fb < 0) fail_msg("disk policy %d ran at no budget", policy);
+            if (policy == 2) break;
+        }
+    }
+    free(a.params);
+    g_rows = 2;
+    g_abandon = false;
 }
 
 /* ---------------------------------------------------------------- synthetic graphs */
@@ -673,6 +783,7 @@ int main(void) {
         cmocka_unit_test(test_disk_faults),
         cmocka_unit_test(test_early_reads),
         cmocka_unit_test(test_deferred_updates),
+        cmocka_unit_test(test_disk_node_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

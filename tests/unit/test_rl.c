@@ -143,7 +143,8 @@ static void test_config_errors(void **state) {
     expect_bad(MODEL "rl: {}\ngroups:\n  a: {kind: actor, ranks: [0, 1], mesh: {device_matrix: [2], alias_name: [tp]},\n"
                "      strategy: {params: [{match: \"*.attn.[qkv].weight\", tensor_map: [tp, none]}]}}\n"
                "  l: {kind: learner, ranks: [0, 1], mesh: {device_matrix: [1, 2], alias_name: [dp, fsdp]}}\n", "bad.yaml:4:",
-               "a tensor-parallel actor on the learner's ranks (co-located) needs one axis, and a learner mesh of one axis");
+               "a tensor-parallel actor on the learner's ranks (co-located) needs the learner's mesh shape (groups.l.mesh: 2 axes, "
+               "the actor's 1");
     expect_bad(MODEL "rl: {prompts: 1, group_size: 2}\ngroups:\n  a: {kind: actor, ranks: [0, 1, 2], mesh: {device_matrix: "
                "[3], alias_name: [dp]}}\n  l: {kind: learner, ranks: [3]}\n", "bad.yaml:4:", "samples only");
     /* the world size against the groups */
