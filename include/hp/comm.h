@@ -307,6 +307,15 @@ typedef struct hp_comm_i {
     int (*fault)(void *ctx, char *msg, size_t n);
     /* Sends msg to every other rank of the job without waiting (see hp_comm_report_failure). */
     void (*report_fault)(void *ctx, const char *msg);
+    /* Optional, for abandoned requests at hp_comm_free (see hp_comm_set_timeout). Cancels a
+     * pending receive and releases req once it is complete (cancelled, or matched before the
+     * cancel took), so its buffer is no longer written. */
+    hp_status (*cancel)(void *ctx, void *req);
+    /* The caller will never test req again (a send or collective still pending when its
+     * communicator is freed): the implementation keeps what the operation needs, `keep` (a buffer
+     * it may still read, or NULL; ownership passes) included, until it can no longer run (MPI:
+     * the communicator stays unfreed and both are released after MPI_Finalize). */
+    void (*forget)(void *ctx, void *req, void *keep);
 } hp_comm_i;
 
 /* Wraps an implementation. The communicator owns ctx (freed through iface->free). NULL when out of

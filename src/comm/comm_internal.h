@@ -72,8 +72,10 @@ void hp__comm_req_complete(hp_comm_request *r);
  * earlier timeout in the family. */
 hp_status hp__comm_poll_wait(hp_comm_request *r);
 
-/* Releases the abandoned requests of c that have completed since; leaks the others (their memory
- * may still be written by the implementation). Called by hp_comm_free. */
+/* Releases the abandoned requests of c: cancels the receives (hp_comm_i.cancel), tests the rest for
+ * up to a second (a member that stopped after a failure usually reaches them), and hands those
+ * still pending to the implementation (hp_comm_i.forget), or leaks them where it has no such method
+ * (their memory may still be written by the implementation). Called by hp_comm_free. */
 void hp__comm_abandoned_free(hp_comm *c);
 
 /* " (LABEL)" for world rank r when hp_comm_set_rank_names gave it one, else "". */

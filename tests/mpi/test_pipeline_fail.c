@@ -1,4 +1,4 @@
-/* ranks: 2 */
+/* ranks: 2 4 */
 /*
  * A pipeline step whose action fails on one rank must not leave the ranks waiting on each other's
  * transfers (hp_pipeline_forward_backward reports the failure to every rank and gives up its
