@@ -69,7 +69,12 @@ int hp_comm_size(const hp_comm *c);
 /* The implementation's name: "self", "mpi", "sim". */
 const char *hp_comm_name(const hp_comm *c);
 /* Frees the communicator (not collective). NULL is allowed. Outstanding requests must be waited on
- * first. Sub-communicators obtained by split are independent and freed separately. */
+ * first. Sub-communicators obtained by split are independent and freed separately. Requests that
+ * were abandoned (a timeout, a fault, hp_comm_give_up: see hp_comm_set_timeout) are released here:
+ * receives are cancelled; sends and collectives are tested for up to 1 s (or the timeout, if
+ * shorter), and those still pending are kept by the implementation until they can no longer run
+ * (MPI: until MPI_Finalize, with their communicator; implementations without hp_comm_i.forget leak
+ * them). So freeing takes up to a second more after a failure, and MPI_Finalize stays safe. */
 void hp_comm_free(hp_comm *c);
 
 /* A communicator of one rank, needing no MPI runtime. Every collective is a copy (or no-op);
@@ -192,8 +197,10 @@ hp_comm_wait_mode hp_comm_thread_wait(void);
  *
  * A timed-out operation is abandoned, not cancelled (MPI cannot cancel a collective): its buffers
  * must stay allocated, since a peer that resumes may still complete it, until the communicator is
- * freed (hp_comm_free releases what has completed by then and leaks the rest); usually the job then
- * ends (hp_comm_mpi_abort). After one timeout, every other wait on c and on the communicators split
+ * freed (hp_comm_free then cancels an abandoned receive, and gives a send or collective a second to
+ * complete; one still pending after that may still read its send buffer, and a collective write its
+ * receive buffer, if a member joins it before hp_comm_mpi_finalize); usually the job then ends
+ * (hp_comm_mpi_abort). After one timeout, every other wait on c and on the communicators split
  * from it or it from (its family) that lasts beyond its first 2 ms also fails with
  * HP_STATUS_TIMEOUT ("abandoned: an earlier transfer timed out: ..."), so the caller hears of the
  * first stall at once and not after a second timeout; a transfer that completes within that time
