@@ -252,6 +252,15 @@ void hp_comm_report_failure(hp_comm *c, const char *msg);
  * until the communicator is freed, as after a timeout. No-op when the family already gave up. */
 void hp_comm_give_up(hp_comm *c, const char *msg);
 
+/* Releases c's abandoned requests now, as hp_comm_free does (receives cancelled; sends and
+ * collectives tested for up to 1 s, or the timeout if shorter, and the ones still pending handed to
+ * the implementation), so that the caller may free the buffers of the abandoned receives, and of
+ * the sends and collectives that completed. For an owner of buffers that gave up and outlives the
+ * drain but not the communicator (hp_pipeline after a failed step: its receive buffers are freed
+ * with it, the caller's communicator later). c stays as it was (its family still given up). NULL is
+ * allowed. Not thread-safe with other calls on c. */
+void hp_comm_release_abandoned(hp_comm *c);
+
 /* Whether c's family gave up a wait because a rank of the job failed or is gone. */
 bool hp_comm_peer_failed(const hp_comm *c);
 

@@ -123,6 +123,10 @@ void hp__comm_family_fail(hp__comm_family *f, const char *msg) {
     }
 }
 
+void hp_comm_release_abandoned(hp_comm *c) {
+    if (c) hp__comm_abandoned_free(c);
+}
+
 void hp_comm_give_up(hp_comm *c, const char *msg) {
     if (!c) return;
     char m[1024];
