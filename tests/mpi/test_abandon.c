@@ -72,8 +72,8 @@ static void check_late_collective(void) {
     if (g_rank == last) {
         sleep_s(4 * TIMEOUT_S + 0.5); /* past the others' timeout and their hp_comm_free */
         hp_status st = hp_comm_all_reduce(w, x, x, 256, HP_DTYPE_F32, HP_REDUCE_SUM);
-        CHECK(st == HP_STATUS_OK && x[0] == (float)g_size && x[255] == (float)g_size, "late all-reduce: %s, x = %g (%s)",
-              hp_status_str(st), (double)x[0], hp_error_message());
+        CHECK(st == HP_STATUS_OK && x[0] == (float)g_size && x[255] == (float)g_size,
+              "late all-reduce: %s, x = %g (%s)", hp_status_str(st), (double)x[0], hp_error_message());
         hp_comm_free(w);
     } else {
         hp_status st = hp_comm_all_reduce(w, x, x, 256, HP_DTYPE_F32, HP_REDUCE_SUM);
