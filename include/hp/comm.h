@@ -253,8 +253,8 @@ void hp_comm_report_failure(hp_comm *c, const char *msg);
 void hp_comm_give_up(hp_comm *c, const char *msg);
 
 /* Releases c's abandoned requests now, as hp_comm_free does (receives cancelled; sends and
- * collectives tested for up to 1 s, or the timeout if shorter, and the ones still pending handed to
- * the implementation), so that the caller may free the buffers of the abandoned receives, and of
+ * collectives tested, here for up to 50 ms only, since a peer may be dead and the caller's error
+ * must come before the job is ended, and the ones still pending handed to the implementation), so that the caller may free the buffers of the abandoned receives, and of
  * the sends and collectives that completed. For an owner of buffers that gave up and outlives the
  * drain but not the communicator (hp_pipeline after a failed step: its receive buffers are freed
  * with it, the caller's communicator later). c stays as it was (its family still given up). NULL is

@@ -32,9 +32,6 @@
 #define FAULT_EVERY_NS 10000000LL
 /* Notices travel this long at most before a timeout's report counts them. */
 #define NOTICE_SLACK_NS 250000000LL
-/* hp_comm_free tests the abandoned sends and collectives this long at most (or the timeout if
- * shorter) before it hands the pending ones to the implementation (hp_comm_i.forget). */
-#define FREE_GRACE_NS 1000000000LL
 
 static _Thread_local hp_comm_wait_mode tl_wait = HP_COMM_WAIT_BLOCK;
 
@@ -157,7 +154,7 @@ static void test_list(hp_comm *c, hp_comm_request **list) {
     }
 }
 
-void hp__comm_abandoned_free(hp_comm *c) {
+void hp__comm_abandoned_free(hp_comm *c, long long grace_ns) {
     hp_comm_request *pending = c->abandoned;
     c->abandoned = NULL;
     if (!pending) return;
@@ -170,7 +167,7 @@ void hp__comm_abandoned_free(hp_comm *c) {
     /* Sends and collectives cannot be cancelled: a member that stops after a peer's failure
      * usually reaches them within milliseconds (a member that gave a collective up has sent its
      * part), so they are tested a while before the rest is handed to the implementation. */
-    long long grace = FREE_GRACE_NS, t0 = now_ns(), sleep = SLEEP_MIN_NS;
+    long long grace = grace_ns, t0 = now_ns(), sleep = SLEEP_MIN_NS;
     if (c->timeout_s > 0 && c->timeout_s * 1e9 < (double)grace) grace = (long long)(c->timeout_s * 1e9);
     for (;;) {
         test_list(c, &pending);
