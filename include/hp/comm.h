@@ -69,7 +69,12 @@ int hp_comm_size(const hp_comm *c);
 /* The implementation's name: "self", "mpi", "sim". */
 const char *hp_comm_name(const hp_comm *c);
 /* Frees the communicator (not collective). NULL is allowed. Outstanding requests must be waited on
- * first. Sub-communicators obtained by split are independent and freed separately. */
+ * first. Sub-communicators obtained by split are independent and freed separately. Requests that
+ * were abandoned (a timeout, a fault, hp_comm_give_up: see hp_comm_set_timeout) are released here:
+ * receives are cancelled; sends and collectives are tested for up to 1 s (or the timeout, if
+ * shorter), and those still pending are kept by the implementation until they can no longer run
+ * (MPI: until MPI_Finalize, with their communicator; implementations without hp_comm_i.forget leak
+ * them). So freeing takes up to a second more after a failure, and MPI_Finalize stays safe. */
 void hp_comm_free(hp_comm *c);
 
 /* A communicator of one rank, needing no MPI runtime. Every collective is a copy (or no-op);
@@ -192,8 +197,10 @@ hp_comm_wait_mode hp_comm_thread_wait(void);
  *
  * A timed-out operation is abandoned, not cancelled (MPI cannot cancel a collective): its buffers
  * must stay allocated, since a peer that resumes may still complete it, until the communicator is
- * freed (hp_comm_free releases what has completed by then and leaks the rest); usually the job then
- * ends (hp_comm_mpi_abort). After one timeout, every other wait on c and on the communicators split
+ * freed (hp_comm_free then cancels an abandoned receive, and gives a send or collective a second to
+ * complete; one still pending after that may still read its send buffer, and a collective write its
+ * receive buffer, if a member joins it before hp_comm_mpi_finalize); usually the job then ends
+ * (hp_comm_mpi_abort). After one timeout, every other wait on c and on the communicators split
  * from it or it from (its family) that lasts beyond its first 2 ms also fails with
  * HP_STATUS_TIMEOUT ("abandoned: an earlier transfer timed out: ..."), so the caller hears of the
  * first stall at once and not after a second timeout; a transfer that completes within that time
@@ -244,6 +251,15 @@ void hp_comm_report_failure(hp_comm *c, const char *msg);
  * transfers its stopping peers will never match (hp/pipeline.h); their buffers must stay allocated
  * until the communicator is freed, as after a timeout. No-op when the family already gave up. */
 void hp_comm_give_up(hp_comm *c, const char *msg);
+
+/* Releases c's abandoned requests now, as hp_comm_free does (receives cancelled; sends and
+ * collectives tested, here for up to 50 ms only, since a peer may be dead and the caller's error
+ * must come before the job is ended, and the ones still pending handed to the implementation), so that the caller may free the buffers of the abandoned receives, and of
+ * the sends and collectives that completed. For an owner of buffers that gave up and outlives the
+ * drain but not the communicator (hp_pipeline after a failed step: its receive buffers are freed
+ * with it, the caller's communicator later). c stays as it was (its family still given up). NULL is
+ * allowed. Not thread-safe with other calls on c. */
+void hp_comm_release_abandoned(hp_comm *c);
 
 /* Whether c's family gave up a wait because a rank of the job failed or is gone. */
 bool hp_comm_peer_failed(const hp_comm *c);
@@ -307,6 +323,15 @@ typedef struct hp_comm_i {
     int (*fault)(void *ctx, char *msg, size_t n);
     /* Sends msg to every other rank of the job without waiting (see hp_comm_report_failure). */
     void (*report_fault)(void *ctx, const char *msg);
+    /* Optional, for abandoned requests at hp_comm_free (see hp_comm_set_timeout). Cancels a
+     * pending receive and releases req once it is complete (cancelled, or matched before the
+     * cancel took), so its buffer is no longer written. */
+    hp_status (*cancel)(void *ctx, void *req);
+    /* The caller will never test req again (a send or collective still pending when its
+     * communicator is freed): the implementation keeps what the operation needs, `keep` (a buffer
+     * it may still read, or NULL; ownership passes) included, until it can no longer run (MPI:
+     * the communicator stays unfreed and both are released after MPI_Finalize). */
+    void (*forget)(void *ctx, void *req, void *keep);
 } hp_comm_i;
 
 /* Wraps an implementation. The communicator owns ctx (freed through iface->free). NULL when out of

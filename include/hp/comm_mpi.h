@@ -58,7 +58,11 @@ hp_status hp_comm_mpi_init(int *argc, char ***argv);
  * before hp_comm_mpi_finalize). HP_STATUS_INVALID_ARGUMENT when MPI is not initialised. */
 hp_status hp_comm_mpi_world(hp_comm **out);
 
-/* Finalises MPI if this library initialised it. Every hp_comm from MPI must be freed first. */
+/* Finalises MPI if this library initialised it. Every hp_comm from MPI must be freed first. The
+ * MPI communicators of those that were freed with an abandoned send or collective still pending
+ * (hp_comm_free) were kept unfreed until here, since Open MPI's libnbc crashes progressing a
+ * nonblocking collective on a freed communicator: MPI_Finalize frees them; their request records
+ * are released after it. */
 hp_status hp_comm_mpi_finalize(void);
 
 /*

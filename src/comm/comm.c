@@ -54,7 +54,7 @@ const char *hp_comm_name(const hp_comm *c) { return c->iface->name; }
 
 void hp_comm_free(hp_comm *c) {
     if (!c) return;
-    hp__comm_abandoned_free(c);
+    hp__comm_abandoned_free(c, HP__COMM_FREE_GRACE_NS);
     if (c->iface->free) c->iface->free(c->ctx);
     hp__comm_family_unref(c->family);
     free(c);
@@ -121,6 +121,10 @@ void hp__comm_family_fail(hp__comm_family *f, const char *msg) {
         snprintf(f->msg, sizeof f->msg, "%s", msg);
         atomic_store(&f->stalled, 2);
     }
+}
+
+void hp_comm_release_abandoned(hp_comm *c) {
+    if (c) hp__comm_abandoned_free(c, HP__COMM_RELEASE_GRACE_NS);
 }
 
 void hp_comm_give_up(hp_comm *c, const char *msg) {

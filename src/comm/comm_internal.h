@@ -72,9 +72,18 @@ void hp__comm_req_complete(hp_comm_request *r);
  * earlier timeout in the family. */
 hp_status hp__comm_poll_wait(hp_comm_request *r);
 
-/* Releases the abandoned requests of c that have completed since; leaks the others (their memory
- * may still be written by the implementation). Called by hp_comm_free. */
-void hp__comm_abandoned_free(hp_comm *c);
+/* hp_comm_free tests the abandoned sends and collectives this long at most (or the timeout if
+ * shorter) before it hands the pending ones to the implementation (hp_comm_i.forget);
+ * hp_comm_release_abandoned, called on a failure path where a rank may be dead and the job about
+ * to be aborted (its message must come first), only briefly. */
+#define HP__COMM_FREE_GRACE_NS 1000000000LL
+#define HP__COMM_RELEASE_GRACE_NS 50000000LL
+
+/* Releases the abandoned requests of c: cancels the receives (hp_comm_i.cancel), tests the rest for
+ * up to grace_ns (a member that stopped after a failure usually reaches them), and hands those
+ * still pending to the implementation (hp_comm_i.forget), or leaks them where it has no such method
+ * (their memory may still be written by the implementation). */
+void hp__comm_abandoned_free(hp_comm *c, long long grace_ns);
 
 /* " (LABEL)" for world rank r when hp_comm_set_rank_names gave it one, else "". */
 const char *hp__comm_rank_label(const hp__comm_family *f, int world_rank, char *buf, size_t n);

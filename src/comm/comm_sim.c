@@ -290,11 +290,13 @@ static const hp_comm_i sim_iface = {
     /* .arrivals       = */ NULL,
     /* .fault          = */ NULL,
     /* .report_fault   = */ NULL,
+    /* .cancel         = */ NULL, /* abandoned requests are leaked (hp__comm_abandoned_free) */
+    /* .forget         = */ NULL,
 };
 
 static const hp_comm_i self_iface = {
     "self", sim_all_reduce, sim_all_gather, sim_reduce_scatter, sim_all_to_allv, sim_broadcast,
-    sim_send, sim_recv, sim_barrier, sim_wait, sim_test, sim_split, sim_free, NULL, NULL, NULL, NULL, NULL,
+    sim_send, sim_recv, sim_barrier, sim_wait, sim_test, sim_split, sim_free, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 static hp_comm *comm_for(sim_group *g, int rank) {

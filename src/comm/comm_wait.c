@@ -137,18 +137,51 @@ static void abandon(hp_comm_request *r) {
     c->abandoned = r;
 }
 
-void hp__comm_abandoned_free(hp_comm *c) {
-    hp_comm_request *r = c->abandoned;
-    c->abandoned = NULL;
-    while (r) {
-        hp_comm_request *next = r->next;
+/* Tests each request of *list once; frees the completed ones (and any the implementation failed),
+ * keeping the rest on the list. */
+static void test_list(hp_comm *c, hp_comm_request **list) {
+    for (hp_comm_request **p = list; *p;) {
+        hp_comm_request *r = *p;
         bool done = false;
-        hp_status st = c->iface->test(c->ctx, r->impl, &done); /* releases impl when done */
-        if (st == HP_STATUS_OK && done) {
+        hp_status st = c->iface->test(c->ctx, r->impl, &done); /* releases impl when done or failed */
+        if (st != HP_STATUS_OK || done) {
+            *p = r->next;
             free(r->tmp);
             free(r);
-        } /* else leaked on purpose: the implementation may still write into it */
-        r = next;
+        } else {
+            p = &r->next;
+        }
+    }
+}
+
+void hp__comm_abandoned_free(hp_comm *c, long long grace_ns) {
+    hp_comm_request *pending = c->abandoned;
+    c->abandoned = NULL;
+    if (!pending) return;
+    test_list(c, &pending);
+    /* A receive is cancelled: its buffer is not written once it has completed (cancelled, or
+     * matched just before). */
+    if (c->iface->cancel)
+        for (hp_comm_request *r = pending; r; r = r->next)
+            if (r->op == HP__COMM_OP_RECV) c->iface->cancel(c->ctx, r->impl);
+    /* Sends and collectives cannot be cancelled: a member that stops after a peer's failure
+     * usually reaches them within milliseconds (a member that gave a collective up has sent its
+     * part), so they are tested a while before the rest is handed to the implementation. */
+    long long grace = grace_ns, t0 = now_ns(), sleep = SLEEP_MIN_NS;
+    if (c->timeout_s > 0 && c->timeout_s * 1e9 < (double)grace) grace = (long long)(c->timeout_s * 1e9);
+    for (;;) {
+        test_list(c, &pending);
+        if (!pending || now_ns() - t0 >= grace) break;
+        sleep_ns(sleep);
+        if (sleep < SLEEP_MAX_NS) sleep *= 2;
+    }
+    while (pending) {
+        hp_comm_request *r = pending;
+        pending = r->next;
+        if (c->iface->forget) { /* it keeps the operation (and its send copy) until it can no longer run */
+            c->iface->forget(c->ctx, r->impl, r->tmp);
+            free(r);
+        } /* else leaked on purpose: the implementation may still read or write its buffers */
     }
 }
 

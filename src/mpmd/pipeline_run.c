@@ -421,7 +421,16 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
                       w3 = hp__pp_reqs_wait(&sl->recv);
             if (st == HP_STATUS_OK) st = w1 != HP_STATUS_OK ? w1 : w2 != HP_STATUS_OK ? w2 : w3;
         }
-    if (msg[0]) return hp_error(st, "%s", msg);
+    if (msg[0]) {
+        /* The receives the drain abandoned are cancelled (and collectives of the stage's programs
+         * given their second) before the pipeline's buffers can be freed: the communicators may
+         * outlive it (pp->comm is the caller's). */
+        hp_comm_release_abandoned(pp->comm);
+        hp_comm_release_abandoned(pp->group_comm);
+        hp_comm_release_abandoned(pp->stage_comm);
+        hp_comm_release_abandoned(pp->tied_comm);
+        return hp_error(st, "%s", msg);
+    }
     HP_CHECK(st);
     pp->stats.step_seconds += hp_now_seconds() - t_start; /* the schedule, before the gradient reductions */
     pp->stats.steps++;

@@ -4,8 +4,9 @@
 #include "comm/mpi/comm_mpi_internal.h"
 
 #include <limits.h>
-#include <stdio.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ typedef struct mpi_ctx {
     int rank, size;
     int *world;      /* world rank of each member */
     uint64_t *heard; /* per member: the latest collective number it announced (0: none) */
+    int n_forgotten; /* requests handed over by hp_comm_i.forget: the communicators outlive m_free */
 } mpi_ctx;
 
 #define NOTE_TAGS 32768 /* MPI guarantees tags up to 32767 */
@@ -25,6 +27,49 @@ typedef struct mpi_req {
     MPI_Request req;
     int *counts;
 } mpi_req;
+
+/*
+ * What outlives hp_comm_free until MPI_Finalize: the operations abandoned and still pending when
+ * their communicator was freed (hp_comm_i.forget), and the MPI communicators they run on. Such a
+ * communicator is not freed: Open MPI's libnbc progresses a pending nonblocking collective whose
+ * other members arrive late (in MPI_Finalize at the latest) on its communicator even after
+ * MPI_Comm_free, and crashes on the freed one; left alone, MPI_Finalize tears it down safely.
+ */
+typedef struct parked {
+    struct parked *next;
+    mpi_req *req;    /* or NULL */
+    void *keep;      /* a buffer the operation may read, or NULL */
+    MPI_Comm comm;   /* or MPI_COMM_NULL */
+} parked;
+
+static parked *g_parked;
+static pthread_mutex_t g_parked_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void park(mpi_req *req, void *keep, MPI_Comm comm) {
+    parked *p = calloc(1, sizeof *p);
+    if (!p) return; /* leaked: the operation may still run */
+    p->req = req, p->keep = keep, p->comm = comm;
+    pthread_mutex_lock(&g_parked_mu);
+    p->next = g_parked;
+    g_parked = p;
+    pthread_mutex_unlock(&g_parked_mu);
+}
+
+/* After MPI_Finalize: nothing runs any more. */
+static void parked_release(void) {
+    pthread_mutex_lock(&g_parked_mu);
+    parked *p = g_parked;
+    g_parked = NULL;
+    pthread_mutex_unlock(&g_parked_mu);
+    while (p) {
+        parked *next = p->next;
+        if (p->req) free(p->req->counts);
+        free(p->req);
+        free(p->keep);
+        free(p);
+        p = next;
+    }
+}
 
 static bool g_we_initialised;
 static MPI_Op g_bf16_ops[HP_REDUCE_COUNT];
@@ -223,11 +268,27 @@ static hp_status m_test(void *vctx, void *req, bool *done) {
     return HP_STATUS_OK;
 }
 
+/* MPI can cancel a receive, not a collective (nor, in Open MPI, a send). */
+static hp_status m_cancel(void *vctx, void *req) {
+    (void)vctx;
+    MPI_TRY(MPI_Cancel(&((mpi_req *)req)->req), "MPI_Cancel");
+    return HP_STATUS_OK;
+}
+
+static void m_forget(void *vctx, void *req, void *keep) {
+    mpi_ctx *c = vctx;
+    c->n_forgotten++;
+    park(req, keep, MPI_COMM_NULL);
+}
+
 static void m_free(void *vctx) {
     mpi_ctx *c = vctx;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) {
+    if (!fin && c->n_forgotten) { /* MPI_Finalize frees them, after the operations (see parked) */
+        park(NULL, NULL, c->comm);
+        park(NULL, NULL, c->notes);
+    } else if (!fin) {
         MPI_Comm_free(&c->comm);
         MPI_Comm_free(&c->notes);
     }
@@ -312,6 +373,8 @@ static const hp_comm_i mpi_iface = {
     /* .arrivals       = */ m_arrivals,
     /* .fault          = */ m_fault,
     /* .report_fault   = */ m_report_fault,
+    /* .cancel         = */ m_cancel,
+    /* .forget         = */ m_forget,
 };
 
 /* Wraps comm (owned from here on) with its notices' duplicate and the world ranks. Collective. */
@@ -404,6 +467,9 @@ hp_status hp_comm_mpi_finalize(void) {
         g_we_initialised = false;
         MPI_TRY(MPI_Finalize(), "MPI_Finalize");
     }
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) parked_release();
     return HP_STATUS_OK;
 }
 
