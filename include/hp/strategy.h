@@ -146,6 +146,13 @@ hp_status hp_strategy_ring_balance(const hp_strategy *s, int64_t seq, int *n_out
  * for NULL s, g or layouts. On failure the contents of layouts are unspecified.
  */
 hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layout *layouts, int *n_warnings);
+/*
+ * hp_strategy_annotate for a graph that is a part of the model (a pipeline stage, a decode graph):
+ * rules and inputs entries that match nothing in g are expected there (the stage without the head
+ * has no "targets") and are not logged; the whole model's check is hp_strategy_annotate's. Same
+ * layouts and errors.
+ */
+hp_status hp_strategy_annotate_part(const hp_strategy *s, const hp_graph *g, hp_layout *layouts);
 
 /*
  * Writes a readable description for `hp plan`: the mesh (shape, axes with sizes, rank list), one

@@ -166,7 +166,7 @@ hp_status hp__pp_leaf_layouts_of(const hp_strategy *strategy, const hp_graph *g,
     hp_layout *lay = *out = malloc(sizeof *lay * (size_t)(nt + 1));
     if (!lay) return OOM("the layouts");
     for (int t = 0; t < nt; t++) lay[t].ndim = -1;
-    HP_CHECK(hp_strategy_annotate(strategy, g, lay, NULL));
+    HP_CHECK(hp_strategy_annotate_part(strategy, g, lay));
     for (int t = 0; t < nt; t++) {
         const hp_tensor *x = hp_graph_tensor(g, t);
         if (x->kind != HP_TENSOR_KIND_OPT_STATE || strncmp(x->name, "grad_acc.", 9)) continue;

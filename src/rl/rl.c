@@ -243,7 +243,7 @@ static hp_status actor_layouts(hp_rl *rl) {
     hp_status st = g ? hp_gpt_build_decode(g, &rl->gc, 1, 1, rl->gc.context, &d) : OOM("a graph");
     if (st == HP_STATUS_OK) {
         lay = calloc((size_t)hp_graph_n_tensors(g), sizeof *lay);
-        st = lay ? hp_strategy_annotate(rl->astrategy, g, lay, NULL) : OOM("the actor's layouts");
+        st = lay ? hp_strategy_annotate_part(rl->astrategy, g, lay) : OOM("the actor's layouts");
     }
     for (int p = 0; st == HP_STATUS_OK && p < rl->n_params; p++) {
         hp_tid t = hp_graph_find(g, rl->pname[p]);

@@ -202,7 +202,8 @@ static const char *opt_state_param(const char *name) {
     return NULL;
 }
 
-hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layout *layouts, int *n_warnings) {
+/* hp_strategy_annotate, logging its warnings unless `part` (g is a part of the model). */
+static hp_status annotate(const hp_strategy *s, const hp_graph *g, hp_layout *layouts, int *n_warnings, bool part) {
     if (!s || !g || !layouts)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_strategy_annotate: %s is NULL", !s ? "s" : !g ? "g" : "layouts");
     if (n_warnings) *n_warnings = 0;
@@ -247,8 +248,9 @@ hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layou
     for (int i = 0; i < s->n_params; i++) {
         if (hits[i]) continue;
         warnings++;
-        hp_log(HP_LOG_LEVEL_WARN, "%s:%d: strategy.params rule \"%s\" matches no parameter", s->file, s->params[i].line,
-               s->params[i].pattern);
+        if (!part)
+            hp_log(HP_LOG_LEVEL_WARN, "%s:%d: strategy.params rule \"%s\" matches no parameter", s->file,
+                   s->params[i].line, s->params[i].pattern);
     }
 
     /* Inputs: by exact name. */
@@ -257,8 +259,9 @@ hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layou
         hp_tid t = hp_graph_find(g, r->pattern);
         if (t == HP_TID_NONE) {
             warnings++;
-            hp_log(HP_LOG_LEVEL_WARN, "%s:%d: strategy.inputs names '%s', which is not an input of the model", s->file,
-                   r->line, r->pattern);
+            if (!part)
+                hp_log(HP_LOG_LEVEL_WARN, "%s:%d: strategy.inputs names '%s', which is not an input of the model",
+                       s->file, r->line, r->pattern);
             continue;
         }
         const hp_tensor *x = hp_graph_tensor(g, t);
@@ -308,6 +311,14 @@ hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layou
 done:
     free(hits);
     return st;
+}
+
+hp_status hp_strategy_annotate(const hp_strategy *s, const hp_graph *g, hp_layout *layouts, int *n_warnings) {
+    return annotate(s, g, layouts, n_warnings, false);
+}
+
+hp_status hp_strategy_annotate_part(const hp_strategy *s, const hp_graph *g, hp_layout *layouts) {
+    return annotate(s, g, layouts, NULL, true);
 }
 
 /* ---------------------------------------------------------------- description */

@@ -76,7 +76,7 @@ static void q_weight_name(const hp_gpt_config *c, int l, char *buf, size_t n) {
 static hp_status annotate(void *user, const hp_graph *g, const hp_mesh *mesh, hp_layout *lay) {
     const hp_generator *gen = user;
     const hp_gpt_config *c = &gen->cfg;
-    HP_CHECK(hp_strategy_annotate(gen->o.strategy, g, lay, NULL));
+    HP_CHECK(hp_strategy_annotate_part(gen->o.strategy, g, lay));
     const char *inputs[3] = {"tokens", "positions", "position_ids"};
     for (int i = 0; i < 3; i++) {
         hp_tid t = hp_graph_find(g, inputs[i]);
