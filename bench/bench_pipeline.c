@@ -47,6 +47,35 @@ static void fail(const char *what) {
 }
 
 /* One schedule on the world's ranks: measured bubble and per-phase times. */
+/* The bench's pipeline options for model c under schedule s on world (the caller adds groups or
+ * offload). */
+static hp_pipeline_opts base_opts(hp_comm *world, const hp_gpt_config *c, const hp_schedule *s) {
+    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+    o.model = c;
+    o.batch = BATCH;
+    o.seq = SEQ;
+    o.schedule = s;
+    o.optim = &OPTIM;
+    o.comm = world;
+    return o;
+}
+
+/* A pipeline of o (`what` names it in a failure) with its parameters initialised and one warm-up
+ * step run on the bench's batch, which *tok and *tgt receive (BATCH x SEQ ids each; the caller
+ * frees them). */
+static hp_pipeline *start(const hp_pipeline_opts *o, const char *what, int32_t **tok, int32_t **tgt) {
+    hp_pipeline *pp;
+    if (hp_pipeline_new(o, &pp) != HP_STATUS_OK) fail(what);
+    if (hp_pipeline_init_params(pp, 1) != HP_STATUS_OK) fail("init");
+    *tok = malloc(sizeof(int32_t) * BATCH * SEQ), *tgt = malloc(sizeof(int32_t) * BATCH * SEQ);
+    if (!*tok || !*tgt) fail("the batch");
+    for (int i = 0; i < BATCH * SEQ; i++)
+        (*tok)[i] = (int32_t)(hp_rng_u64(1, (uint64_t)i) % 256), (*tgt)[i] = ((*tok)[i] + 1) % 256;
+    float loss, gn;
+    if (hp_pipeline_step(pp, *tok, *tgt, 1e-3f, &loss, &gn) != HP_STATUS_OK) fail("warm-up step");
+    return pp;
+}
+
 static void bench_schedule(hp_comm *world, hp_sched_kind kind, int m, int steps, double *fbw) {
     int p = hp_comm_size(world);
     int v = kind == HP_SCHED_KIND_GPIPE || kind == HP_SCHED_KIND_1F1B || kind == HP_SCHED_KIND_ZB_H1 ? 1 : 2;
@@ -54,20 +83,10 @@ static void bench_schedule(hp_comm *world, hp_sched_kind kind, int m, int steps,
     hp_gpt_config c = {.vocab = 256, .context = SEQ, .layers = 4, .heads = 4, .width = 128}; /* every schedule */
     hp_schedule s;
     if (hp_schedule_build(kind, p, m, 0, &s) != HP_STATUS_OK) fail("schedule");
-    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
-    o.model = &c;
-    o.batch = BATCH;
-    o.seq = SEQ;
-    o.schedule = &s;
-    o.optim = &OPTIM;
-    o.comm = world;
-    hp_pipeline *pp;
-    if (hp_pipeline_new(&o, &pp) != HP_STATUS_OK) fail("pipeline");
-    if (hp_pipeline_init_params(pp, 1) != HP_STATUS_OK) fail("init");
-    int32_t *tok = malloc(sizeof(int32_t) * BATCH * SEQ), *tgt = malloc(sizeof(int32_t) * BATCH * SEQ);
-    for (int i = 0; i < BATCH * SEQ; i++) tok[i] = (int32_t)(hp_rng_u64(1, (uint64_t)i) % 256), tgt[i] = (tok[i] + 1) % 256;
+    hp_pipeline_opts o = base_opts(world, &c, &s);
+    int32_t *tok, *tgt;
+    hp_pipeline *pp = start(&o, "pipeline", &tok, &tgt);
     float loss, gn;
-    if (hp_pipeline_step(pp, tok, tgt, 1e-3f, &loss, &gn) != HP_STATUS_OK) fail("warm-up step");
     hp_pipeline_reset_stats(pp);
     for (int k = 0; k < steps; k++) {
         hp_comm_barrier(world); /* each step starts together: the barrier-ended step of the formulas */
@@ -275,13 +294,7 @@ static void bench_offload(hp_comm *world, int m, int steps, size_t budget, int t
     hp_gpt_config c = {.vocab = 256, .context = SEQ, .layers = 4, .heads = 4, .width = 128};
     hp_schedule s;
     if (hp_schedule_build(HP_SCHED_KIND_1F1B, hp_comm_size(world), m, 0, &s) != HP_STATUS_OK) fail("schedule");
-    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
-    o.model = &c;
-    o.batch = BATCH;
-    o.seq = SEQ;
-    o.schedule = &s;
-    o.optim = &OPTIM;
-    o.comm = world;
+    hp_pipeline_opts o = base_opts(world, &c, &s);
     hp_offload_plan_config oc;
     hp_offload_plan_config_init(&oc);
     oc.device_budget = budget;
@@ -289,13 +302,9 @@ static void bench_offload(hp_comm *world, int m, int steps, size_t budget, int t
     const char *tmp = getenv("TMPDIR");
     if (tier == 2) oc.disk_dir = tmp && *tmp ? tmp : "/tmp", oc.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = HP_TIER_DISK;
     if (tier) o.offload = &oc;
-    hp_pipeline *pp;
-    if (hp_pipeline_new(&o, &pp) != HP_STATUS_OK) fail("pipeline with offload");
-    if (hp_pipeline_init_params(pp, 1) != HP_STATUS_OK) fail("init");
-    int32_t *tok = malloc(sizeof(int32_t) * BATCH * SEQ), *tgt = malloc(sizeof(int32_t) * BATCH * SEQ);
-    for (int i = 0; i < BATCH * SEQ; i++) tok[i] = (int32_t)(hp_rng_u64(1, (uint64_t)i) % 256), tgt[i] = (tok[i] + 1) % 256;
+    int32_t *tok, *tgt;
+    hp_pipeline *pp = start(&o, "pipeline with offload", &tok, &tgt);
     float loss, gn;
-    if (hp_pipeline_step(pp, tok, tgt, 1e-3f, &loss, &gn) != HP_STATUS_OK) fail("warm-up step");
     hp_pipeline_stats st0, st;
     hp_pipeline_get_stats(pp, &st0); /* the offload bytes count from the start: take the warm-up off */
     hp_pipeline_reset_stats(pp);
@@ -350,22 +359,12 @@ static void bench_fsdp(hp_comm *world, int m, int steps) {
     hp_gpt_config c = {.vocab = 256, .context = SEQ, .layers = 4, .heads = 4, .width = 128};
     hp_schedule s;
     if (hp_schedule_build(HP_SCHED_KIND_1F1B, 2, m, 0, &s) != HP_STATUS_OK) fail("schedule");
-    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
-    o.model = &c;
-    o.batch = BATCH;
-    o.seq = SEQ;
-    o.schedule = &s;
-    o.optim = &OPTIM;
-    o.comm = world;
+    hp_pipeline_opts o = base_opts(world, &c, &s);
     o.group_size = gsize;
     o.group_strategy = gstrat;
-    hp_pipeline *pp;
-    if (hp_pipeline_new(&o, &pp) != HP_STATUS_OK) fail("pipeline");
-    if (hp_pipeline_init_params(pp, 1) != HP_STATUS_OK) fail("init");
-    int32_t *tok = malloc(sizeof(int32_t) * BATCH * SEQ), *tgt = malloc(sizeof(int32_t) * BATCH * SEQ);
-    for (int i = 0; i < BATCH * SEQ; i++) tok[i] = (int32_t)(hp_rng_u64(1, (uint64_t)i) % 256), tgt[i] = (tok[i] + 1) % 256;
+    int32_t *tok, *tgt;
+    hp_pipeline *pp = start(&o, "pipeline", &tok, &tgt);
     float loss, gn;
-    if (hp_pipeline_step(pp, tok, tgt, 1e-3f, &loss, &gn) != HP_STATUS_OK) fail("warm-up step");
     hp_pipeline_reset_stats(pp);
     double *step_s = calloc((size_t)steps, sizeof *step_s);
     for (int k = 0; k < steps; k++) {
