@@ -501,24 +501,8 @@ static hp_status partition_run(const hp_graph *logical, hp_mesh *mesh, int index
         if (hp_graph_tensor(logical, t)->producer < 0) st = make_leaf(p, t, &leaf_layouts[t]);
     for (int i = 0; i < hp_graph_n_nodes(logical) && st == HP_STATUS_OK; i++) st = partition_node(p, i);
     for (int r = 0; r < n_resolve && st == HP_STATUS_OK; r++) {
-        const hp_tensor *x = hp_graph_tensor(logical, resolve[r]);
-        hp_layout want = hp__lay_replicated(x->shape.ndim);
-        if (resolve_layouts && resolve_layouts[r].ndim >= 0) { /* a given layout instead of a replica */
-            char nb[32];
-            want = resolve_layouts[r];
-            if (want.ndim != x->shape.ndim) {
-                st = hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: resolve layout %d for '%s' has %d dims, the "
-                              "tensor %s has %d", r, lname(logical, resolve[r], nb, sizeof nb), want.ndim,
-                              hp__shape_s(&x->shape), x->shape.ndim);
-                break;
-            }
-            st = hp_layout_validate(&want, mesh, &x->shape);
-            if (st != HP_STATUS_OK) {
-                st = hp_error_prefix(st, "partition: resolve layout %d for '%s': ", r,
-                                     lname(logical, resolve[r], nb, sizeof nb));
-                break;
-            }
-        }
+        hp_layout want = hp__lay_replicated(hp_graph_tensor(logical, resolve[r])->shape.ndim);
+        if (resolve_layouts && resolve_layouts[r].ndim >= 0) want = resolve_layouts[r]; /* checked by the caller */
         st = get_local(p, resolve[r], &want, HP_NODE_FLAG_OPTIMIZER, false, false, &p->resolved[r]);
     }
     if (full) {
@@ -569,6 +553,20 @@ hp_status hp_partition_new_opts(const hp_graph *logical, hp_mesh *mesh, const hp
     if (index < 0 || index >= hp_mesh_size(mesh))
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: mesh index %d is outside [0, %d)", index,
                         hp_mesh_size(mesh));
+    for (int r = 0; o.resolve_layouts && r < n_resolve; r++) { /* once here, not in each search's partition */
+        const hp_layout *want = &o.resolve_layouts[r];
+        const hp_tensor *x = hp_graph_tensor(logical, resolve[r]);
+        char nb[32];
+        if (want->ndim < 0) continue; /* a replica */
+        if (want->ndim != x->shape.ndim)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "partition: resolve layout %d for '%s' has %d dims, the tensor "
+                            "%s has %d", r, lname(logical, resolve[r], nb, sizeof nb), want->ndim,
+                            hp__shape_s(&x->shape), x->shape.ndim);
+        hp_status vs = hp_layout_validate(want, mesh, &x->shape);
+        if (vs != HP_STATUS_OK)
+            return hp_error_prefix(vs, "partition: resolve layout %d for '%s': ", r,
+                                   lname(logical, resolve[r], nb, sizeof nb));
+    }
     uint8_t *stationary = NULL;
     int n_stationary = 0;
     const bool ring = o.context_parallel == HP_CP_RING;
