@@ -117,6 +117,8 @@ typedef struct hp_gpt {
     hp_tid x_in;    /* a pipeline stage without the embedding: input "stage.x" (batch, seq, C) f32,
                      * the previous stage's output; else HP_TID_NONE */
     hp_tid x_out;   /* a stage without the head: its output (batch, seq, C); else HP_TID_NONE */
+    hp_tid x_embed; /* a graph with the embedding: the embeddings' output entering the first block (or
+                     * the head), (batch, seq, C) f32; else HP_TID_NONE */
     hp_tid positions; /* cfg.cp_balance > 1: input "positions" (batch, seq) i32, the global position of
                        * each row (hp_ring_balance_positions); else HP_TID_NONE */
 } hp_gpt;

@@ -37,7 +37,9 @@ static hp_status stage_part(const hp_pipeline_opts *o, int k, hp_gpt_stage *out)
 }
 
 /* Phase of every node: F (forward, not reading the output gradient), B (the backward nodes the
- * input gradient depends on), W (the rest); then the nodes reordered F, B, W. */
+ * input gradient depends on; on the first stage, which has none, the gradient of the embeddings'
+ * output: the chain of activation gradients through its blocks, as Qi et al.'s B), W (the rest: the
+ * weight gradients and their accumulation); then the nodes reordered F, B, W. */
 static hp_status order_phases(pp_chunk *c) {
     hp_graph *g = c->g;
     int nn = hp_graph_n_nodes(g), nt = hp_graph_n_tensors(g);
@@ -56,7 +58,7 @@ static hp_status order_phases(pp_chunk *c) {
         for (int j = 0; j < n->n_out; j++) taint[n->out[j]] = t;
         phase[i] = t ? 2 : 0; /* backward: W until shown to feed dx */
     }
-    if (c->dx != HP_TID_NONE) need[c->dx] = true;
+    if (c->dx_b != HP_TID_NONE) need[c->dx_b] = true;
     for (int i = nn - 1; i >= 0; i--) {
         const hp_node *n = hp_graph_node(g, i);
         bool feeds = false;
@@ -110,16 +112,18 @@ static hp_status stage_graph(const hp_gpt_config *model, int rows, int seq, int 
         root = hp_sum(g, hp_mul(g, m->x_out, c->dy), -1); /* d root / d x_out = dy exactly */
     }
     HP_CHECK(hp_graph_status(g));
-    int np = hp_graph_params(g, NULL, 0), nw = np + (m->x_in != HP_TID_NONE);
+    hp_tid first = m->x_in != HP_TID_NONE ? m->x_in : m->x_embed; /* the activation entering the blocks */
+    int np = hp_graph_params(g, NULL, 0), nw = np + (first != HP_TID_NONE);
     hp_tid *wrt = malloc(sizeof *wrt * (size_t)(nw + 1)), *grads = malloc(sizeof *grads * (size_t)(nw + 1));
     if (!wrt || !grads) {
         free(wrt), free(grads);
         return OOM("the gradients");
     }
     hp_graph_params(g, wrt, np);
-    if (m->x_in != HP_TID_NONE) wrt[np] = m->x_in;
+    if (first != HP_TID_NONE) wrt[np] = first;
     hp_status st = hp_autodiff(g, root, wrt, nw, grads);
-    c->dx = st == HP_STATUS_OK && m->x_in != HP_TID_NONE ? grads[np] : HP_TID_NONE;
+    c->dx_b = st == HP_STATUS_OK && first != HP_TID_NONE ? grads[np] : HP_TID_NONE;
+    c->dx = m->x_in != HP_TID_NONE ? c->dx_b : HP_TID_NONE;
     if (st == HP_STATUS_OK && m->x_in != HP_TID_NONE && c->dx == HP_TID_NONE)
         st = hp_error(HP_STATUS_INTERNAL, "pipeline: stage %d's input does not influence its output", c->stage);
     hp_graph_set_node_flags(g, HP_NODE_FLAG_BACKWARD);
@@ -231,6 +235,8 @@ static hp_status partition_chunk(const hp_strategy *strategy, hp_mesh *mesh, con
     m->step = m->step != HP_TID_NONE ? hp_partition_local(c->partition, m->step) : HP_TID_NONE;
     m->x_out = at_out >= 0 ? hp_partition_resolved(c->partition, at_out) : HP_TID_NONE;
     c->dx = at_dx >= 0 ? hp_partition_resolved(c->partition, at_dx) : HP_TID_NONE;
+    c->dx_b = c->dx != HP_TID_NONE ? c->dx
+              : c->dx_b != HP_TID_NONE ? hp_partition_local(c->partition, c->dx_b) : HP_TID_NONE;
     m->loss = at_loss >= 0 ? hp_partition_resolved(c->partition, at_loss) : HP_TID_NONE;
     *logical_in = logical;
     return order_phases(c);

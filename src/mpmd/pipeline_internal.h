@@ -43,6 +43,8 @@ typedef struct pp_chunk {
     int blk0, blkn;   /* this rank's rows [blk0, blk0 + blkn) of the replica's rows (partitioned-row axes) */
     int sq0, sqn;     /* and its positions [sq0, sq0 + sqn) of each row (sequence parallelism; else 0, seq) */
     hp_tid dx;        /* the input gradient (not on the first stage) */
+    hp_tid dx_b;      /* the gradient the B phase computes: dx, or on the first stage the gradient of the
+                       * embeddings' output (Qi et al.'s B: every activation gradient; W: the weights') */
     int f_end, b_end; /* phases: F nodes [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     int n_nodes;
     int n_slots;

@@ -100,7 +100,7 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
     out->cfg = *c;
     out->batch = batch;
     out->seq = seq;
-    out->x_in = out->x_out = HP_TID_NONE;
+    out->x_in = out->x_out = out->x_embed = HP_TID_NONE;
     out->positions = HP_TID_NONE;
     const int64_t C = c->width, V = c->vocab;
     out->tokens = s->embedding ? hp_input(g, "tokens", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
@@ -118,7 +118,7 @@ hp_status hp_gpt_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gpt_s
             pos = seq == c->context ? wpe : hp_slice(g, wpe, 0, 0, seq);
         }
         x = hp_add(g, hp_embedding(g, wte, out->tokens), pos); /* (B, T, C) + (T, C) or (B, T, C) */
-        x = dropout_layer(g, out, "", "drop", x);
+        x = out->x_embed = dropout_layer(g, out, "", "drop", x);
     } else {
         x = out->x_in = hp_input(g, "stage.x", HP_DTYPE_F32, HP_SHAPE(batch, seq, C));
     }

@@ -118,7 +118,7 @@ hp_status hp__llama_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gp
     out->cfg = *c;
     out->batch = batch;
     out->seq = seq;
-    out->x_in = out->x_out = HP_TID_NONE;
+    out->x_in = out->x_out = out->x_embed = HP_TID_NONE;
     out->step = HP_TID_NONE;
     const int64_t C = c->width, V = c->vocab;
     out->tokens = s->embedding ? hp_input(g, "tokens", HP_DTYPE_I32, HP_SHAPE(batch, seq)) : HP_TID_NONE;
@@ -129,7 +129,7 @@ hp_status hp__llama_build_stage(hp_graph *g, const hp_gpt_config *c, const hp_gp
     hp_tid x, emb = HP_TID_NONE;
     if (s->embedding) {
         emb = hp_param(g, "model.embed_tokens.weight", HP_SHAPE(V, C));
-        x = hp_embedding(g, emb, out->tokens);
+        x = out->x_embed = hp_embedding(g, emb, out->tokens);
     } else {
         x = out->x_in = hp_input(g, "stage.x", HP_DTYPE_F32, HP_SHAPE(batch, seq, C));
     }

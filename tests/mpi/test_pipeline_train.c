@@ -205,7 +205,8 @@ static void check_resume(hp_comm *world) {
  * 32 positions x 32 wide) to the next group's rank holding it, so it sends exactly m such blocks
  * per step (the x_out of stage 0, the dx of stage 1): half of what the replicated hand-off sent; and
  * no stage's collectives include an all-gather of a (rows, seq, width) activation (the output or
- * input gradient resolved to whole rows). The pipeline is built from the run config's groups as
+ * input gradient resolved to whole rows), nor any redistribution of a gradient accumulator (each
+ * rank adds the reduce-scattered gradient to its own shard). The pipeline is built from the run config's groups as
  * the trainer builds it. */
 static void check_fsdp_handoff(hp_comm *world) {
     static const int two[] = {2, 2, 0};
@@ -249,6 +250,11 @@ static void check_fsdp_handoff(hp_comm *world) {
         CHECK(part != NULL, "pp2 x fsdp2: rank %d's chunk %d is not partitioned", g_rank, c);
         for (int i = 0; part && i < hp_partition_n_collectives(part); i++) {
             const hp_redistribute_plan *pl = &hp_partition_collective(part, i)->plan;
+            /* the accumulation acc <- acc + grad runs on each rank's shard: the gradient is
+             * reduce-scattered into it, the accumulator never gathered nor sliced back */
+            CHECK(strncmp(hp_partition_collective(part, i)->tensor, "grad_acc.", 9) != 0,
+                  "pp2 x fsdp2: rank %d's stage redistributes its accumulator '%s' (%d steps, first kind %d)", g_rank,
+                  hp_partition_collective(part, i)->tensor, pl->nsteps, pl->nsteps ? (int)pl->steps[0].kind : -1);
             /* the stage's output and input gradient were resolved as the optimizer phase's */
             bool act = pl->shape.ndim == 3 && pl->shape.dim[0] == rows_mb && pl->shape.dim[1] == seq &&
                        pl->shape.dim[2] == width && (hp_partition_collective(part, i)->flags & HP_NODE_FLAG_OPTIMIZER);
@@ -259,8 +265,9 @@ static void check_fsdp_handoff(hp_comm *world) {
         }
     }
     if (g_rank == 0)
-        printf("pp2 x fsdp2 hand-off: %lld bytes sent per rank per step (its blocks), no all-gather of the rows\n",
-               (long long)(st.bytes_sent / steps));
+        printf("pp2 x fsdp2 hand-off: %lld bytes sent per rank per step (its blocks), no all-gather of the rows; "
+               "stage 0's collectives receive %lld bytes per micro-batch\n",
+               (long long)(st.bytes_sent / steps), (long long)hp_partition_bytes(hp_pipeline_stage_partition(pp, 0)));
     hp_pipeline_free(pp);
     hp_schedule_free(&s);
     hp_run_config_free(&cfg);
