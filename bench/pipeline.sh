@@ -3,8 +3,9 @@
 # for one small GPT trained through `hp train`, as one rank, dp2, tp2 and a pp2 pipeline under every
 # schedule (split: auto), the step time `hp plan` predicts from the calibrated cost model against the
 # measured median step, and for the pipelines the bubble measured from a trace (hp train --trace,
-# bench/trace_bubble.py). One JSON line per (round, configuration), then one summary line per
-# configuration with the medians over the rounds.
+# bench/trace_bubble.py) with its closed form at the measured F, B and W times (bench/bubble_formula.py)
+# and their ratio. One JSON line per (round, configuration), then one summary line per configuration
+# with the medians over the rounds.
 #
 #   bench/pipeline.sh [BUILD_DIR] [ROUNDS] [STEPS]
 #
@@ -134,15 +135,23 @@ for ((round = 0; round < rounds; round++)); do
                 > "$work/out.log" 2>&1 || { cat "$work/out.log" >&2; exit 1; }
             bubble=$(python3 "$root/bench/trace_bubble.py" "$work/t.json" --skip 3 --name "$name")
         fi
-        python3 -c '
+        PYTHONPATH="$root/bench" python3 -c '
 import json, sys
-name, rnd, pred, meas, l0, l1, bubble = sys.argv[1:8]
+from bubble_formula import formula
+name, rnd, pred, meas, l0, l1, bubble, mb = sys.argv[1:9]
 out = {"bench": "pipeline_plan", "config": name, "round": int(rnd), "predicted_s": float(pred),
        "measured_s": float(meas), "ratio": round(float(pred) / float(meas), 3), "load1": [float(l0), float(l1)]}
 if bubble != "null":
     b = json.loads(bubble)
     out.update({k: v for k, v in b.items() if k not in ("bench", "name", "ranks")})
-print(json.dumps(out))' "$name" "$round" "$pred" "$meas" "$l0" "$(load)" "$bubble" | tee -a "$results"
+    # the closed form at the ranks mean F, B and W (B: the whole backward where there is no W)
+    kind = name[4:]
+    mean = lambda ph: sum(out.get("rank%d_%s_ms" % (r, ph)) or 0.0 for r in (0, 1)) / 2
+    v = 2 if kind in ("interleaved", "zb-v", "dualpipev") else 1
+    fo = formula(kind, 2, int(mb), v, mean("F"), mean("B"), mean("W"))["sync"]
+    out["formula"] = round(fo, 4)
+    out["bubble_over_formula"] = round(out["bubble"] / fo, 3) if fo > 0 else None
+print(json.dumps(out))' "$name" "$round" "$pred" "$meas" "$l0" "$(load)" "$bubble" "$mb" | tee -a "$results"
     done
 done
 python3 -c '
@@ -156,5 +165,7 @@ for name in dict.fromkeys(r["config"] for r in rows):
            "ratio": round(statistics.median(r["ratio"] for r in rs), 3)}
     if "bubble" in rs[0]:
         out["bubble"] = round(statistics.median(r["bubble"] for r in rs), 4)
+        out["formula"] = round(statistics.median(r["formula"] for r in rs), 4)
+        out["bubble_over_formula"] = round(out["bubble"] / out["formula"], 3) if out["formula"] > 0 else None
     out["load1_max"] = max(max(r["load1"]) for r in rs)
     print(json.dumps(out))' "$results"

@@ -19,7 +19,9 @@
  * divided by m (the step's loss is the mean of the micro-batches' means), elsewhere
  * sum(y * dy) with dy the output gradient received from the next stage (its gradient with respect
  * to y is exactly dy). The nodes are then ordered by phase: F (forward), B (the backward nodes the
- * input gradient depends on: what the previous stage waits for) and W (the other backward nodes,
+ * input gradient depends on: what the previous stage waits for; on the first stage, which has no
+ * input gradient, the gradient of the embeddings' output: its chain of activation gradients) and
+ * W (the other backward nodes,
  * the weight gradients, and their accumulation into "grad_acc.<param>"), Zero Bubble's split (Qi et
  * al., ICLR 2024): W depends on B, never the other way, so the order is valid and hp_program_run_nodes
  * runs each phase when the schedule says. A full backward (B with HP_SCHED_FLAG_FULL_BACKWARD) runs

@@ -5,6 +5,7 @@
  * fits, the split moves blocks away from a tight group, the memory model matches the stage graphs'
  * own plan, GPipe's m micro-batches in flight need more than 1F1B's p - r, and an impossible budget
  * is an error naming the group and its line. The slots per stage equal hp_schedule_peak_formula.
+ * The first stage's backward splits into B and W as every other stage's.
  */
 #include "testutil.h"
 
@@ -266,8 +267,25 @@ static void test_tp_collectives(void **state) {
     hp_run_config_free(&cfg);
 }
 
+/* Zero Bubble's split on every stage: B is the chain of activation gradients, W the weights'. The
+ * first stage has no input gradient to send, but its B still runs its blocks' activation gradients
+ * (down to the embeddings' output), so it is about as long as a middle stage's B of the same blocks,
+ * and its W about as long as theirs (before, its B was empty and W held the whole backward). */
+static void test_first_stage_split(void **state) {
+    (void)state;
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    hp_gpt_config c = {.vocab = 64, .context = 32, .layers = 6, .heads = 2, .width = 64};
+    hp_gpt_stage first = {0, 2, true, false}, middle = {2, 4, false, false};
+    hp_pipeline_stage_plan a, b;
+    assert_ok(hp_pipeline_plan_stage(&c, &first, 4, 32, 4, &mm, &a));
+    assert_ok(hp_pipeline_plan_stage(&c, &middle, 4, 32, 4, &mm, &b));
+    assert_true(a.b_seconds > 0.7 * b.b_seconds && a.b_seconds < 1.3 * b.b_seconds);
+    assert_true(a.w_seconds > 0.7 * b.w_seconds && a.w_seconds < 1.5 * b.w_seconds);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_split), cmocka_unit_test(test_slots),
+                                       cmocka_unit_test(test_first_stage_split),
                                        cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated),
                                        cmocka_unit_test(test_tp_collectives)};
     return cmocka_run_group_tests(tests, NULL, NULL);
