@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `hp plan` for a pipeline (HyperMPMD, hp/pipeline_plan.h): split: auto under a group's memory
 # budget, the flat-model fallback with its reason, a budget no split meets (an error naming the
-# group and its line, exit status 1); and bench/trace_bubble.py on a hand-made trace whose bubble is
+# group and its line, exit status 1), the offload section inside the stages; and bench/trace_bubble.py on a hand-made trace whose bubble is
 # known.
 #   pipeline_plan_cli.sh HP SOURCE_DIR
 set -euo pipefail
@@ -39,6 +39,22 @@ set -e
 [[ $rc == 1 ]] || fail "an impossible budget exited $rc: $err"
 grep -q "tight.yaml:8: groups.second.memory_budget: 1.00 MiB per rank cannot hold any split" <<< "$err" ||
     fail "the budget error does not name the group and line: $err"
+
+# HyperOffload inside the stages: the plan shows what each stage moves under its rank's budget
+# (examples/pp2_offload_disk.yaml: rank 0 keeps two micro-batches in flight, so its stage offloads
+# to disk), and a budget no stage can run under is an error (exit status 1) naming the node.
+out=$("$hp" plan "$src/examples/pp2_offload_disk.yaml" --calibration "$work/none.json") || fail "hp plan (offload) failed: $out"
+grep -q "== offload inside the stages (activations to disk" <<< "$out" || fail "no offload section: $out"
+grep -Eq "stage 0 \(rank 0, 2 micro-batches in flight\): one micro-batch's peak [0-9.]+ -> [0-9.]+ MiB, [1-9][0-9.]* MiB offloaded" <<< "$out" ||
+    fail "stage 0 offloads nothing: $out"
+sed 's/device_budget: .*/device_budget: 64KiB/' "$src/examples/pp2_offload_disk.yaml" > "$work/small.yaml"
+grep -q "device_budget: 64KiB" "$work/small.yaml" || fail "the example has no device_budget line to change"
+set +e
+err=$("$hp" plan "$work/small.yaml" --calibration "$work/none.json" 2>&1)
+rc=$?
+set -e
+[[ $rc == 1 ]] || fail "an impossible offload budget exited $rc: $err"
+grep -q "cannot run under its budget: .*cannot hold node" <<< "$err" || fail "the offload error does not name the node: $err"
 
 # Two ranks, one step after a warm-up step: rank 0 busy 0-10 and 20-30 (F then B of mb 0), rank 1
 # busy 10-20; window 0-30 us, busy 30 of 60: bubble 0.5.

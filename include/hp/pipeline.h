@@ -163,7 +163,11 @@ typedef struct hp_pipeline_opts {
 
 /*
  * Builds this rank's stage programs (one per chunk and slot), the optimizer programs and the
- * state store. Not collective (nothing is sent). Errors (HP_STATUS_INVALID_ARGUMENT naming the
+ * state store. Collective over opts->comm: it ends with one all-reduce in which the ranks agree
+ * that every rank built its stages, so a rank whose own build failed (its offload budget, memory)
+ * fails every rank's call instead of leaving them to wait for its sends; on a rank that built its
+ * own, such a failure elsewhere returns HP_STATUS_COMM naming the lowest failed rank of opts->comm.
+ * Errors (HP_STATUS_INVALID_ARGUMENT naming the
  * value): a batch not divisible by the schedule's m, a communicator whose size is not the
  * schedule's p, a stage with no layer, embedding or head, layer ranges out of order;
  * the schedule's own problems (hp_schedule_validate); the model builder's and autodiff's errors;
@@ -245,7 +249,10 @@ hp_status hp_pipeline_first_layers(const hp_run_config *cfg, const hp_schedule *
 /* What one stage costs per micro-batch, for planning (hp plan) and the schedule simulator. */
 typedef struct hp_pipeline_stage_plan {
     double f_seconds, b_seconds, w_seconds; /* the F, B and W phases under the machine model */
-    size_t activation_bytes;                /* one micro-batch in flight: arena + workspace (hp_program_plan) */
+    size_t activation_bytes;       /* one micro-batch in flight, the backward whole (GPipe, 1F1B, interleaved
+                                    * 1F1B: the nodes in autodiff order): arena + workspace (hp_program_plan) */
+    size_t activation_bytes_split; /* the same with B and W apart (ZB-H1, ZB-V, DualPipeV: the activation
+                                    * gradients W reads live from B to W): usually more */
     size_t persistent_bytes;                /* parameters, gradient accumulators, inputs and kept tensors */
 } hp_pipeline_stage_plan;
 
@@ -271,6 +278,22 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
 hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                        const hp_strategy_config *sc, int n_ranks, const hp_machine_model *mm,
                                        hp_pipeline_stage_plan *out);
+
+/*
+ * HyperOffload inside one stage, planned as the runtime plans it: `cfg` is the rank's offload
+ * config (hp_pipeline_opts.offload: its budgets are the rank's, split evenly over the `slots`
+ * micro-batches in flight the rank keeps; only the activations class leaves the device, to the host
+ * or, by the policy, to disk), the stage graph is the one a rank of an unpartitioned group runs
+ * (rows rows of m micro-batches; split_backward: ordered B | W as under a zero-bubble schedule,
+ * else the backward whole) and the budget also covers the parameters and accumulators it reads, as
+ * in the runtime. `out`: the planner's figures for one micro-batch (hp_offload_plan_stats: peak
+ * before and after, bytes offloaded and read back per tier, predicted stall). Errors: the
+ * planner's (HP_STATUS_OUT_OF_MEMORY naming the node whose working set does not fit), a disk
+ * policy without disk_dir (HP_STATUS_INVALID_ARGUMENT), the stage builder's.
+ */
+hp_status hp_pipeline_plan_stage_offload(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                         bool split_backward, const hp_offload_plan_config *cfg, int slots,
+                                         hp_offload_plan_stats *out);
 
 /* What this rank did over the steps since the pipeline was made (or the stats reset). */
 typedef struct hp_pipeline_stats {

@@ -63,6 +63,7 @@ static hp_status order_phases(pp_chunk *c) {
         const hp_node *n = hp_graph_node(g, i);
         bool feeds = false;
         for (int j = 0; j < n->n_out; j++) feeds |= need[n->out[j]];
+        if (phase[i] == 2 && c->whole_backward) phase[i] = 1; /* no W: the backward in autodiff order */
         if (!feeds || phase[i] == 0) continue;
         phase[i] = 1;
         for (int k = 0; k < n->n_in; k++)
@@ -301,7 +302,7 @@ static hp_status slot_phases(const pp_chunk *c, pp_slot *sl) {
 /* A slot's own graph (with HyperOffload every slot has one: the pass rewrites its graph and keeps
  * per-node transfer records): the chunk's built again, partitioned as the chunk's was. */
 static hp_status slot_graph(hp_pipeline *pp, const pp_chunk *c, pp_slot *sl) {
-    pp_chunk t = {.stage = c->stage, .part = c->part};
+    pp_chunk t = {.stage = c->stage, .part = c->part, .whole_backward = c->whole_backward};
     hp_status st = stage_graph(&pp->model, pp->rows, pp->seq, pp->rows_mb * pp->m, pp_loss_scale(pp), &t);
     if (st == HP_STATUS_OK && c->partition) st = shard_stage(pp, &t);
     sl->g = t.g, sl->lg = t.lg, sl->partition = t.partition; /* owned by the slot from here */
@@ -355,56 +356,30 @@ static hp_status build_stage(hp_pipeline *pp, pp_chunk *c) {
     return HP_STATUS_OK;
 }
 
-hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
-                                 const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
-    memset(out, 0, sizeof *out);
-    pp_chunk c = {.part = *part};
+/* A group's partition for planning (NULL strategy: the stage unpartitioned). */
+typedef struct plan_group {
+    hp_strategy *strategy;
+    int row_axes[HP_CONFIG_MAX_AXES], seq_axes[HP_CONFIG_MAX_AXES];
+    int n_row_axes, n_seq_axes;
+} plan_group;
+
+/* Builds the stage graph (partitioned over pg's mesh when pg has a strategy), in the phase order
+ * `whole` chooses; with `times` the F, B and W phases under mm into out; its arena + workspace into
+ * *act_bytes, and out->persistent_bytes. */
+static hp_status plan_order(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                            const plan_group *pg, bool whole, bool times, const hp_machine_model *mm,
+                            hp_pipeline_stage_plan *out, size_t *act_bytes) {
+    pp_chunk c = {.part = *part, .whole_backward = whole};
+    hp_tid logical_in;
     hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
+    if (st == HP_STATUS_OK && pg)
+        st = partition_chunk(pg->strategy, hp_strategy_mesh(pg->strategy), pg->row_axes, pg->n_row_axes, pg->seq_axes,
+                             pg->n_seq_axes, 0, &c, &logical_in);
     /* each phase as the runtime runs it (hp_program_run_nodes over its range); with a calibration
      * this also counts the dispatch of the program's mode (hp_predict_nodes) */
     int lo[3] = {0, c.f_end, c.b_end}, hi[3] = {c.f_end, c.b_end, c.n_nodes};
     double *phase[3] = {&out->f_seconds, &out->b_seconds, &out->w_seconds};
-    for (int k = 0; st == HP_STATUS_OK && k < 3; k++) {
-        hp_step_prediction pr;
-        st = hp_predict_nodes(c.g, NULL, lo[k], hi[k], mm, &pr);
-        if (st == HP_STATUS_OK) *phase[k] = pr.total_s;
-    }
-    hp_tid keep[3];
-    hp_program_opts po = HP_PROGRAM_OPTS_DEFAULT;
-    po.keep = keep;
-    po.n_keep = stage_keep(&c, keep);
-    hp_program_stats ps;
-    if (st == HP_STATUS_OK) st = hp_program_plan(c.g, &po, &ps);
-    if (st == HP_STATUS_OK) {
-        out->activation_bytes = ps.arena_bytes + ps.workspace_bytes;
-        out->persistent_bytes = ps.persistent_bytes;
-    }
-    hp_graph_free(c.g);
-    return st;
-}
-
-static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n);
-static int axes_of_dim(const hp_strategy_config *sc, int d, int *axes);
-
-hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
-                                       const hp_strategy_config *sc, int n_ranks, const hp_machine_model *mm,
-                                       hp_pipeline_stage_plan *out) {
-    if (!sc || !sc->present) return hp_pipeline_plan_stage(model, part, rows, seq, m, mm, out);
-    memset(out, 0, sizeof *out);
-    HP_CHECK(check_group_strategy(sc, 0, n_ranks));
-    hp_strategy *strategy = NULL;
-    HP_CHECK(hp_strategy_new(sc, n_ranks, &strategy));
-    int row_axes[HP_CONFIG_MAX_AXES], seq_axes[HP_CONFIG_MAX_AXES];
-    int n_row_axes = axes_of_dim(sc, 0, row_axes), n_seq_axes = axes_of_dim(sc, 1, seq_axes);
-    pp_chunk c = {.part = *part};
-    hp_tid logical_in;
-    hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
-    if (st == HP_STATUS_OK)
-        st = partition_chunk(strategy, hp_strategy_mesh(strategy), row_axes, n_row_axes, seq_axes, n_seq_axes, 0, &c,
-                             &logical_in);
-    int lo[3] = {0, c.f_end, c.b_end}, hi[3] = {c.f_end, c.b_end, c.n_nodes};
-    double *phase[3] = {&out->f_seconds, &out->b_seconds, &out->w_seconds};
-    for (int k = 0; st == HP_STATUS_OK && k < 3; k++) {
+    for (int k = 0; times && st == HP_STATUS_OK && k < 3; k++) {
         hp_step_prediction pr;
         st = hp_predict_nodes(c.g, NULL, lo[k], hi[k], mm, &pr);
         if (st == HP_STATUS_OK) *phase[k] = pr.total_s;
@@ -416,12 +391,41 @@ hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_
     hp_program_stats ps;
     if (st == HP_STATUS_OK) st = hp_program_plan(c.g, &po, &ps);
     if (st == HP_STATUS_OK) {
-        out->activation_bytes = ps.arena_bytes + ps.workspace_bytes;
+        *act_bytes = ps.arena_bytes + ps.workspace_bytes;
         out->persistent_bytes = ps.persistent_bytes;
     }
     if (c.partition) hp_partition_free(c.partition); /* owns c.g */
     hp_graph_free(c.partition ? c.lg : c.g);
-    hp_strategy_free(strategy);
+    return st;
+}
+
+/* The times with B and W apart, the activations in both orders. */
+static hp_status plan_both(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                           const plan_group *pg, const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
+    memset(out, 0, sizeof *out);
+    HP_CHECK(plan_order(model, part, rows, seq, m, pg, false, true, mm, out, &out->activation_bytes_split));
+    return plan_order(model, part, rows, seq, m, pg, true, false, mm, out, &out->activation_bytes);
+}
+
+hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                 const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
+    return plan_both(model, part, rows, seq, m, NULL, mm, out);
+}
+
+static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n);
+static int axes_of_dim(const hp_strategy_config *sc, int d, int *axes);
+
+hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                       const hp_strategy_config *sc, int n_ranks, const hp_machine_model *mm,
+                                       hp_pipeline_stage_plan *out) {
+    if (!sc || !sc->present) return hp_pipeline_plan_stage(model, part, rows, seq, m, mm, out);
+    memset(out, 0, sizeof *out);
+    HP_CHECK(check_group_strategy(sc, 0, n_ranks));
+    plan_group pg = {0};
+    HP_CHECK(hp_strategy_new(sc, n_ranks, &pg.strategy));
+    pg.n_row_axes = axes_of_dim(sc, 0, pg.row_axes), pg.n_seq_axes = axes_of_dim(sc, 1, pg.seq_axes);
+    hp_status st = plan_both(model, part, rows, seq, m, &pg, mm, out);
+    hp_strategy_free(pg.strategy);
     return st;
 }
 
@@ -596,20 +600,63 @@ static hp_status setup_groups(hp_pipeline *pp, const hp_pipeline_opts *o) {
  * budget is full and disk_dir is set) or to the disk tier (policy activations: disk), every budget
  * split over the rank's slots (hp_pipeline_opts.offload). Each slot's offload state opens its own
  * disk store file, so the slots of a rank never share disk bytes. */
-static hp_status offload_config(hp_pipeline *pp, const hp_offload_plan_config *cfg) {
+/* One slot's offload config from the rank's: only the activations class leaves the device (to the
+ * host, or to disk by the policy), and the rank's budgets are split evenly over its `slots`. */
+static hp_status slot_offload_config(const hp_offload_plan_config *cfg, int slots, hp_offload_plan_config *out) {
     hp_tier act = cfg->policy[HP_OFFLOAD_CLASS_ACTIVATIONS] == HP_TIER_DISK ? HP_TIER_DISK : HP_TIER_HOST;
     if (act == HP_TIER_DISK && !cfg->disk_dir)
         return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: offload policy activations: disk without a disk_dir");
+    size_t n = (size_t)(slots > 0 ? slots : 1);
+    *out = *cfg;
+    for (int k = 0; k < HP_OFFLOAD_CLASS_COUNT; k++) out->policy[k] = HP_TIER_DEVICE;
+    out->policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = act;
+    out->device_budget = cfg->device_budget / n;
+    if (cfg->host_budget) out->host_budget = cfg->host_budget / n > 0 ? cfg->host_budget / n : 1;
+    if (cfg->disk_budget) out->disk_budget = cfg->disk_budget / n > 0 ? cfg->disk_budget / n : 1;
+    return HP_STATUS_OK;
+}
+
+static hp_status offload_config(hp_pipeline *pp, const hp_offload_plan_config *cfg) {
     int slots = 0;
     for (int c = 0; c < pp->n_chunks; c++) slots += pp->chunks[c].n_slots;
-    size_t n = (size_t)(slots > 0 ? slots : 1);
+    HP_CHECK(slot_offload_config(cfg, slots, &pp->offload_cfg));
     pp->offload = true;
-    pp->offload_cfg = *cfg;
-    for (int k = 0; k < HP_OFFLOAD_CLASS_COUNT; k++) pp->offload_cfg.policy[k] = HP_TIER_DEVICE;
-    pp->offload_cfg.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = act;
-    pp->offload_cfg.device_budget = cfg->device_budget / n;
-    if (cfg->host_budget) pp->offload_cfg.host_budget = cfg->host_budget / n > 0 ? cfg->host_budget / n : 1;
-    if (cfg->disk_budget) pp->offload_cfg.disk_budget = cfg->disk_budget / n > 0 ? cfg->disk_budget / n : 1;
+    return HP_STATUS_OK;
+}
+
+hp_status hp_pipeline_plan_stage_offload(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                         bool split_backward, const hp_offload_plan_config *cfg, int slots,
+                                         hp_offload_plan_stats *out) {
+    memset(out, 0, sizeof *out);
+    hp_offload_plan_config oc;
+    HP_CHECK(slot_offload_config(cfg, slots, &oc));
+    pp_chunk c = {.part = *part, .whole_backward = !split_backward};
+    hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
+    hp_tid keep[3];
+    int nk = st == HP_STATUS_OK ? stage_keep(&c, keep) : 0;
+    if (oc.device_budget && c.g) oc.device_budget += store_bytes(c.g); /* as the runtime: the store's tensors it reads */
+    hp_offload_plan *plan = NULL;
+    if (st == HP_STATUS_OK) st = hp_offload_plan_new(c.g, keep, nk, &oc, &plan);
+    if (st == HP_STATUS_OK) hp_offload_plan_get_stats(plan, out);
+    hp_offload_plan_free(plan);
+    hp_graph_free(c.g);
+    return st;
+}
+
+/* Every rank learns whether every rank built its stages (one all-reduce): a rank whose stages
+ * alone failed to build (its offload budget too small for its own stage, memory) must not leave
+ * the others waiting for its sends until the communicator's timeout. `st` is this rank's status;
+ * returns it, or on a rank that built its own an error naming the lowest rank that did not. */
+static hp_status agree_built(hp_pipeline *pp, hp_status st) {
+    int me = hp_comm_rank(pp->comm), bad = st != HP_STATUS_OK ? me + 1 : 0, worst = 0;
+    /* the lowest failed rank: MAX over (size - rank) */
+    int key = bad ? hp_comm_size(pp->comm) - me : 0;
+    hp_status ast = hp_comm_all_reduce(pp->comm, &key, &worst, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
+    if (st != HP_STATUS_OK) return st;
+    if (ast != HP_STATUS_OK) return ast;
+    if (worst > 0)
+        return hp_error(HP_STATUS_COMM, "pipeline: rank %d of the pipeline's communicator failed to build its stages "
+                        "(its own error says why); rank %d built its own", hp_comm_size(pp->comm) - worst, me);
     return HP_STATUS_OK;
 }
 
@@ -664,6 +711,7 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
         }
         pp->chunk_of_stage[k] = c;
         pp->chunks[c].stage = k;
+        pp->chunks[c].whole_backward = !s->split_backward;
         st = stage_part(o, k, &pp->chunks[c].part);
     }
     if (st == HP_STATUS_OK) { /* a tied head on another group than the embedding: their gradients summed */
@@ -680,6 +728,7 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     if (st == HP_STATUS_OK && o->offload && o->offload->device_budget > 0) st = offload_config(pp, o->offload);
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
     if (st == HP_STATUS_OK) st = hp__pp_build_optimizer(pp);
+    st = agree_built(pp, st);
     if (st != HP_STATUS_OK) {
         hp_pipeline_free(pp);
         return st;

@@ -45,6 +45,9 @@ typedef struct pp_chunk {
     hp_tid dx;        /* the input gradient (not on the first stage) */
     hp_tid dx_b;      /* the gradient the B phase computes: dx, or on the first stage the gradient of the
                        * embeddings' output (Qi et al.'s B: every activation gradient; W: the weights') */
+    bool whole_backward; /* the schedule never runs B and W apart: the backward in autodiff order (each
+                          * activation gradient freed as soon as its layer's weight gradient read it),
+                          * all of it B, W empty; else ordered B then W */
     int f_end, b_end; /* phases: F nodes [0, f_end), B [f_end, b_end), W [b_end, n_nodes) */
     int n_nodes;
     int n_slots;

@@ -139,11 +139,12 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
                                                   &gp));
             out->f[k] = gp.f_seconds, out->b[k] = gp.b_seconds, out->w[k] = gp.w_seconds;
         }
-        out->activation_bytes[k] = sp.activation_bytes;
+        size_t act = s->split_backward ? sp.activation_bytes_split : sp.activation_bytes; /* the order it runs */
+        out->activation_bytes[k] = act;
         double pb = 0;
         HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));
         out->state_bytes[k] = sp.persistent_bytes + (size_t)(2 * pb / (o->zero ? o->zero[r] : 1));
-        out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)sp.activation_bytes;
+        out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)act;
         double a = (double)share * o->seq * o->model->width * 4.0; /* one micro-batch's hidden state, f32 */
         if (a > act_max) act_max = a;
     }

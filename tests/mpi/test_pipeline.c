@@ -241,7 +241,10 @@ static void check_groups(hp_comm *world, hp_sched_kind kind, int m, bool tied, i
         CHECK(all > 0, "%s: offload budget %zu bytes: no activation was offloaded", label, g_offload);
         if (g_rank == 0) printf("%s: offload %zu B/rank%s: %lld activation bytes offloaded\n", label, g_offload,
                                 g_disk_dir ? " (disk tier)" : "", (long long)all);
-        if (g_disk_dir) { /* to the disk tier and back, on every rank */
+        /* to the disk tier and back, on every rank that offloaded (under 1F1B the last rank's one
+         * micro-batch in flight, its backward in autodiff order, fits 150 kB; under ZB-H1, B and W
+         * apart, it does not) */
+        if (g_disk_dir && (ps.bytes_offloaded > 0 || g_rank == 0 || s.split_backward)) {
             CHECK(ps.bytes_to_disk > 0 && ps.bytes_to_disk == ps.bytes_offloaded,
                   "%s: rank %d wrote %lld bytes to disk of %lld offloaded", label, g_rank, (long long)ps.bytes_to_disk,
                   (long long)ps.bytes_offloaded);
@@ -306,8 +309,8 @@ int main(int argc, char **argv) {
     g_offload = ob ? (size_t)strtoull(ob, NULL, 10) : 200000;
     if (p == 2) check_schedule(world, HP_SCHED_KIND_1F1B, 2 * p, false, 2 * p, NULL);
     /* the same to the disk tier: every phase (F, B, W ranges of a slot's program) drains its disk
-     * reads and writes, each slot its own store file; 150 kB per rank makes both stages offload
-     * (rank 1 keeps one micro-batch in flight, rank 0 two) */
+     * reads and writes, each slot its own store file; 150 kB per rank makes rank 0 offload (two
+     * micro-batches in flight) and, with B and W apart, rank 1 too (one) */
     g_offload = ob ? (size_t)strtoull(ob, NULL, 10) : 150000;
     const char *tmp = getenv("TMPDIR");
     g_disk_dir = tmp && *tmp ? tmp : "/tmp";

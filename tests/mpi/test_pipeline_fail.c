@@ -7,9 +7,10 @@
  * abandoned collectives (the other ranks' final all-reduce of `world` below, which they may give up:
  * rank 0's failure notice is job-wide) a second to complete, keeping what is still pending until
  * MPI_Finalize (docs/design.md, "In-flight requests after a give-up"). Nothing is leaked, so the
- * sanitizer pass runs it too.
+ * sanitizer pass runs it too. A rank whose stages alone fail to build stops every rank's build.
  */
 #include "hp/comm_mpi.h"
+#include "hp/offload.h"
 #include "hp/pipeline.h"
 #include "hp/rng.h"
 
@@ -74,11 +75,48 @@ out:
     hp_comm_free(w);
 }
 
+/* A rank whose stages alone fail to build (rank 0 alone asks for a 1 kB offload budget, which its
+ * stage cannot run under) must not leave the others to wait for its sends: every rank's
+ * hp_pipeline_new fails, rank 0 with its budget error, the others naming rank 0. Before the
+ * ranks agreed on the build, rank 1 waited the communicator's whole timeout in its first receive. */
+static void check_failed_build(int p) {
+    hp_comm *w = NULL;
+    hp_pipeline *pp = NULL;
+    hp_schedule s;
+    memset(&s, 0, sizeof s);
+    OK(hp_comm_mpi_world(&w));
+    OK(hp_comm_set_timeout(w, 120));
+    hp_gpt_config c = model(false, p);
+    OK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 4, 0, &s));
+    hp_offload_plan_config oc;
+    hp_offload_plan_config_init(&oc);
+    oc.device_budget = 1000;
+    oc.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
+    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
+    o.model = &c, o.batch = BATCH, o.seq = SEQ, o.schedule = &s, o.optim = &OPTIM, o.comm = w;
+    if (g_rank == 0) o.offload = &oc;
+    double t0 = hp_now_seconds();
+    hp_status st = hp_pipeline_new(&o, &pp);
+    double wall = hp_now_seconds() - t0;
+    CHECK(st != HP_STATUS_OK && pp == NULL && wall < 10.0, "failed build: status %s after %.1f s", hp_status_str(st), wall);
+    if (g_rank == 0)
+        CHECK(st == HP_STATUS_OUT_OF_MEMORY, "rank 0's build failed with %s, not its budget: %s", hp_status_str(st),
+              hp_error_message());
+    else
+        CHECK(st == HP_STATUS_COMM && strstr(hp_error_message(), "rank 0 ") != NULL,
+              "rank %d's error does not name rank 0's failed build: %s", g_rank, hp_error_message());
+out:
+    hp_pipeline_free(pp);
+    hp_schedule_free(&s);
+    hp_comm_free(w);
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
     if (hp_comm_mpi_world(&world) != HP_STATUS_OK) return 1;
     g_rank = hp_comm_rank(world);
+    check_failed_build(hp_comm_size(world));
     check_failed_action(hp_comm_size(world));
     /* rank 0's failure notice reached every rank: the others' waits of any family give up after 2 ms,
      * so each rank's own verdict decides its exit status too */

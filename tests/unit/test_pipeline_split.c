@@ -283,9 +283,39 @@ static void test_first_stage_split(void **state) {
     assert_true(a.w_seconds > 0.7 * b.w_seconds && a.w_seconds < 1.5 * b.w_seconds);
 }
 
+/* HyperOffload inside a stage as the runtime plans it (hp plan's offload section): under a budget
+ * below one micro-batch's peak the planner moves activations to the host and the peak drops; the
+ * rank's budget is split over its micro-batches in flight (two slots leave each half, so they move
+ * more); a budget no plan meets is the planner's error; a disk policy needs a directory. */
+static void test_stage_offload(void **state) {
+    (void)state;
+    hp_gpt_config c = {.vocab = 64, .context = 32, .layers = 4, .heads = 2, .width = 64};
+    hp_gpt_stage part = {0, 2, true, false};
+    hp_offload_plan_config oc;
+    hp_offload_plan_config_init(&oc);
+    oc.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
+    hp_offload_plan_stats none, one, two;
+    oc.device_budget = 0;
+    assert_ok(hp_pipeline_plan_stage_offload(&c, &part, 4, 32, 4, false, &oc, 1, &none));
+    assert_true(none.bytes_out[HP_TIER_HOST] == 0);
+    oc.device_budget = none.peak_before * 3 / 8; /* + the store: about 3/4 of the peak */
+    assert_ok(hp_pipeline_plan_stage_offload(&c, &part, 4, 32, 4, false, &oc, 1, &one));
+    assert_true(one.bytes_out[HP_TIER_HOST] > 0 && one.bytes_in[HP_TIER_HOST] > 0);
+    assert_true(one.peak_after < one.peak_before && one.peak_before == none.peak_before);
+    oc.device_budget = none.peak_before * 3 / 4; /* two slots: each 3/8 again, plus the store */
+    assert_ok(hp_pipeline_plan_stage_offload(&c, &part, 4, 32, 4, false, &oc, 2, &two));
+    assert_true(two.bytes_out[HP_TIER_HOST] > 0);
+    oc.device_budget = 1000;
+    assert_int_equal(hp_pipeline_plan_stage_offload(&c, &part, 4, 32, 4, false, &oc, 1, &one), HP_STATUS_OUT_OF_MEMORY);
+    oc.device_budget = none.peak_before / 2;
+    oc.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = HP_TIER_DISK;
+    assert_int_equal(hp_pipeline_plan_stage_offload(&c, &part, 4, 32, 4, false, &oc, 1, &one),
+                     HP_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_split), cmocka_unit_test(test_slots),
-                                       cmocka_unit_test(test_first_stage_split),
+                                       cmocka_unit_test(test_first_stage_split), cmocka_unit_test(test_stage_offload),
                                        cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated),
                                        cmocka_unit_test(test_tp_collectives)};
     return cmocka_run_group_tests(tests, NULL, NULL);
