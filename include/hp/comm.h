@@ -93,6 +93,16 @@ hp_status hp_comm_split(hp_comm *c, int color, int key, hp_comm **out);
 /* recvbuf[i] = op over ranks of sendbuf[i], for i < count elements. Both buffers hold count. */
 hp_status hp_comm_all_reduce(hp_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                              hp_dtype dt, hp_reduce_op op);
+/*
+ * Agreement on a status: every rank of `c` passes its own `st` and learns whether every rank
+ * succeeded (one all-reduce of one int; collective over `c`). Returns `st` itself on a rank that
+ * failed (its message intact), HP_STATUS_OK when every rank succeeded, else HP_STATUS_COMM with
+ * "<what>: rank R of the communicator failed (its own error says why); rank S succeeded", R the
+ * lowest failed rank; or the all-reduce's own error. For a build step whose failure can be one
+ * rank's alone (its offload budget, its group's model, memory): no rank then goes on to wait for
+ * a peer that gave up.
+ */
+hp_status hp_comm_agree(hp_comm *c, hp_status st, const char *what);
 /* recvbuf (size * sendcount elements) = concatenation of every rank's sendbuf, in rank order. */
 hp_status hp_comm_all_gather(hp_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                              hp_dtype dt);

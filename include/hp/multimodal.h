@@ -268,7 +268,8 @@ typedef struct hp_mm_step_stats {
  * Errors: HP_STATUS_CONFIG naming the group when the world size is not the groups' ranks or a
  * group's ranks do not divide a micro-batch's rows; HP_STATUS_UNSUPPORTED for a group mesh with more
  * than one axis or strategy rules, or CHAIN with a group of several ranks; data, graph and program
- * errors.
+ * errors. With groups the ranks agree on the build (hp_comm_agree): where another rank's build
+ * failed, HP_STATUS_COMM naming it.
  */
 hp_status hp_mm_runner_new(const hp_run_config *cfg, hp_comm *world, hp_mm_mode mode, hp_mm_runner **out);
 void hp_mm_runner_free(hp_mm_runner *r);

@@ -387,6 +387,17 @@ hp_status hp_comm_all_reduce(hp_comm *c, const void *sb, void *rb, size_t n, hp_
     hp_comm_request *r = NULL;
     return BLOCKING(c, all_reduce(c, sb, rb, n, dt, op, &r), all_reduce(c, sb, rb, n, dt, op, NULL));
 }
+hp_status hp_comm_agree(hp_comm *c, hp_status st, const char *what) {
+    int me = hp_comm_rank(c), n = hp_comm_size(c);
+    int key = st != HP_STATUS_OK ? n - me : 0, worst = 0; /* MAX of n - rank: the lowest failed rank */
+    hp_status ast = hp_comm_all_reduce(c, &key, &worst, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
+    if (st != HP_STATUS_OK) return st;
+    if (ast != HP_STATUS_OK) return ast;
+    if (worst > 0)
+        return hp_error(HP_STATUS_COMM, "%s: rank %d of the communicator failed (its own error says why); rank %d "
+                        "succeeded", what, n - worst, me);
+    return HP_STATUS_OK;
+}
 hp_status hp_comm_all_gather(hp_comm *c, const void *sb, void *rb, size_t n, hp_dtype dt) {
     hp_comm_request *r = NULL;
     return BLOCKING(c, all_gather(c, sb, rb, n, dt, &r), all_gather(c, sb, rb, n, dt, NULL));

@@ -643,23 +643,6 @@ hp_status hp_pipeline_plan_stage_offload(const hp_gpt_config *model, const hp_gp
     return st;
 }
 
-/* Every rank learns whether every rank built its stages (one all-reduce): a rank whose stages
- * alone failed to build (its offload budget too small for its own stage, memory) must not leave
- * the others waiting for its sends until the communicator's timeout. `st` is this rank's status;
- * returns it, or on a rank that built its own an error naming the lowest rank that did not. */
-static hp_status agree_built(hp_pipeline *pp, hp_status st) {
-    int me = hp_comm_rank(pp->comm), bad = st != HP_STATUS_OK ? me + 1 : 0, worst = 0;
-    /* the lowest failed rank: MAX over (size - rank) */
-    int key = bad ? hp_comm_size(pp->comm) - me : 0;
-    hp_status ast = hp_comm_all_reduce(pp->comm, &key, &worst, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
-    if (st != HP_STATUS_OK) return st;
-    if (ast != HP_STATUS_OK) return ast;
-    if (worst > 0)
-        return hp_error(HP_STATUS_COMM, "pipeline: rank %d of the pipeline's communicator failed to build its stages "
-                        "(its own error says why); rank %d built its own", hp_comm_size(pp->comm) - worst, me);
-    return HP_STATUS_OK;
-}
-
 hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     *out = NULL;
     const hp_schedule *s = o->schedule;
@@ -728,7 +711,9 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
     if (st == HP_STATUS_OK && o->offload && o->offload->device_budget > 0) st = offload_config(pp, o->offload);
     for (int c = 0; st == HP_STATUS_OK && c < pp->n_chunks; c++) st = build_stage(pp, &pp->chunks[c]);
     if (st == HP_STATUS_OK) st = hp__pp_build_optimizer(pp);
-    st = agree_built(pp, st);
+    /* every rank learns whether every rank built its stages: one whose build alone failed (its
+     * offload budget, memory) must not leave the others waiting for its sends until the timeout */
+    st = hp_comm_agree(pp->comm, st, "pipeline: building the stages");
     if (st != HP_STATUS_OK) {
         hp_pipeline_free(pp);
         return st;

@@ -127,6 +127,8 @@ hp_status hp_mm_runner_new(const hp_run_config *cfg, hp_comm *world, hp_mm_mode 
     }
     if (st == HP_STATUS_OK) st = hp_store_new(NULL, NULL, &r->store);
     if (st == HP_STATUS_OK) st = cfg->groups.present ? hp__mm_groups_new(r) : single_new(r);
+    /* a group whose own build failed must not leave the others waiting for its sends */
+    if (cfg->groups.present && world) st = hp_comm_agree(world, st, "multimodal: building the groups");
     if (st != HP_STATUS_OK) {
         hp_mm_runner_free(r);
         return st;

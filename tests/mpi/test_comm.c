@@ -159,6 +159,35 @@ static void test_self_comm(void **state) {
     hp_comm_free(c);
 }
 
+/* hp_comm_agree: all succeed -> OK everywhere; the last rank fails -> it keeps its own status and
+ * message, every other rank gets HP_STATUS_COMM naming it (the lowest failed rank when several). */
+static void test_agree(void **state) {
+    (void)state;
+    int me = hp_comm_rank(g_world), n = hp_comm_size(g_world);
+    assert_int_equal(hp_comm_agree(g_world, HP_STATUS_OK, "all"), HP_STATUS_OK);
+    hp_status mine = me == n - 1 ? hp_error(HP_STATUS_OUT_OF_MEMORY, "my own budget") : HP_STATUS_OK;
+    hp_status st = hp_comm_agree(g_world, mine, "building");
+    if (n == 1 || me == n - 1) {
+        assert_int_equal(st, HP_STATUS_OUT_OF_MEMORY);
+        assert_non_null(strstr(hp_error_message(), "my own budget"));
+    } else {
+        char want[64];
+        snprintf(want, sizeof want, "building: rank %d of the communicator failed", n - 1);
+        assert_int_equal(st, HP_STATUS_COMM);
+        assert_non_null(strstr(hp_error_message(), want));
+    }
+    mine = me >= n / 2 ? hp_error(HP_STATUS_IO, "disk") : HP_STATUS_OK; /* ranks n/2.. fail: the lowest is named */
+    st = hp_comm_agree(g_world, mine, "two");
+    if (me < n / 2) {
+        char want[64];
+        snprintf(want, sizeof want, "two: rank %d of", n / 2);
+        assert_int_equal(st, HP_STATUS_COMM);
+        assert_non_null(strstr(hp_error_message(), want));
+    } else {
+        assert_int_equal(st, HP_STATUS_IO);
+    }
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK || hp_comm_mpi_world(&g_world) != HP_STATUS_OK) {
         fprintf(stderr, "MPI init failed: %s\n", hp_error_message());
@@ -169,6 +198,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gather_scatter_alltoall),
         cmocka_unit_test(test_p2p_bcast_barrier_split),
         cmocka_unit_test(test_self_comm),
+        cmocka_unit_test(test_agree),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     hp_comm_free(g_world);
