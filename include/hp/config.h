@@ -396,7 +396,10 @@ typedef struct hp_groups_config {
  *       digits: [3, 5]       # prompt lengths, in digits (1..16; min <= max)
  *       prompts: 8           # prompts per step
  *       group_size: 8        # G samples per prompt (>= 2): the group of the relative advantages
- *       steps: 100           # GRPO steps (optimizer updates)
+ *       steps: 100           # GRPO steps (batches generated; iterations updates each)
+ *       iterations: 1        # GRPO iterations per batch (DeepSeekMath's mu, 1..64): the learner's AdamW
+ *                            # updates on each batch; from the second on the policy has moved, so the
+ *                            # ratio to the sampling policy leaves 1 and the clip acts
  *       sft_steps: 150       # supervised steps on worked examples first (the pre-trained start; 0: none)
  *       sft_batch: 32        # rows per supervised step
  *       sft_lr: 1.0e-3       # its learning rate (constant)
@@ -416,7 +419,7 @@ typedef struct hp_rl_config {
     char task[16];
     int64_t min_digits, max_digits;
     int digits_line, digits_column;
-    int64_t prompts, group_size, steps, sft_steps, sft_batch, off_policy, eval_prompts;
+    int64_t prompts, group_size, steps, sft_steps, sft_batch, off_policy, eval_prompts, iterations;
     double sft_lr, temperature, clip_eps, kl_beta;
 } hp_rl_config;
 

@@ -28,9 +28,11 @@
  * (r - mean of its group) / std of its group (0 when all rewards of the group are equal), the
  * reference log-probs (a forward pass of the reference policy) and per-token weights
  * 1 / (prompts * G * |o_i|) on the completion tokens, and broadcasts the batch to the learner ranks,
- * which run one optimizer step of the GRPO loss (hp_grpo_loss, hp/ops.h; clip rl.clip_eps, KL weight
- * rl.kl_beta) with AdamW (optim:, the learning rate of hp_lr_at over rl.steps) under the learner's
- * strategy. Then the new weights go to the actor (a "sync").
+ * which run rl.iterations optimizer steps of the GRPO loss on it (hp_grpo_loss, hp/ops.h; clip
+ * rl.clip_eps, KL weight rl.kl_beta; each against the batch's sampling log-probs, so from the second
+ * on the ratio leaves 1 and the clip acts) with AdamW (optim:, the learning rate of hp_lr_at over
+ * rl.steps x rl.iterations updates) under the learner's strategy. Then the new weights go to the
+ * actor (a "sync").
  *
  * Groups. Without groups: every rank of `world` is both actor and learner, the learner under the
  * top-level strategy: (co-located). With groups: one group of kind learner (its mesh: and strategy:,
@@ -96,7 +98,8 @@ typedef struct hp_rl_opts {
 typedef struct hp_rl_step_metrics {
     int64_t step;          /* 1-based update just done */
     double reward_mean;    /* mean reward of the step's samples */
-    double loss;           /* GRPO loss of the update */
+    double loss;           /* GRPO loss of the step's last update (rl.iterations of them) */
+    double loss_first;     /* of its first update: the sampling policy's, every ratio 1 (on-policy) */
     double grad_norm;      /* global gradient norm before clipping */
     double kl;             /* mean k3 KL to the reference over the completion tokens (sampling policy) */
     int64_t samples;       /* sequences of the step (prompts x group_size) */

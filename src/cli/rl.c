@@ -68,8 +68,9 @@ int hp_cli_rl(int argc, char **argv) {
         goto end_rl;
     }
     if (ctrl)
-        printf("rl: %s, task %s, %lld prompts x %lld samples per step, off_policy %lld; greedy accuracy at start %.3f\n",
-               hp_rl_mode(rl), cfg.rl.task, (long long)cfg.rl.prompts, (long long)cfg.rl.group_size,
+        printf("rl: %s, task %s, %lld prompts x %lld samples per step, %lld update%s each, off_policy %lld; greedy "
+               "accuracy at start %.3f\n", hp_rl_mode(rl), cfg.rl.task, (long long)cfg.rl.prompts,
+               (long long)cfg.rl.group_size, (long long)cfg.rl.iterations, cfg.rl.iterations == 1 ? "" : "s",
                (long long)cfg.rl.off_policy, acc0);
     double total = 0, gen = 0, train = 0, sync = 0;
     int64_t bytes = 0, samples = 0, checked = 0, mismatched = 0;

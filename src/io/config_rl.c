@@ -9,14 +9,14 @@
 
 static const char *const k_keys[] = {"task",        "digits",  "prompts",     "group_size", "steps",
                                      "sft_steps",   "sft_batch", "sft_lr",    "temperature", "clip_eps",
-                                     "kl_beta",     "off_policy", "eval_prompts"};
+                                     "kl_beta",     "off_policy", "eval_prompts", "iterations"};
 
 static void defaults(hp_rl_config *r) {
     memset(r, 0, sizeof *r);
     strcpy(r->task, "reverse");
     r->min_digits = 3, r->max_digits = 5;
     r->prompts = 8, r->group_size = 8, r->steps = 100, r->sft_steps = 150, r->sft_batch = 32;
-    r->eval_prompts = 64;
+    r->eval_prompts = 64, r->iterations = 1;
     r->sft_lr = 1e-3, r->temperature = 1.0, r->clip_eps = 0.2, r->kl_beta = 0.04;
 }
 
@@ -85,6 +85,7 @@ hp_status hp__config_read_rl(const hp_yaml_node *node, hp_rl_config *r) {
     HP_CHECK(read_int(node, "sft_batch", 1, 1 << 20, &r->sft_batch));
     HP_CHECK(read_int(node, "off_policy", 0, 1, &r->off_policy));
     HP_CHECK(read_int(node, "eval_prompts", 0, 1 << 20, &r->eval_prompts));
+    HP_CHECK(read_int(node, "iterations", 1, 64, &r->iterations));
     HP_CHECK(read_num(node, "sft_lr", 0, true, -1, false, &r->sft_lr));
     HP_CHECK(read_num(node, "temperature", 0, true, -1, false, &r->temperature));
     HP_CHECK(read_num(node, "clip_eps", 0, true, 1, true, &r->clip_eps));
@@ -112,7 +113,8 @@ cJSON *hp__config_rl_json(const hp_rl_config *r) {
         if (!ok) cJSON_Delete(v);
     }
     ok = ok && cJSON_AddNumberToObject(o, "off_policy", (double)r->off_policy) &&
-         cJSON_AddNumberToObject(o, "eval_prompts", (double)r->eval_prompts);
+         cJSON_AddNumberToObject(o, "eval_prompts", (double)r->eval_prompts) &&
+         cJSON_AddNumberToObject(o, "iterations", (double)r->iterations);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

@@ -194,10 +194,18 @@ static hp_status train(hp_rl *rl, int64_t step, hp_rl_step_metrics *m) {
         HP_CHECK(hp_comm_broadcast(rl->lcomm, arr[k], bt, k < 2 ? HP_DTYPE_I32 : HP_DTYPE_F32, 0));
         scatter(rl, rl->in[k], arr[k]);
     }
-    *(float *)hp__rl_ldata(rl, rl->step.lr) = (float)hp_lr_at(&rl->cfg.optim, step + 1, rl->r.steps);
-    *(float *)hp__rl_ldata(rl, rl->step.step) = (float)(step + 1);
+    /* rl.iterations AdamW updates on the batch (update u of steps x iterations: the schedule's lr
+     * and AdamW's step), each against the same sampling log-probs `old`: from the second on the
+     * policy has moved, so the ratio leaves 1 and the clip acts (DeepSeekMath's GRPO iterations) */
     hp_program *p = hp_compiled_program(rl->lc);
-    HP_CHECK(hp_program_run(p));
+    const int64_t K = rl->r.iterations;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t u = step * K + k + 1;
+        *(float *)hp__rl_ldata(rl, rl->step.lr) = (float)hp_lr_at(&rl->cfg.optim, u, rl->r.steps * K);
+        *(float *)hp__rl_ldata(rl, rl->step.step) = (float)u;
+        HP_CHECK(hp_program_run(p));
+        if (m && rl->is_ctrl && k == 0) m->loss_first = *(float *)hp_program_data(p, hp_compiled_loss(rl->lc));
+    }
     if (m && rl->is_ctrl) {
         m->loss = *(float *)hp_program_data(p, hp_compiled_loss(rl->lc));
         m->grad_norm = sqrt(*(float *)hp_program_data(p, hp_compiled_grad_sq(rl->lc)));

@@ -2,7 +2,8 @@
  * GRPO on one rank (hp/rl.h): the task (prompts, answers, exact-match reward), learning (the mean
  * reward of the last steps clearly above the first steps' after a supervised start whose reward is
  * well below 1, and the greedy accuracy up), co-located weights shared through the store (the
- * actor's copy equals the learner's after every step), and config errors naming value and line.
+ * actor's copy equals the learner's after every step), several GRPO iterations per batch, and config
+ * errors naming value and line.
  */
 #include "hp/config.h"
 #include "hp/rl.h"
@@ -97,6 +98,49 @@ static void test_learns(void **state) {
     hp_run_config_free(&cfg);
 }
 
+/* GRPO iterations (rl.iterations: 2): the batch's first update is the one-iteration run's exactly
+ * (same start, same batch: its loss bitwise equal, every ratio 1); the second update sees a moved
+ * policy, so its loss differs; and the job still learns. */
+static void test_iterations(void **state) {
+    (void)state;
+    const int steps = 60;
+    double loss1[2] = {0};
+    double first = 0, last = 0, acc0 = 0, acc1 = 0;
+    for (int K = 1; K <= 2; K++) {
+        char text[1024], rl[64];
+        snprintf(text, sizeof text, LEARN, steps);
+        snprintf(rl, sizeof rl, "rl: {iterations: %d, ", K);
+        char *at = strstr(text, "rl: {");
+        assert_non_null(at);
+        char full[1200];
+        snprintf(full, sizeof full, "%.*s%s%s", (int)(at - text), text, rl, at + 5);
+        hp_run_config cfg;
+        assert_ok(hp_run_config_load_string(full, strlen(full), "iter.yaml", &cfg));
+        assert_int_equal(cfg.rl.iterations, K);
+        hp_rl *r;
+        assert_ok(hp_rl_new(&cfg, NULL, NULL, &r));
+        if (K == 2) assert_ok(hp_rl_eval(r, &acc0));
+        for (int i = 0; i < (K == 1 ? 1 : steps); i++) {
+            hp_rl_step_metrics m;
+            assert_ok(hp_rl_step(r, &m));
+            if (i == 0) {
+                loss1[K - 1] = m.loss_first;
+                if (K == 1) assert_true(m.loss == m.loss_first);
+                else assert_true(m.loss != m.loss_first);
+            }
+            if (K == 2 && i < WINDOW) first += m.reward_mean / WINDOW;
+            if (K == 2 && i >= steps - WINDOW) last += m.reward_mean / WINDOW;
+        }
+        if (K == 2) assert_ok(hp_rl_eval(r, &acc1));
+        hp_rl_free(r);
+        hp_run_config_free(&cfg);
+    }
+    assert_true(loss1[0] == loss1[1]);
+    printf("2 iterations: reward %.3f (first %d steps) -> %.3f (last %d of %d); greedy accuracy %.3f -> %.3f\n", first,
+           WINDOW, last, WINDOW, steps, acc0, acc1);
+    assert_true(last > first + 0.1);
+}
+
 static void expect_bad(const char *text, const char *where, const char *needle) {
     hp_run_config cfg;
     hp_status st = hp_run_config_load_string(text, strlen(text), "bad.yaml", &cfg);
@@ -110,6 +154,7 @@ static void expect_bad(const char *text, const char *where, const char *needle) 
 static void test_config_errors(void **state) {
     (void)state;
     expect_bad(MODEL "rl:\n  off_policy: 2\n", "bad.yaml:3:", "rl.off_policy 2 must be in [0, 1]");
+    expect_bad(MODEL "rl:\n  iterations: 0\n", "bad.yaml:3:", "rl.iterations 0 must be in [1, 64]");
     expect_bad(MODEL "rl:\n  group_size: 1\n", "bad.yaml:3:", "rl.group_size 1 must be in [2,");
     expect_bad(MODEL "rl:\n  task: add\n", "bad.yaml:3:", "rl.task: unknown task 'add'");
     expect_bad(MODEL "rl:\n  clip_eps: 1.5\n", "bad.yaml:3:", "rl.clip_eps 1.5 must be in (0, 1)");
@@ -162,6 +207,7 @@ int main(void) {
         cmocka_unit_test(test_task),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_learns),
+        cmocka_unit_test(test_iterations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
