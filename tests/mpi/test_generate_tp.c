@@ -55,6 +55,23 @@ static const char *const MOE_TP =
     "    - {match: \"*.experts.fc.weight\", tensor_map: [none, tp, none]}\n"
     "    - {match: \"*.experts.proj.weight\", tensor_map: [none, none, tp]}\n";
 
+/* The same MoE model with expert parallelism: the experts themselves split over the axis (each rank
+ * holds 2 of the 4), attention Megatron as above. */
+static const char *const MOE_EP =
+    "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, tied_head: false,\n"
+    "        moe: {experts: 4, top_k: 2, expert_width: 32, every: 2, router: softmax, balance_loss: 0.01}}\n"
+    "strategy:\n"
+    "  mesh: {device_matrix: [2], alias_name: [tp]}\n"
+    "  params:\n"
+    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}\n"
+    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}\n"
+    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}\n"
+    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
+    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
+    "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n"
+    "    - {match: \"*.experts.fc.weight\", tensor_map: [tp, none, none]}\n"
+    "    - {match: \"*.experts.proj.weight\", tensor_map: [tp, none, none]}\n";
+
 static const char *const LLAMA_TP =
     "model: {family: llama, vocab: 256, context: 32, layers: 2, heads: 4, kv_heads: %d, width: 32, ffn_width: 48, "
     "tied_head: false}\n"
@@ -103,6 +120,7 @@ typedef struct result {
     float *logits[2]; /* (SLOTS, NEW, V) per call */
     size_t cache_bytes;
     int expert_params; /* parameters of the decode graph named "*.experts.*" */
+    int local_experts; /* dim 0 of this rank's first "*.experts.fc.weight" (its experts), or 0 */
 } result;
 
 static const int32_t P0[] = {3, 14, 15, 9, 26}, P1[] = {5, 35}, P2[] = {8, 9, 7, 9, 3, 2, 3};
@@ -124,6 +142,10 @@ static hp_status run(const hp_gpt_config *c, hp_strategy *strategy, hp_comm *wor
     for (int t = 0; st == HP_STATUS_OK && t < hp_graph_n_tensors(hp_generator_graph(gen)); t++) {
         const hp_tensor *x = hp_graph_tensor(hp_generator_graph(gen), t);
         r->expert_params += x->kind == HP_TENSOR_KIND_PARAM && x->name && strstr(x->name, ".experts.");
+        hp_store_entry_info info; /* the store holds this rank's block of each weight */
+        if (!r->local_experts && x->kind == HP_TENSOR_KIND_PARAM && x->name && strstr(x->name, ".experts.fc.weight") &&
+            hp_store_info(store, x->name, &info) == HP_STATUS_OK)
+            r->local_experts = (int)info.local_shape.dim[0];
     }
     const int32_t *pa[SLOTS] = {P0, P1, P2}, *pb[SLOTS] = {Q0, Q1, Q2};
     int la[SLOTS] = {5, 2, 7}, lb[SLOTS] = {3, 3, 1};
@@ -184,6 +206,9 @@ static void compare(const char *what, const hp_gpt_config *c, const char *text, 
         CHECK(memcmp(ref.sampled, tp.sampled, sizeof ref.sampled) == 0, "%s: sampled tokens differ", what);
         CHECK((c->moe.experts > 0) == (tp.expert_params > 0), "%s: %d expert parameters in the decode graph", what,
               tp.expert_params);
+        /* expert parallelism ("ep2"): each rank holds half the experts; else all of them */
+        int want = strstr(what, "ep2") ? c->moe.experts / 2 : c->moe.experts;
+        CHECK(tp.local_experts == want, "%s: this rank holds %d experts, not %d", what, tp.local_experts, want);
         CHECK(tp.cache_bytes * 2 == ref.cache_bytes, "%s: this rank's cache %zu bytes, one device's %zu", what,
               tp.cache_bytes, ref.cache_bytes);
         /* every rank sampled the same tokens */
@@ -250,6 +275,11 @@ int main(int argc, char **argv) {
         if (hp_run_config_load_string(MOE_TP, strlen(MOE_TP), "moe", &cfg) == HP_STATUS_OK) {
             hp_gpt_config c = hp_gpt_config_from_model(&cfg.model);
             compare("gpt moe tp2", &c, MOE_TP, world);
+            hp_run_config_free(&cfg);
+        }
+        if (hp_run_config_load_string(MOE_EP, strlen(MOE_EP), "moe-ep", &cfg) == HP_STATUS_OK) {
+            hp_gpt_config c = hp_gpt_config_from_model(&cfg.model);
+            compare("gpt moe ep2", &c, MOE_EP, world);
             hp_run_config_free(&cfg);
         }
         char text[2048];
