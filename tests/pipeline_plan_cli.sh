@@ -54,7 +54,8 @@ err=$("$hp" plan "$work/small.yaml" --calibration "$work/none.json" 2>&1)
 rc=$?
 set -e
 [[ $rc == 1 ]] || fail "an impossible offload budget exited $rc: $err"
-grep -q "cannot run under its budget: .*cannot hold node" <<< "$err" || fail "the offload error does not name the node: $err"
+grep -q "stage 0 (rank 0, 2 micro-batches in flight) cannot run under its offload budget: .*cannot hold node" <<< "$err" ||
+    fail "the offload error does not name the stage and the node: $err"
 
 # Two ranks, one step after a warm-up step: rank 0 busy 0-10 and 20-30 (F then B of mb 0), rank 1
 # busy 10-20; window 0-30 us, busy 30 of 60: bubble 0.5.

@@ -72,6 +72,9 @@ typedef struct hp_pipeline_plan_opts {
     const char *file;               /* the config file, for messages; may be NULL */
     const hp_optim_config *optim;   /* for the optimizer's graphs (NULL: AdamW defaults, clip 1) */
     int world;                      /* processes in the job (the norm's all-reduce); 0: sum of dp*tp */
+    bool offload;                   /* HyperOffload inside the stages, under offload_cfg (as the runtime's
+                                       hp_pipeline_opts.offload: each rank's config, split over its slots) */
+    hp_offload_plan_config offload_cfg; /* its disk_dir points into the run config */
     bool own;                       /* the arrays were allocated by hp_pipeline_plan_opts_from_config */
     hp_gpt_config model_storage;    /* hp_pipeline_plan_opts_from_config's copy, which model points at */
 } hp_pipeline_plan_opts;
@@ -142,6 +145,8 @@ typedef struct hp_pipeline_prediction {
     double schedule_seconds;    /* tl.step_time */
     double step_seconds;        /* schedule + the slowest rank's optimizer + reduce_seconds */
     bool calibrated;            /* the machine model had a calibration */
+    hp_offload_plan_stats *offload; /* [n_stages] with o->offload: each stage's offload plan for one micro-batch
+                                       (hp_pipeline_plan_stage_offload; its stall_s is in b); else NULL */
 } hp_pipeline_prediction;
 
 /*
@@ -153,6 +158,10 @@ typedef struct hp_pipeline_prediction {
  * (hp_schedule_simulate), and after it the optimizer as the runtime runs it: per rank the squared
  * norm of its accumulators, the gradient all-reduce over its group's replicas, the norm's
  * all-reduce, clipping and AdamW (graphs built as hp_pipeline_new builds them, hp_predict_nodes).
+ * With o->offload each stage's activations are also planned under its rank's budget
+ * (hp_pipeline_plan_stage_offload, out->offload) and the predicted stall of one micro-batch is added
+ * to its B (the prefetches wait in the backward); a budget a stage cannot run under is an error
+ * naming the stage, its rank and the planner's node.
  * Errors: the planner's and simulator's; HP_STATUS_OUT_OF_MEMORY. Free with
  * hp_pipeline_prediction_free (also after a failure).
  */

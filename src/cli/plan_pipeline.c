@@ -16,43 +16,27 @@
 
 static double mib(double b) { return b / (1 << 20); }
 
-/* The `offload:` section inside the stages: per stage, what the planner moves out of one micro-batch's
- * activations under the rank's budget split over its micro-batches in flight. Returns the first
- * stage's error that cannot run under its budget (the rest are still printed). */
-static hp_status plan_offload(const hp_run_config *cfg, const hp_schedule *s, const hp_pipeline_plan_opts *o,
-                              const int *first, const hp_pipeline_prediction *pr) {
-    hp_offload_plan_config oc;
-    hp_offload_plan_config_from(&cfg->offload, &oc);
-    if (!cfg->offload.present || oc.device_budget == 0) return HP_STATUS_OK;
-    bool disk = oc.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] == HP_TIER_DISK;
+/* The `offload:` section inside the stages (pr->offload, planned by hp_pipeline_predict): per stage,
+ * what the planner moves out of one micro-batch's activations under the rank's budget split over
+ * its micro-batches in flight. */
+static void print_offload(const hp_pipeline_plan_opts *o, const hp_schedule *s, const hp_pipeline_prediction *pr) {
+    if (!o->offload || !pr->offload) return;
+    bool disk = o->offload_cfg.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] == HP_TIER_DISK;
     hp_tier tier = disk ? HP_TIER_DISK : HP_TIER_HOST;
     printf("== offload inside the stages (activations to %s; device budget %.2f MiB per rank, split over its "
            "micro-batches in flight, plus the parameters each reads)\n", disk ? "disk" : "host memory",
-           mib((double)oc.device_budget));
-    hp_status worst = HP_STATUS_OK;
-    char msg[1024] = "";
+           mib((double)o->offload_cfg.device_budget));
     for (int k = 0; k < s->n_stages; k++) {
         int r = s->stage_rank[k], slots = 0;
         for (int j = 0; j < s->n_stages; j++)
             if (s->stage_rank[j] == r) slots += pr->slots[j];
-        hp_gpt_stage part = {first[k], k + 1 < s->n_stages ? first[k + 1] : o->model->layers, k == 0, k == s->n_stages - 1};
-        hp_offload_plan_stats os;
-        int dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1;
-        hp_status st = hp_pipeline_plan_stage_offload(o->model, &part, (o->rows + dp - 1) / dp, o->seq, s->m,
-                                                      s->split_backward, &oc, slots, &os);
-        if (st != HP_STATUS_OK) {
-            printf("  stage %d (rank %d, %d micro-batch%s in flight): cannot run under its budget: %s\n", k, r, slots,
-                   slots == 1 ? "" : "es", hp_error_message());
-            if (worst == HP_STATUS_OK) worst = st, snprintf(msg, sizeof msg, "%s", hp_error_message());
-            continue;
-        }
+        const hp_offload_plan_stats *os = &pr->offload[k];
         printf("  stage %d (rank %d, %d micro-batch%s in flight): one micro-batch's peak %.2f -> %.2f MiB, %.2f MiB "
-               "offloaded and %.2f MiB read back per micro-batch, predicted stall %.2f ms%s\n",
-               k, r, slots, slots == 1 ? "" : "es", mib((double)os.peak_before), mib((double)os.peak_after),
-               mib((double)os.bytes_out[tier]), mib((double)os.bytes_in[tier]), 1e3 * os.stall_s,
-               tp > 1 ? " (the unpartitioned stage: an upper bound)" : "");
+               "offloaded and %.2f MiB read back per micro-batch, predicted stall %.2f ms (in its B)%s\n",
+               k, r, slots, slots == 1 ? "" : "es", mib((double)os->peak_before), mib((double)os->peak_after),
+               mib((double)os->bytes_out[tier]), mib((double)os->bytes_in[tier]), 1e3 * os->stall_s,
+               o->tp && o->tp[r] > 1 ? " (the unpartitioned stage: an upper bound)" : "");
     }
-    return worst != HP_STATUS_OK ? hp_error(worst, "%s", msg) : HP_STATUS_OK;
 }
 
 int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibration) {
@@ -136,7 +120,7 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibr
             if (o.memory_budget[r]) printf(" of its %.2f MiB budget", mib((double)o.memory_budget[r]));
             printf("\n");
         }
-        st = plan_offload(cfg, &s, &o, first, &pr);
+        print_offload(&o, &s, &pr);
         double opt = 0;
         for (int r = 0; r < p; r++)
             if (pr.optimizer_seconds[r] > opt) opt = pr.optimizer_seconds[r];

@@ -14,6 +14,7 @@
 void hp_pipeline_prediction_free(hp_pipeline_prediction *p) {
     if (!p) return;
     free(p->f), free(p->b), free(p->w), free(p->activation_bytes), free(p->state_bytes), free(p->slots);
+    free(p->offload);
     free(p->rank_bytes), free(p->optimizer_seconds);
     hp_sched_timeline_free(&p->tl);
     memset(p, 0, sizeof *p);
@@ -147,6 +148,22 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
         out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)act;
         double a = (double)share * o->seq * o->model->width * 4.0; /* one micro-batch's hidden state, f32 */
         if (a > act_max) act_max = a;
+    }
+    if (o->offload) { /* each stage's activations under its rank's budget, split over the rank's slots */
+        out->offload = calloc((size_t)n, sizeof *out->offload);
+        if (!out->offload) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: %d stages", n);
+        for (int k = 0; k < n; k++) {
+            int r = s->stage_rank[k], slots = 0, dp = o->dp ? o->dp[r] : 1;
+            for (int j = 0; j < n; j++)
+                if (s->stage_rank[j] == r) slots += out->slots[j];
+            hp_gpt_stage part = {first[k], k + 1 < n ? first[k + 1] : L, k == 0, k == n - 1};
+            hp_status st = hp_pipeline_plan_stage_offload(o->model, &part, (o->rows + dp - 1) / dp, o->seq, s->m,
+                                                          s->split_backward, &o->offload_cfg, slots, &out->offload[k]);
+            if (st != HP_STATUS_OK)
+                return hp_error_prefix(st, "pipeline plan: stage %d (rank %d, %d micro-batch%s in flight) cannot run "
+                                       "under its offload budget: ", k, r, slots, slots == 1 ? "" : "es");
+            out->b[k] += out->offload[k].stall_s; /* the prefetches wait in the backward */
+        }
     }
     hp_xfer x = {.kind = HP_XFER_SEND_RECV, .group = 2, .bytes = act_max};
     out->p2p_seconds = p > 1 ? hp_xfer_seconds(o->mm, &x) : 0;

@@ -54,6 +54,8 @@ hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_s
     o->optim = &cfg->optim;
     o->world = cfg->groups.n_ranks;
     o->own = true;
+    hp_offload_plan_config_from(&cfg->offload, &o->offload_cfg);
+    o->offload = cfg->offload.present && o->offload_cfg.device_budget > 0;
     int *dp = calloc((size_t)p, sizeof *dp), *tp = calloc((size_t)p, sizeof *tp), *line = calloc((size_t)p, sizeof *line);
     int *zero = calloc((size_t)p, sizeof *zero);
     size_t *budget = calloc((size_t)p, sizeof *budget);

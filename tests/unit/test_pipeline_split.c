@@ -307,6 +307,27 @@ static void test_stage_offload(void **state) {
     assert_true(two.bytes_out[HP_TIER_HOST] > 0);
     oc.device_budget = 1000;
     assert_int_equal(hp_pipeline_plan_stage_offload(&c, &part, 4, 32, 4, false, &oc, 1, &one), HP_STATUS_OUT_OF_MEMORY);
+    /* hp_pipeline_predict with the offload: each stage planned under its rank's budget (rank 0 keeps
+     * two micro-batches in flight under 1F1B), its stall in its B; a budget too small names the stage */
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    hp_schedule s;
+    assert_ok(hp_schedule_build(HP_SCHED_KIND_1F1B, 2, 4, 0, &s));
+    int first[2] = {0, 2};
+    hp_pipeline_plan_opts po = {.model = &c, .schedule = &s, .rows = 4, .seq = 32, .mm = &mm};
+    hp_pipeline_prediction plain, with;
+    assert_ok(hp_pipeline_predict(&po, first, &plain));
+    assert_null(plain.offload);
+    po.offload = true, po.offload_cfg = oc;
+    po.offload_cfg.device_budget = none.peak_before * 3 / 4;
+    assert_ok(hp_pipeline_predict(&po, first, &with));
+    assert_non_null(with.offload);
+    assert_true(with.offload[0].bytes_out[HP_TIER_HOST] > 0 && with.b[0] >= plain.b[0]);
+    hp_pipeline_prediction_free(&with);
+    po.offload_cfg.device_budget = 1000;
+    assert_int_equal(hp_pipeline_predict(&po, first, &with), HP_STATUS_OUT_OF_MEMORY);
+    hp_test_assert_error_contains("stage 0 (rank 0, 2 micro-batches in flight) cannot run under its offload budget");
+    hp_pipeline_prediction_free(&with), hp_pipeline_prediction_free(&plain);
+    hp_schedule_free(&s);
     oc.device_budget = none.peak_before / 2;
     oc.policy[HP_OFFLOAD_CLASS_ACTIVATIONS] = HP_TIER_DISK;
     assert_int_equal(hp_pipeline_plan_stage_offload(&c, &part, 4, 32, 4, false, &oc, 1, &one),
