@@ -160,7 +160,8 @@ typedef struct hp_pipeline_prediction {
  * all-reduce, clipping and AdamW (graphs built as hp_pipeline_new builds them, hp_predict_nodes).
  * With o->offload each stage's activations are also planned under its rank's budget
  * (hp_pipeline_plan_stage_offload, out->offload) and the predicted stall of one micro-batch is added
- * to its B (the prefetches wait in the backward); a budget a stage cannot run under is an error
+ * to its B (the prefetches wait in the backward) and what it moves out of the device taken off its
+ * rank's rank_bytes (activation_bytes stays the unoffloaded figure); a budget a stage cannot run under is an error
  * naming the stage, its rank and the planner's node.
  * Errors: the planner's and simulator's; HP_STATUS_OUT_OF_MEMORY. Free with
  * hp_pipeline_prediction_free (also after a failure).

@@ -112,7 +112,8 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibr
         hp_sched_bubble th = hp_schedule_bubble_formula(s.kind, p, m, s.v, fu / n, bu / n, wu / n);
         printf("== bubble: simulated %.3f (each rank's own span: %.3f); formula %.3f at the mean stage times\n",
                pr.tl.bubble, pr.tl.bubble_span, th.sync);
-        printf("== memory per rank (parameters, gradients, AdamW state and the micro-batches in flight)\n");
+        printf("== memory per rank (parameters, gradients, AdamW state and the micro-batches in flight%s)\n",
+               o.offload ? "; the activations under the offload plan below" : "");
         for (int r = 0; r < p; r++) {
             const char *nm = o.group_name[r] ? o.group_name[r] : "?";
             printf("  rank %d (group %s): peak %d micro-batch activations in flight (formula %d), %.2f MiB",

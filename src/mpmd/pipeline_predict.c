@@ -163,6 +163,11 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
                 return hp_error_prefix(st, "pipeline plan: stage %d (rank %d, %d micro-batch%s in flight) cannot run "
                                        "under its offload budget: ", k, r, slots, slots == 1 ? "" : "es");
             out->b[k] += out->offload[k].stall_s; /* the prefetches wait in the backward */
+            /* the rank's memory with each slot's activations under the plan: what it moved out */
+            const hp_offload_plan_stats *os = &out->offload[k];
+            double moved = os->peak_before > os->peak_after ? (double)(os->peak_before - os->peak_after) : 0.0;
+            double act = (double)out->activation_bytes[k], kept = act > moved ? act - moved : 0.0;
+            out->rank_bytes[r] -= (double)out->slots[k] * (act - kept);
         }
     }
     hp_xfer x = {.kind = HP_XFER_SEND_RECV, .group = 2, .bytes = act_max};

@@ -322,6 +322,7 @@ static void test_stage_offload(void **state) {
     assert_ok(hp_pipeline_predict(&po, first, &with));
     assert_non_null(with.offload);
     assert_true(with.offload[0].bytes_out[HP_TIER_HOST] > 0 && with.b[0] >= plain.b[0]);
+    assert_true(with.rank_bytes[0] < plain.rank_bytes[0]); /* what the plan moved out of its slots */
     hp_pipeline_prediction_free(&with);
     po.offload_cfg.device_budget = 1000;
     assert_int_equal(hp_pipeline_predict(&po, first, &with), HP_STATUS_OUT_OF_MEMORY);
