@@ -7,7 +7,8 @@
  * the learner on the last rank with the actors before it, co-located FSDP over every rank, and a
  * tensor-parallel actor (tp2: one replica, heads split) after an fsdp2 learner, disjoint (4 ranks,
  * both orders) and co-located (2 ranks: the actor binds to views of the learner's store in its tp
- * layout), and two tp2 replicas (a [dp, tp] actor mesh, 5 ranks); every actor rank's block is
+ * layout), and two tp2 replicas (a [dp, tp] actor mesh, 5 ranks), an MoE policy with an
+ * expert-parallel actor (each rank half the experts; 4 ranks); every actor rank's block is
  * compared (replicated parameters too);
  * synchronous and one step off-policy. Where the actor is one rank (or one tp replica) it samples what the one-rank
  * job samples, so the first update's reward equals the one-rank job's exactly and its GRPO loss and
@@ -39,6 +40,14 @@ static const char *const BASE_STRONG =
     "train: {seed: 3}\n"
     "optim: {lr: 1.0e-3, min_lr: 1.0e-3, warmup: 0, weight_decay: 0.0}\n"
     "rl: {digits: [1, 3], prompts: 4, group_size: 4, steps: %d, sft_steps: 400, sft_batch: 16, sft_lr: 1.0e-2, "
+    "off_policy: %d, eval_prompts: 8}\n";
+/* A mixture-of-experts policy (4 experts, top 2, in the second block), for an expert-parallel actor. */
+static const char *const BASE_MOE =
+    "model: {vocab: 256, context: 8, layers: 2, heads: 2, width: 32,\n"
+    "        moe: {experts: 4, top_k: 2, expert_width: 32, every: 2, router: softmax, balance_loss: 0.01}}\n"
+    "train: {seed: 3}\n"
+    "optim: {lr: 1.0e-3, min_lr: 1.0e-3, warmup: 0, weight_decay: 0.0}\n"
+    "rl: {digits: [1, 3], prompts: 4, group_size: 4, steps: %d, sft_steps: 60, sft_batch: 16, sft_lr: 1.0e-2, "
     "off_policy: %d, eval_prompts: 8}\n";
 static const char *g_base = BASE;
 
@@ -124,6 +133,15 @@ static void run(hp_comm *world, const char *what, const char *groups, int off_po
               "{match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}, " \
               "{match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}]}"
 
+/* The same with expert parallelism: each rank of the actor holds half the experts. */
+#define TPEP "mesh: {device_matrix: [2], alias_name: [tp]}, strategy: {params: [" \
+             "{match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}, " \
+             "{match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}, " \
+             "{match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}, " \
+             "{match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}, " \
+             "{match: \"*.experts.fc.weight\", tensor_map: [tp, none, none]}, " \
+             "{match: \"*.experts.proj.weight\", tensor_map: [tp, none, none]}]}"
+
 #define DPTP "mesh: {device_matrix: [2, 2], alias_name: [dp, tp]}, strategy: {params: [" \
              "{match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}, " \
              "{match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}, " \
@@ -174,6 +192,11 @@ int main(int argc, char **argv) {
         run(world, "co-located fsdp4 without groups",
             "strategy: {mesh: {device_matrix: [4], alias_name: [fsdp]}, inputs: {tokens: [fsdp, none]}, "
             "params: [{match: \"*\", tensor_map: [fsdp]}]}\n", 0, "co-located", false);
+        g_base = BASE_MOE; /* an MoE policy: the actor expert-parallel (2 of 4 experts a rank) after an fsdp2 learner */
+        run(world, "MoE: learner fsdp2 [0,1], actor tp2 + ep2 [2,3], off-policy",
+            "groups:\n  learner: {kind: learner, ranks: [0, 1], " FSDP(2) "}\n"
+            "  actor: {kind: actor, ranks: [2, 3], " TPEP "}\n", 1, "disjoint", false);
+        g_base = BASE;
     }
     if (p == 5) { /* two tp2 replicas: each generates its share of the batch, heads split in each */
         g_base = BASE_STRONG;
