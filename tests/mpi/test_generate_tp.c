@@ -26,49 +26,34 @@
 #define SLOTS 3
 #define NEW 10
 
-static const char *const GPT_TP =
-    "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, tied_head: false}\n"
-    "strategy:\n"
-    "  mesh: {device_matrix: [2], alias_name: [tp]}\n"
-    "  params:\n"
-    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}\n"
-    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}\n"
-    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}\n"
-    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
-    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
-    "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n";
-
-/* GPT with MoE layers in every second block: attention Megatron, each expert's hidden width split
- * over tp (fc column-, proj row-parallel per expert), the router replicated. */
-static const char *const MOE_TP =
-    "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, tied_head: false,\n"
-    "        moe: {experts: 4, top_k: 2, expert_width: 32, every: 2, router: softmax, balance_loss: 0.01}}\n"
-    "strategy:\n"
-    "  mesh: {device_matrix: [2], alias_name: [tp]}\n"
-    "  params:\n"
-    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}\n"
-    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}\n"
-    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}\n"
-    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
-    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
+/* Megatron over tp: q/k/v and fc column-parallel, the projections row-parallel. */
+#define MEGATRON_TP                                                                                \
+    "strategy:\n"                                                                                  \
+    "  mesh: {device_matrix: [2], alias_name: [tp]}\n"                                             \
+    "  params:\n"                                                                                  \
+    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}\n"                      \
+    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}\n"                              \
+    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}\n"                          \
+    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"                                  \
+    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"                       \
     "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n"
+
+/* GPT with MoE layers in every second block (4 experts, top 2). */
+#define MOE_MODEL                                                                                  \
+    "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, tied_head: false,\n"          \
+    "        moe: {experts: 4, top_k: 2, expert_width: 32, every: 2, router: softmax, balance_loss: 0.01}}\n"
+
+static const char *const GPT_TP =
+    "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, tied_head: false}\n" MEGATRON_TP;
+
+/* Attention Megatron, each expert's hidden width split over tp (fc column-, proj row-parallel per
+ * expert), the router replicated. */
+static const char *const MOE_TP = MOE_MODEL MEGATRON_TP
     "    - {match: \"*.experts.fc.weight\", tensor_map: [none, tp, none]}\n"
     "    - {match: \"*.experts.proj.weight\", tensor_map: [none, none, tp]}\n";
 
-/* The same MoE model with expert parallelism: the experts themselves split over the axis (each rank
- * holds 2 of the 4), attention Megatron as above. */
-static const char *const MOE_EP =
-    "model: {vocab: 256, context: 32, layers: 2, heads: 4, width: 32, tied_head: false,\n"
-    "        moe: {experts: 4, top_k: 2, expert_width: 32, every: 2, router: softmax, balance_loss: 0.01}}\n"
-    "strategy:\n"
-    "  mesh: {device_matrix: [2], alias_name: [tp]}\n"
-    "  params:\n"
-    "    - {match: \"blocks.*.attn.[qkv].weight\", tensor_map: [tp, none]}\n"
-    "    - {match: \"blocks.*.attn.[qkv].bias\", tensor_map: [tp]}\n"
-    "    - {match: \"blocks.*.mlp.fc.weight\", tensor_map: [tp, none]}\n"
-    "    - {match: \"blocks.*.mlp.fc.bias\", tensor_map: [tp]}\n"
-    "    - {match: \"blocks.*.attn.proj.weight\", tensor_map: [none, tp]}\n"
-    "    - {match: \"blocks.*.mlp.proj.weight\", tensor_map: [none, tp]}\n"
+/* Expert parallelism: the experts themselves split over the axis (each rank holds 2 of the 4). */
+static const char *const MOE_EP = MOE_MODEL MEGATRON_TP
     "    - {match: \"*.experts.fc.weight\", tensor_map: [tp, none, none]}\n"
     "    - {match: \"*.experts.proj.weight\", tensor_map: [tp, none, none]}\n";
 

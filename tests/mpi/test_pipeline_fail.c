@@ -38,21 +38,29 @@ static void batch(int step, int32_t *tok, int32_t *tgt) {
     }
 }
 
+/* A communicator family of its own (a failure ends it), p stages under 1F1B with m = 4, and the
+ * options of their pipeline over it (borrowing *w, *s and *c). */
+static hp_status setup(int p, hp_comm **w, hp_schedule *s, hp_gpt_config *c, hp_pipeline_opts *o) {
+    HP_CHECK(hp_comm_mpi_world(w));
+    HP_CHECK(hp_comm_set_timeout(*w, 120));
+    *c = model(false, p);
+    HP_CHECK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 4, 0, s));
+    *o = HP_PIPELINE_OPTS_INIT;
+    o->model = c, o->batch = BATCH, o->seq = SEQ, o->schedule = s, o->optim = &OPTIM, o->comm = *w;
+    return HP_STATUS_OK;
+}
+
 /* A rank whose action fails (rank 0's embedding meets an id outside the vocabulary in micro-batch
  * 1, after micro-batch 0 left) must not leave the ranks waiting on each other's transfers: every
- * rank returns an error within seconds, rank 0 naming the id, the others rank 0's failure. On a
- * communicator family of its own (the failure ends it). */
+ * rank returns an error within seconds, rank 0 naming the id, the others rank 0's failure. */
 static void check_failed_action(int p) {
     hp_comm *w = NULL;
     hp_pipeline *pp = NULL;
     hp_schedule s;
     memset(&s, 0, sizeof s);
-    OK(hp_comm_mpi_world(&w));
-    OK(hp_comm_set_timeout(w, 120));
-    hp_gpt_config c = model(false, p);
-    OK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 4, 0, &s));
-    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
-    o.model = &c, o.batch = BATCH, o.seq = SEQ, o.schedule = &s, o.optim = &OPTIM, o.comm = w;
+    hp_gpt_config c;
+    hp_pipeline_opts o;
+    OK(setup(p, &w, &s, &c, &o));
     OK(hp_pipeline_new(&o, &pp));
     OK(hp_pipeline_init_params(pp, SEED));
     int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
@@ -84,16 +92,13 @@ static void check_failed_build(int p) {
     hp_pipeline *pp = NULL;
     hp_schedule s;
     memset(&s, 0, sizeof s);
-    OK(hp_comm_mpi_world(&w));
-    OK(hp_comm_set_timeout(w, 120));
-    hp_gpt_config c = model(false, p);
-    OK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 4, 0, &s));
+    hp_gpt_config c;
+    hp_pipeline_opts o;
+    OK(setup(p, &w, &s, &c, &o));
     hp_offload_plan_config oc;
     hp_offload_plan_config_init(&oc);
     oc.device_budget = 1000;
     oc.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
-    hp_pipeline_opts o = HP_PIPELINE_OPTS_INIT;
-    o.model = &c, o.batch = BATCH, o.seq = SEQ, o.schedule = &s, o.optim = &OPTIM, o.comm = w;
     if (g_rank == 0) o.offload = &oc;
     double t0 = hp_now_seconds();
     hp_status st = hp_pipeline_new(&o, &pp);
