@@ -167,7 +167,7 @@ static void bench_schedule(hp_comm *world, hp_sched_kind kind, int m, int steps,
             if (hp_pipeline_stage_info(pp, ch, &stage, &info, &ns) != HP_STATUS_OK) fail("stage info");
             if (hp_pipeline_plan_stage(&c, &info, BATCH / m, SEQ, m, &mm, &sp) != HP_STATUS_OK) fail("plan stage");
             int32_t *e = &mine_i[(me * MAXC + ch) * 3];
-            e[0] = stage + 1, e[1] = ns, e[2] = (int32_t)(s.split_backward ? sp.activation_bytes_split : sp.activation_bytes);
+            e[0] = stage + 1, e[1] = ns, e[2] = (int32_t)hp_pipeline_stage_activations(&sp, s.split_backward);
         }
         hp_comm_all_reduce(world, mine_i, all_i, 4 * MAXC * 3, HP_DTYPE_I32, HP_REDUCE_SUM);
         double *act = calloc((size_t)s.n_stages, sizeof *act), *pb = calloc((size_t)p, sizeof *pb);

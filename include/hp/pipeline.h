@@ -262,6 +262,10 @@ typedef struct hp_pipeline_stage_plan {
  * hp_predict_nodes over its node range under `mm` and the bytes by hp_program_plan. Errors: the model builder's,
  * autodiff's and the planner's.
  */
+/* The activation bytes of one micro-batch in flight in the order the runtime runs the stage: B and W
+ * apart when the schedule splits them (hp_schedule.split_backward), else the backward whole. */
+size_t hp_pipeline_stage_activations(const hp_pipeline_stage_plan *sp, bool split_backward);
+
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out);
 

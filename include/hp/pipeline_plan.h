@@ -138,6 +138,7 @@ typedef struct hp_pipeline_prediction {
     size_t *state_bytes;        /* [n_stages] parameters, accumulators, inputs and AdamW moments */
     int *slots;                 /* [n_stages] micro-batches in flight (hp_pipeline_stage_slots) */
     double *rank_bytes;         /* [p] per process of the group: its stages' state + slots x activations */
+    int *rank_slots;            /* [p] micro-batches in flight per process, over all its stages */
     double *optimizer_seconds;  /* [p] the norm program, the groups' gradient all-reduce and the update */
     double p2p_seconds;         /* one activation (or its gradient) sent between stages */
     double reduce_seconds;      /* the step's small all-reduces (loss, squared norm) over the world */

@@ -27,9 +27,7 @@ static void print_offload(const hp_pipeline_plan_opts *o, const hp_schedule *s, 
            "micro-batches in flight, plus the parameters each reads)\n", disk ? "disk" : "host memory",
            mib((double)o->offload_cfg.device_budget));
     for (int k = 0; k < s->n_stages; k++) {
-        int r = s->stage_rank[k], slots = 0;
-        for (int j = 0; j < s->n_stages; j++)
-            if (s->stage_rank[j] == r) slots += pr->slots[j];
+        int r = s->stage_rank[k], slots = pr->rank_slots[r];
         const hp_offload_plan_stats *os = &pr->offload[k];
         printf("  stage %d (rank %d, %d micro-batch%s in flight): one micro-batch's peak %.2f -> %.2f MiB, %.2f MiB "
                "offloaded and %.2f MiB read back per micro-batch, predicted stall %.2f ms (in its B)%s\n",

@@ -407,6 +407,10 @@ static hp_status plan_both(const hp_gpt_config *model, const hp_gpt_stage *part,
     return plan_order(model, part, rows, seq, m, pg, true, false, mm, out, &out->activation_bytes);
 }
 
+size_t hp_pipeline_stage_activations(const hp_pipeline_stage_plan *sp, bool split_backward) {
+    return split_backward ? sp->activation_bytes_split : sp->activation_bytes;
+}
+
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out) {
     return plan_both(model, part, rows, seq, m, NULL, mm, out);

@@ -7,6 +7,7 @@
 
 #include "hp/ops.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 void hp_pipeline_prediction_free(hp_pipeline_prediction *p) {
     if (!p) return;
     free(p->f), free(p->b), free(p->w), free(p->activation_bytes), free(p->state_bytes), free(p->slots);
-    free(p->offload);
+    free(p->offload), free(p->rank_slots);
     free(p->rank_bytes), free(p->optimizer_seconds);
     hp_sched_timeline_free(&p->tl);
     memset(p, 0, sizeof *p);
@@ -120,9 +121,10 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
     out->state_bytes = calloc((size_t)n, sizeof *out->state_bytes);
     out->slots = calloc((size_t)n, sizeof *out->slots);
     out->rank_bytes = calloc((size_t)p, sizeof *out->rank_bytes);
+    out->rank_slots = calloc((size_t)p, sizeof *out->rank_slots);
     out->optimizer_seconds = calloc((size_t)p, sizeof *out->optimizer_seconds);
     if (!out->f || !out->b || !out->w || !out->activation_bytes || !out->state_bytes || !out->slots || !out->rank_bytes ||
-        !out->optimizer_seconds)
+        !out->rank_slots || !out->optimizer_seconds)
         return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: %d stages", n);
     HP_CHECK(hp_pipeline_stage_slots(s, out->slots));
     double act_max = 0;
@@ -140,12 +142,13 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
                                                   &gp));
             out->f[k] = gp.f_seconds, out->b[k] = gp.b_seconds, out->w[k] = gp.w_seconds;
         }
-        size_t act = s->split_backward ? sp.activation_bytes_split : sp.activation_bytes; /* the order it runs */
+        size_t act = hp_pipeline_stage_activations(&sp, s->split_backward);
         out->activation_bytes[k] = act;
         double pb = 0;
         HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));
         out->state_bytes[k] = sp.persistent_bytes + (size_t)(2 * pb / (o->zero ? o->zero[r] : 1));
         out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)act;
+        out->rank_slots[r] += out->slots[k];
         double a = (double)share * o->seq * o->model->width * 4.0; /* one micro-batch's hidden state, f32 */
         if (a > act_max) act_max = a;
     }
@@ -153,9 +156,7 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
         out->offload = calloc((size_t)n, sizeof *out->offload);
         if (!out->offload) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: %d stages", n);
         for (int k = 0; k < n; k++) {
-            int r = s->stage_rank[k], slots = 0, dp = o->dp ? o->dp[r] : 1;
-            for (int j = 0; j < n; j++)
-                if (s->stage_rank[j] == r) slots += out->slots[j];
+            int r = s->stage_rank[k], slots = out->rank_slots[r], dp = o->dp ? o->dp[r] : 1;
             hp_gpt_stage part = {first[k], k + 1 < n ? first[k + 1] : L, k == 0, k == n - 1};
             hp_status st = hp_pipeline_plan_stage_offload(o->model, &part, (o->rows + dp - 1) / dp, o->seq, s->m,
                                                           s->split_backward, &o->offload_cfg, slots, &out->offload[k]);
@@ -163,11 +164,10 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
                 return hp_error_prefix(st, "pipeline plan: stage %d (rank %d, %d micro-batch%s in flight) cannot run "
                                        "under its offload budget: ", k, r, slots, slots == 1 ? "" : "es");
             out->b[k] += out->offload[k].stall_s; /* the prefetches wait in the backward */
-            /* the rank's memory with each slot's activations under the plan: what it moved out */
+            /* the rank's memory: each slot's activations less what the plan moved out of the device */
             const hp_offload_plan_stats *os = &out->offload[k];
             double moved = os->peak_before > os->peak_after ? (double)(os->peak_before - os->peak_after) : 0.0;
-            double act = (double)out->activation_bytes[k], kept = act > moved ? act - moved : 0.0;
-            out->rank_bytes[r] -= (double)out->slots[k] * (act - kept);
+            out->rank_bytes[r] -= (double)out->slots[k] * fmin(moved, (double)out->activation_bytes[k]);
         }
     }
     hp_xfer x = {.kind = HP_XFER_SEND_RECV, .group = 2, .bytes = act_max};

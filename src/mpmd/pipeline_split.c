@@ -184,7 +184,7 @@ static hp_status group_measure(const hp_pipeline_plan_opts *o, group_cost *gc, i
     double pb = 0;
     HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));
     gc->t[i] = (sp.f_seconds + sp.b_seconds + sp.w_seconds) / gc->tp;
-    gc->act[i] = (double)(o->schedule->split_backward ? sp.activation_bytes_split : sp.activation_bytes);
+    gc->act[i] = (double)hp_pipeline_stage_activations(&sp, o->schedule->split_backward);
     gc->state[i] = (double)sp.persistent_bytes + 2 * pb / gc->zero; /* + AdamW's two moments (their block) */
     gc->done[i] = true;
     return HP_STATUS_OK;

@@ -180,7 +180,7 @@ static hp_status estimate_pipeline(const hp_run_config *cfg, int world_size, int
         hp_pipeline_stage_plan sp;
         st = hp_pipeline_plan_stage(&gc, &part, share, (int)cfg->model.context, s.m, &mm, &sp);
         if (st != HP_STATUS_OK) break;
-        size_t a = s.split_backward ? sp.activation_bytes_split : sp.activation_bytes; /* the order it runs */
+        size_t a = hp_pipeline_stage_activations(&sp, s.split_backward);
         if (a > act) act = a;
         out->params += sp.persistent_bytes;    /* parameters, accumulators, inputs */
         out->optimizer += sp.persistent_bytes; /* AdamW's two states, about as large */

@@ -38,37 +38,48 @@ static void batch(int step, int32_t *tok, int32_t *tgt) {
     }
 }
 
-/* A communicator family of its own (a failure ends it), p stages under 1F1B with m = 4, and the
- * options of their pipeline over it (borrowing *w, *s and *c). */
-static hp_status setup(int p, hp_comm **w, hp_schedule *s, hp_gpt_config *c, hp_pipeline_opts *o) {
-    HP_CHECK(hp_comm_mpi_world(w));
-    HP_CHECK(hp_comm_set_timeout(*w, 120));
-    *c = model(false, p);
-    HP_CHECK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 4, 0, s));
-    *o = HP_PIPELINE_OPTS_INIT;
-    o->model = c, o->batch = BATCH, o->seq = SEQ, o->schedule = s, o->optim = &OPTIM, o->comm = *w;
+/* One check's pipeline: a communicator family of its own (a failure ends it), p stages under 1F1B
+ * with m = 4, and the options of their pipeline over it. */
+typedef struct fixture {
+    hp_comm *w;
+    hp_schedule s;
+    hp_gpt_config c;
+    hp_pipeline_opts o;
+    hp_pipeline *pp;
+} fixture;
+
+static hp_status setup(int p, fixture *f) {
+    memset(f, 0, sizeof *f);
+    HP_CHECK(hp_comm_mpi_world(&f->w));
+    HP_CHECK(hp_comm_set_timeout(f->w, 120));
+    f->c = model(false, p);
+    HP_CHECK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 4, 0, &f->s));
+    f->o = HP_PIPELINE_OPTS_INIT;
+    f->o.model = &f->c, f->o.batch = BATCH, f->o.seq = SEQ, f->o.schedule = &f->s, f->o.optim = &OPTIM;
+    f->o.comm = f->w;
     return HP_STATUS_OK;
+}
+
+static void teardown(fixture *f) {
+    hp_pipeline_free(f->pp);
+    hp_schedule_free(&f->s);
+    hp_comm_free(f->w);
 }
 
 /* A rank whose action fails (rank 0's embedding meets an id outside the vocabulary in micro-batch
  * 1, after micro-batch 0 left) must not leave the ranks waiting on each other's transfers: every
  * rank returns an error within seconds, rank 0 naming the id, the others rank 0's failure. */
 static void check_failed_action(int p) {
-    hp_comm *w = NULL;
-    hp_pipeline *pp = NULL;
-    hp_schedule s;
-    memset(&s, 0, sizeof s);
-    hp_gpt_config c;
-    hp_pipeline_opts o;
-    OK(setup(p, &w, &s, &c, &o));
-    OK(hp_pipeline_new(&o, &pp));
-    OK(hp_pipeline_init_params(pp, SEED));
+    fixture f;
+    OK(setup(p, &f));
+    OK(hp_pipeline_new(&f.o, &f.pp));
+    OK(hp_pipeline_init_params(f.pp, SEED));
     int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
     batch(0, tok, tgt);
     tok[(BATCH / 4) * SEQ + 3] = 48; /* micro-batch 1, vocab 48 */
     double t0 = hp_now_seconds();
     float loss;
-    hp_status st = hp_pipeline_forward_backward(pp, tok, tgt, &loss);
+    hp_status st = hp_pipeline_forward_backward(f.pp, tok, tgt, &loss);
     double wall = hp_now_seconds() - t0;
     CHECK(st != HP_STATUS_OK && wall < 10.0, "failed action: status %s after %.1f s (%s)", hp_status_str(st), wall,
           hp_error_message());
@@ -78,9 +89,7 @@ static void check_failed_action(int p) {
         CHECK(strstr(hp_error_message(), "world rank 0") != NULL && strstr(hp_error_message(), "failed"),
               "rank %d's error does not name rank 0's failure: %s", g_rank, hp_error_message());
 out:
-    hp_pipeline_free(pp);
-    hp_schedule_free(&s);
-    hp_comm_free(w);
+    teardown(&f);
 }
 
 /* A rank whose stages alone fail to build (rank 0 alone asks for a 1 kB offload budget, which its
@@ -88,22 +97,18 @@ out:
  * hp_pipeline_new fails, rank 0 with its budget error, the others naming rank 0. Before the
  * ranks agreed on the build, rank 1 waited the communicator's whole timeout in its first receive. */
 static void check_failed_build(int p) {
-    hp_comm *w = NULL;
-    hp_pipeline *pp = NULL;
-    hp_schedule s;
-    memset(&s, 0, sizeof s);
-    hp_gpt_config c;
-    hp_pipeline_opts o;
-    OK(setup(p, &w, &s, &c, &o));
+    fixture f;
+    OK(setup(p, &f));
     hp_offload_plan_config oc;
     hp_offload_plan_config_init(&oc);
     oc.device_budget = 1000;
     oc.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
-    if (g_rank == 0) o.offload = &oc;
+    if (g_rank == 0) f.o.offload = &oc;
     double t0 = hp_now_seconds();
-    hp_status st = hp_pipeline_new(&o, &pp);
+    hp_status st = hp_pipeline_new(&f.o, &f.pp);
     double wall = hp_now_seconds() - t0;
-    CHECK(st != HP_STATUS_OK && pp == NULL && wall < 10.0, "failed build: status %s after %.1f s", hp_status_str(st), wall);
+    CHECK(st != HP_STATUS_OK && f.pp == NULL && wall < 10.0, "failed build: status %s after %.1f s", hp_status_str(st),
+          wall);
     if (g_rank == 0)
         CHECK(st == HP_STATUS_OUT_OF_MEMORY, "rank 0's build failed with %s, not its budget: %s", hp_status_str(st),
               hp_error_message());
@@ -111,9 +116,7 @@ static void check_failed_build(int p) {
         CHECK(st == HP_STATUS_COMM && strstr(hp_error_message(), "rank 0 ") != NULL,
               "rank %d's error does not name rank 0's failed build: %s", g_rank, hp_error_message());
 out:
-    hp_pipeline_free(pp);
-    hp_schedule_free(&s);
-    hp_comm_free(w);
+    teardown(&f);
 }
 
 int main(int argc, char **argv) {
