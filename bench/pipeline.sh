@@ -167,5 +167,6 @@ for name in dict.fromkeys(r["config"] for r in rows):
         out["bubble"] = round(statistics.median(r["bubble"] for r in rs), 4)
         out["formula"] = round(statistics.median(r["formula"] for r in rs), 4)
         out["bubble_over_formula"] = round(out["bubble"] / out["formula"], 3) if out["formula"] > 0 else None
+        out["imbalance"] = round(statistics.median(r["imbalance"] for r in rs), 4)
     out["load1_max"] = max(max(r["load1"]) for r in rs)
     print(json.dumps(out))' "$results"

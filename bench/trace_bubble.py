@@ -10,8 +10,10 @@ per-action program entry and the gaps between its nodes count as busy, as in ben
 busy time). The step's schedule window is from the first action's start to the last action's end
 over all ranks (the ranks' clocks are aligned by hp_trace_sync); the optimizer after it is not part
 of the window. bubble = 1 - sum of the ranks' action time / (ranks x window). Prints one JSON line:
-the median, min and max bubble over the steps, the ranks, steps counted, and each rank's mean F, B
-and W action time in ms (a full backward counts as B).
+the median, min and max bubble over the steps, the ranks, steps counted, the imbalance (the busiest
+rank's action time less the ranks' mean, over the window: idle that unequal stages force whatever
+the schedule, which the closed forms at uniform times leave out), and each rank's mean F, B and W
+action time in ms (a full backward counts as B).
 """
 import json
 import statistics
@@ -55,7 +57,7 @@ def main(argv):
     if not steps or not ranks:
         print(f"trace_bubble: {path}: no pipeline actions after step {skip}", file=sys.stderr)
         return 1
-    bubbles = []
+    bubbles, imbalance = [], []
     phase_ms = {r: {"F": [], "B": [], "W": []} for r in ranks}
     for s in steps:
         acts = [(k, v) for k, v in actions.items() if k[0] == s]
@@ -63,6 +65,8 @@ def main(argv):
         hi = max(v[1] for _, v in acts)
         busy = sum(v[1] - v[0] for _, v in acts)
         bubbles.append(1 - busy / (len(ranks) * (hi - lo)))
+        per_rank = [sum(v[1] - v[0] for k, v in acts if k[1] == r) for r in ranks]
+        imbalance.append((max(per_rank) - statistics.mean(per_rank)) / (hi - lo))
         for k, v in acts:
             phase_ms[k[1]][k[4]].append((v[1] - v[0]) / 1e3)
     out = {
@@ -73,6 +77,9 @@ def main(argv):
         "bubble": round(statistics.median(bubbles), 4),
         "bubble_min": round(min(bubbles), 4),
         "bubble_max": round(max(bubbles), 4),
+        # the part of the bubble the ranks' unequal work alone makes: (the busiest rank's compute -
+        # the ranks' mean) / window; no schedule of these stages has less idle than this
+        "imbalance": round(statistics.median(imbalance), 4),
     }
     for r in ranks:
         for ph in ("F", "B", "W"):

@@ -254,6 +254,7 @@ typedef struct hp_pipeline_stage_plan {
     size_t activation_bytes_split; /* the same with B and W apart (ZB-H1, ZB-V, DualPipeV: the activation
                                     * gradients W reads live from B to W): usually more */
     size_t persistent_bytes;                /* parameters, gradient accumulators, inputs and kept tensors */
+    size_t param_bytes;                     /* the parameters alone (AdamW keeps two moments of each) */
 } hp_pipeline_stage_plan;
 
 /*
@@ -298,6 +299,16 @@ hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_
 hp_status hp_pipeline_plan_stage_offload(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                          bool split_backward, const hp_offload_plan_config *cfg, int slots,
                                          hp_offload_plan_stats *out);
+
+/*
+ * hp_pipeline_plan_stage_offload for a stage group whose strategy `sc` (its mesh of n_ranks devices;
+ * NULL or not present: hp_pipeline_plan_stage_offload) partitions the stage: the per-process graph
+ * of mesh index 0 (hp_pipeline_plan_stage_group's) planned under the slot's budget, its figures one
+ * process's. Errors: hp_pipeline_plan_stage_offload's, the strategy's and the partitioner's.
+ */
+hp_status hp_pipeline_plan_stage_offload_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq,
+                                               int m, bool split_backward, const hp_offload_plan_config *cfg, int slots,
+                                               const hp_strategy_config *sc, int n_ranks, hp_offload_plan_stats *out);
 
 /* What this rank did over the steps since the pipeline was made (or the stats reset). */
 typedef struct hp_pipeline_stats {

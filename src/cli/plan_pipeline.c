@@ -33,7 +33,7 @@ static void print_offload(const hp_pipeline_plan_opts *o, const hp_schedule *s, 
                "offloaded and %.2f MiB read back per micro-batch, predicted stall %.2f ms (in its B)%s\n",
                k, r, slots, slots == 1 ? "" : "es", mib((double)os->peak_before), mib((double)os->peak_after),
                mib((double)os->bytes_out[tier]), mib((double)os->bytes_in[tier]), 1e3 * os->stall_s,
-               o->tp && o->tp[r] > 1 ? " (the unpartitioned stage: an upper bound)" : "");
+               o->tp && o->tp[r] > 1 ? " (one rank of the partitioned stage)" : "");
     }
 }
 
@@ -96,7 +96,7 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibr
                    k, g->name, g->n_ranks, g->n_ranks == 1 ? "" : "s", shape, (o.rows + dp - 1) / dp, blocks,
                    k == 0 ? " + embedding" : "", k == n - 1 ? " + head" : "", 1e3 * pr.f[k], 1e3 * pr.b[k],
                    1e3 * pr.w[k], tp > 1 ? " (one rank of the partitioned stage, its collectives included)" : "", mib((double)pr.activation_bytes[k]), pr.slots[k],
-                   mib((double)pr.state_bytes[k]), tp > 1 ? " (unsplit model: an upper bound)" : "");
+                   mib((double)pr.state_bytes[k]), tp > 1 ? " (one rank's blocks)" : "");
         }
     }
     hp_sched_check_opts co = HP_SCHED_CHECK_OPTS_INIT;

@@ -393,6 +393,12 @@ static hp_status plan_order(const hp_gpt_config *model, const hp_gpt_stage *part
     if (st == HP_STATUS_OK) {
         *act_bytes = ps.arena_bytes + ps.workspace_bytes;
         out->persistent_bytes = ps.persistent_bytes;
+        out->param_bytes = 0;
+        for (int t = 0; t < hp_graph_n_tensors(c.g); t++) { /* this process's blocks when partitioned */
+            const hp_tensor *x = hp_graph_tensor(c.g, t);
+            if (x->kind == HP_TENSOR_KIND_PARAM)
+                out->param_bytes += (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype);
+        }
     }
     if (c.partition) hp_partition_free(c.partition); /* owns c.g */
     hp_graph_free(c.partition ? c.lg : c.g);
@@ -419,15 +425,22 @@ hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage 
 static hp_status check_group_strategy(const hp_strategy_config *sc, int r, int n);
 static int axes_of_dim(const hp_strategy_config *sc, int d, int *axes);
 
+/* The partition a group of n_ranks processes under strategy sc gives a stage, for planning. */
+static hp_status plan_group_new(const hp_strategy_config *sc, int n_ranks, plan_group *pg) {
+    *pg = (plan_group){0};
+    HP_CHECK(check_group_strategy(sc, 0, n_ranks));
+    HP_CHECK(hp_strategy_new(sc, n_ranks, &pg->strategy));
+    pg->n_row_axes = axes_of_dim(sc, 0, pg->row_axes), pg->n_seq_axes = axes_of_dim(sc, 1, pg->seq_axes);
+    return HP_STATUS_OK;
+}
+
 hp_status hp_pipeline_plan_stage_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                        const hp_strategy_config *sc, int n_ranks, const hp_machine_model *mm,
                                        hp_pipeline_stage_plan *out) {
     if (!sc || !sc->present) return hp_pipeline_plan_stage(model, part, rows, seq, m, mm, out);
     memset(out, 0, sizeof *out);
-    HP_CHECK(check_group_strategy(sc, 0, n_ranks));
-    plan_group pg = {0};
-    HP_CHECK(hp_strategy_new(sc, n_ranks, &pg.strategy));
-    pg.n_row_axes = axes_of_dim(sc, 0, pg.row_axes), pg.n_seq_axes = axes_of_dim(sc, 1, pg.seq_axes);
+    plan_group pg;
+    HP_CHECK(plan_group_new(sc, n_ranks, &pg));
     hp_status st = plan_both(model, part, rows, seq, m, &pg, mm, out);
     hp_strategy_free(pg.strategy);
     return st;
@@ -628,22 +641,47 @@ static hp_status offload_config(hp_pipeline *pp, const hp_offload_plan_config *c
     return HP_STATUS_OK;
 }
 
-hp_status hp_pipeline_plan_stage_offload(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
-                                         bool split_backward, const hp_offload_plan_config *cfg, int slots,
-                                         hp_offload_plan_stats *out) {
+/* The offload plan of one slot of the stage (partitioned over pg's mesh when pg has a strategy, as
+ * plan_order builds it): hp_pipeline_plan_stage_offload and its group form. */
+static hp_status plan_offload(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                              bool split_backward, const hp_offload_plan_config *cfg, int slots, const plan_group *pg,
+                              hp_offload_plan_stats *out) {
     memset(out, 0, sizeof *out);
     hp_offload_plan_config oc;
     HP_CHECK(slot_offload_config(cfg, slots, &oc));
     pp_chunk c = {.part = *part, .whole_backward = !split_backward};
+    hp_tid logical_in;
     hp_status st = stage_graph(model, rows, seq, rows * m, 1.0f / (float)m, &c);
+    if (st == HP_STATUS_OK && pg)
+        st = partition_chunk(pg->strategy, hp_strategy_mesh(pg->strategy), pg->row_axes, pg->n_row_axes, pg->seq_axes,
+                             pg->n_seq_axes, 0, &c, &logical_in);
     hp_tid keep[3];
     int nk = st == HP_STATUS_OK ? stage_keep(&c, keep) : 0;
-    if (oc.device_budget && c.g) oc.device_budget += store_bytes(c.g); /* as the runtime: the store's tensors it reads */
+    if (st == HP_STATUS_OK && oc.device_budget) oc.device_budget += store_bytes(c.g); /* as the runtime: the store's tensors it reads */
     hp_offload_plan *plan = NULL;
     if (st == HP_STATUS_OK) st = hp_offload_plan_new(c.g, keep, nk, &oc, &plan);
     if (st == HP_STATUS_OK) hp_offload_plan_get_stats(plan, out);
     hp_offload_plan_free(plan);
-    hp_graph_free(c.g);
+    if (c.partition) hp_partition_free(c.partition); /* owns c.g */
+    hp_graph_free(c.partition ? c.lg : c.g);
+    return st;
+}
+
+hp_status hp_pipeline_plan_stage_offload(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
+                                         bool split_backward, const hp_offload_plan_config *cfg, int slots,
+                                         hp_offload_plan_stats *out) {
+    return plan_offload(model, part, rows, seq, m, split_backward, cfg, slots, NULL, out);
+}
+
+hp_status hp_pipeline_plan_stage_offload_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq,
+                                               int m, bool split_backward, const hp_offload_plan_config *cfg, int slots,
+                                               const hp_strategy_config *sc, int n_ranks, hp_offload_plan_stats *out) {
+    if (!sc || !sc->present) return plan_offload(model, part, rows, seq, m, split_backward, cfg, slots, NULL, out);
+    memset(out, 0, sizeof *out);
+    plan_group pg;
+    HP_CHECK(plan_group_new(sc, n_ranks, &pg));
+    hp_status st = plan_offload(model, part, rows, seq, m, split_backward, cfg, slots, &pg, out);
+    hp_strategy_free(pg.strategy);
     return st;
 }
 

@@ -4,8 +4,17 @@
 
 #include "hp/pipeline_plan.h"
 
-/* Bytes of the parameters of `part` of `model` (each counted once), from its stage graph built for
- * one token. Errors: the builder's; HP_STATUS_OUT_OF_MEMORY. */
-hp_status hp__pp_param_bytes(const hp_gpt_config *model, const hp_gpt_stage *part, double *out);
+/* What one stage costs a process of group r of o per micro-batch, as the runtime builds it: the
+ * stage partitioned over the group's mesh when the group has model-parallel ranks and a strategy
+ * (hp_pipeline_plan_stage_group: its seconds and bytes one process's), else the whole stage with
+ * its seconds divided by the group's tp. */
+typedef struct pp_stage_cost {
+    hp_pipeline_stage_plan plan; /* seconds of F, B, W; bytes */
+    size_t act;                  /* one micro-batch's activations in the order the schedule runs them */
+    size_t state;                /* parameters, accumulators, inputs, kept tensors and AdamW's moments */
+} pp_stage_cost;
+
+/* Errors: the stage planners'. */
+hp_status hp__pp_stage_cost(const hp_pipeline_plan_opts *o, int r, const hp_gpt_stage *part, pp_stage_cost *out);
 
 #endif

@@ -130,23 +130,15 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
     double act_max = 0;
     for (int k = 0; k < n; k++) {
         int r = s->stage_rank[k];
-        int dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1;
+        int dp = o->dp ? o->dp[r] : 1;
         int share = (o->rows + dp - 1) / dp;
         hp_gpt_stage part = {first[k], k + 1 < n ? first[k + 1] : L, k == 0, k == n - 1};
-        hp_pipeline_stage_plan sp;
-        HP_CHECK(hp_pipeline_plan_stage(o->model, &part, share, o->seq, s->m, o->mm, &sp));
-        out->f[k] = sp.f_seconds / tp, out->b[k] = sp.b_seconds / tp, out->w[k] = sp.w_seconds / tp;
-        if (tp > 1 && o->strategy && o->strategy[r].present) { /* the partitioned graph, its collectives counted */
-            hp_pipeline_stage_plan gp;
-            HP_CHECK(hp_pipeline_plan_stage_group(o->model, &part, share, o->seq, s->m, &o->strategy[r], dp * tp, o->mm,
-                                                  &gp));
-            out->f[k] = gp.f_seconds, out->b[k] = gp.b_seconds, out->w[k] = gp.w_seconds;
-        }
-        size_t act = hp_pipeline_stage_activations(&sp, s->split_backward);
+        pp_stage_cost sc; /* a partitioned group's per-process graph, its collectives counted */
+        HP_CHECK(hp__pp_stage_cost(o, r, &part, &sc));
+        out->f[k] = sc.plan.f_seconds, out->b[k] = sc.plan.b_seconds, out->w[k] = sc.plan.w_seconds;
+        size_t act = sc.act;
         out->activation_bytes[k] = act;
-        double pb = 0;
-        HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));
-        out->state_bytes[k] = sp.persistent_bytes + (size_t)(2 * pb / (o->zero ? o->zero[r] : 1));
+        out->state_bytes[k] = sc.state;
         out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)act;
         out->rank_slots[r] += out->slots[k];
         double a = (double)share * o->seq * o->model->width * 4.0; /* one micro-batch's hidden state, f32 */
@@ -156,10 +148,12 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
         out->offload = calloc((size_t)n, sizeof *out->offload);
         if (!out->offload) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: %d stages", n);
         for (int k = 0; k < n; k++) {
-            int r = s->stage_rank[k], slots = out->rank_slots[r], dp = o->dp ? o->dp[r] : 1;
+            int r = s->stage_rank[k], slots = out->rank_slots[r], dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1;
             hp_gpt_stage part = {first[k], k + 1 < n ? first[k + 1] : L, k == 0, k == n - 1};
-            hp_status st = hp_pipeline_plan_stage_offload(o->model, &part, (o->rows + dp - 1) / dp, o->seq, s->m,
-                                                          s->split_backward, &o->offload_cfg, slots, &out->offload[k]);
+            const hp_strategy_config *gs = tp > 1 && o->strategy ? &o->strategy[r] : NULL; /* partitioned: one process's */
+            hp_status st = hp_pipeline_plan_stage_offload_group(o->model, &part, (o->rows + dp - 1) / dp, o->seq, s->m,
+                                                                s->split_backward, &o->offload_cfg, slots, gs, dp * tp,
+                                                                &out->offload[k]);
             if (st != HP_STATUS_OK)
                 return hp_error_prefix(st, "pipeline plan: stage %d (rank %d, %d micro-batch%s in flight) cannot run "
                                        "under its offload budget: ", k, r, slots, slots == 1 ? "" : "es");

@@ -149,29 +149,45 @@ hp_status hp_pipeline_stage_slots(const hp_schedule *s, int *slots) {
  * saved activations), so nothing is extrapolated. */
 typedef struct group_cost {
     int share, tp, zero;  /* the shape these were measured for */
+    const hp_strategy_config *sc; /* and the strategy partitioning it (NULL: whole stages) */
+    int rank;             /* a pipeline rank of that shape (hp__pp_stage_cost) */
     double *t, *act, *state; /* [4 * (L + 1)]: seconds (F + B + W, / tp), activation bytes, state bytes */
     bool *done;
 } group_cost;
 
-hp_status hp__pp_param_bytes(const hp_gpt_config *model, const hp_gpt_stage *part, double *out) {
-    hp_graph *g = hp_graph_new();
-    if (!g) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: a graph");
-    hp_gpt gpt;
-    hp_status st = hp_gpt_build_stage(g, model, part, 1, 1, part->head, &gpt);
-    *out = 0;
-    int np = st == HP_STATUS_OK ? hp_graph_params(g, NULL, 0) : 0;
-    hp_tid *ids = np > 0 ? malloc(sizeof *ids * (size_t)np) : NULL;
-    if (np > 0 && !ids) st = hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline plan: %d parameters", np);
-    if (ids) {
-        hp_graph_params(g, ids, np);
-        for (int i = 0; i < np; i++) {
-            const hp_tensor *t = hp_graph_tensor(g, ids[i]);
-            *out += (double)hp_shape_numel(&t->shape) * (double)hp_dtype_size(t->dtype);
-        }
+/* The ranks AdamW's moments of a parameter are split over beyond the parameter's own blocks: the
+ * optimizer.shard axes, less (for a partitioned group, whose parameters are blocks already) those a
+ * params rule maps, which split the parameters and so their moments already. */
+static int moment_split(const hp_pipeline_plan_opts *o, int r, bool grouped) {
+    if (!grouped) return o->zero && o->zero[r] > 0 ? o->zero[r] : 1;
+    const hp_strategy_config *sc = &o->strategy[r];
+    int n = 1;
+    for (int i = 0; i < sc->n_opt_shard; i++) {
+        int a = sc->opt_shard[i];
+        bool mapped = false;
+        for (int q = 0; q < sc->n_params && !mapped; q++)
+            for (int d = 0; d < sc->params[q].tensor_map.n; d++)
+                for (int k = 0; k < sc->params[q].tensor_map.nmap[d]; k++) mapped |= sc->params[q].tensor_map.map[d][k] == a;
+        if (!mapped) n *= sc->device_matrix[a];
     }
-    free(ids);
-    hp_graph_free(g);
-    return st;
+    return n;
+}
+
+hp_status hp__pp_stage_cost(const hp_pipeline_plan_opts *o, int r, const hp_gpt_stage *part, pp_stage_cost *out) {
+    int dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1, m = o->schedule->m;
+    int share = (o->rows + dp - 1) / dp;
+    const hp_strategy_config *sc = o->strategy ? &o->strategy[r] : NULL;
+    bool grouped = tp > 1 && sc && sc->present;
+    hp_pipeline_stage_plan *sp = &out->plan;
+    if (grouped) {
+        HP_CHECK(hp_pipeline_plan_stage_group(o->model, part, share, o->seq, m, sc, dp * tp, o->mm, sp));
+    } else {
+        HP_CHECK(hp_pipeline_plan_stage(o->model, part, share, o->seq, m, o->mm, sp));
+        sp->f_seconds /= tp, sp->b_seconds /= tp, sp->w_seconds /= tp;
+    }
+    out->act = hp_pipeline_stage_activations(sp, o->schedule->split_backward);
+    out->state = sp->persistent_bytes + 2 * sp->param_bytes / (size_t)moment_split(o, r, grouped);
+    return HP_STATUS_OK;
 }
 
 /* Measures (once) the stage of `k` blocks with the parts of `combo` for group shape gc. */
@@ -179,13 +195,11 @@ static hp_status group_measure(const hp_pipeline_plan_opts *o, group_cost *gc, i
     size_t i = (size_t)combo * (size_t)(o->model->layers + 1) + (size_t)k;
     if (gc->done[i]) return HP_STATUS_OK;
     hp_gpt_stage part = {0, k, combo & 1, (combo & 2) != 0};
-    hp_pipeline_stage_plan sp;
-    HP_CHECK(hp_pipeline_plan_stage(o->model, &part, gc->share, o->seq, o->schedule->m, o->mm, &sp));
-    double pb = 0;
-    HP_CHECK(hp__pp_param_bytes(o->model, &part, &pb));
-    gc->t[i] = (sp.f_seconds + sp.b_seconds + sp.w_seconds) / gc->tp;
-    gc->act[i] = (double)hp_pipeline_stage_activations(&sp, o->schedule->split_backward);
-    gc->state[i] = (double)sp.persistent_bytes + 2 * pb / gc->zero; /* + AdamW's two moments (their block) */
+    pp_stage_cost sc;
+    HP_CHECK(hp__pp_stage_cost(o, gc->rank, &part, &sc));
+    gc->t[i] = sc.plan.f_seconds + sc.plan.b_seconds + sc.plan.w_seconds;
+    gc->act[i] = (double)sc.act;
+    gc->state[i] = (double)sc.state;
     gc->done[i] = true;
     return HP_STATUS_OK;
 }
@@ -317,12 +331,14 @@ hp_status hp_pipeline_split(const hp_pipeline_plan_opts *o, int *first_layer, do
         int r = s->stage_rank[k];
         int dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1, zero = o->zero ? o->zero[r] : 1;
         int share = (o->rows + dp - 1) / dp;
+        const hp_strategy_config *sc = tp > 1 && o->strategy && o->strategy[r].present ? &o->strategy[r] : NULL;
         group_cost *found = NULL;
         for (int i = 0; i < n_gc && !found; i++)
-            if (gcs[i].share == share && gcs[i].tp == tp && gcs[i].zero == zero) found = &gcs[i];
+            if (gcs[i].share == share && gcs[i].tp == tp && gcs[i].zero == zero && gcs[i].sc == sc) found = &gcs[i];
         if (!found) {
             found = &gcs[n_gc++];
             st = group_init(found, share, tp, zero, L);
+            found->sc = sc, found->rank = r;
         }
         gk[k] = found;
         int combo = (k == 0) + 2 * (k == n - 1);

@@ -16,6 +16,7 @@
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
 #include "hp/pipeline.h"
+#include "hp/pipeline_plan.h"
 #include "hp/train.h"
 
 #include <math.h>
@@ -201,6 +202,46 @@ static void check_resume(hp_comm *world) {
     hp_run_config_free(&c1s);
 }
 
+/* hp plan's memory for a partitioned stage is one process's: the parameter blocks this rank's store
+ * holds (hp_pipeline_plan_stage_group's param_bytes), and in the prediction those blocks, their
+ * accumulators and AdamW's two moments (FSDP splits them all), plus the stage's small inputs. */
+static void check_fsdp_plan(const hp_run_config *cfg, const hp_schedule *s, hp_pipeline *pp) {
+    int stage, slots;
+    hp_gpt_stage info;
+    OK(hp_pipeline_stage_info(pp, 0, &stage, &info, &slots));
+    size_t params = 0, accs = 0, moments = 0;
+    hp_store *store = hp_pipeline_store(pp);
+    for (int i = 0; i < hp_store_n_entries(store); i++) {
+        const char *name = hp_store_name(store, i);
+        hp_store_entry_info e;
+        OK(hp_store_info(store, name, &e));
+        if (!strncmp(name, "exp_avg", 7)) moments += e.bytes;
+        else if (!strncmp(name, "grad_acc.", 9)) accs += e.bytes;
+        else params += e.bytes;
+    }
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    hp_pipeline_plan_opts po;
+    OK(hp_pipeline_plan_opts_from_config(cfg, s, &mm, &po));
+    hp_pipeline_stage_plan sp;
+    OK(hp_pipeline_plan_stage_group(po.model, &info, po.rows, po.seq, s->m, &po.strategy[stage], 2, &mm, &sp));
+    CHECK(sp.param_bytes == params && accs == params && moments == 2 * params,
+          "pp2 x fsdp2: rank %d's stage %d plans %zu parameter bytes; its store holds %zu, accumulators %zu, moments %zu",
+          g_rank, stage, sp.param_bytes, params, accs, moments);
+    /* the runtime's split (2 stages): stage 1 starts where stage 0 ends */
+    int first[2] = {0, stage == 0 ? info.last_layer : info.first_layer};
+    hp_pipeline_prediction pr;
+    hp_status st = hp_pipeline_predict(&po, first, &pr);
+    OK(st);
+    if (st == HP_STATUS_OK) {
+        size_t want = params + accs + moments, inputs = 64 << 10; /* tokens, targets, x_in of one micro-batch */
+        CHECK(pr.state_bytes[stage] >= want && pr.state_bytes[stage] <= want + inputs,
+              "pp2 x fsdp2: hp plan gives rank %d's stage %d %zu bytes of state; its store holds %zu", g_rank, stage,
+              pr.state_bytes[stage], want);
+    }
+    hp_pipeline_prediction_free(&pr);
+    hp_pipeline_plan_opts_free(&po);
+}
+
 /* pp2 x fsdp2 (1F1B, 4 micro-batches of 2 rows): each rank hands its own block of rows (1 row of
  * 32 positions x 32 wide) to the next group's rank holding it, so it sends exactly m such blocks
  * per step (the x_out of stage 0, the dx of stage 1): half of what the replicated hand-off sent; and
@@ -264,6 +305,7 @@ static void check_fsdp_handoff(hp_comm *world) {
                       g_rank, hp_partition_collective(part, i)->tensor);
         }
     }
+    check_fsdp_plan(&cfg, &s, pp);
     if (g_rank == 0)
         printf("pp2 x fsdp2 hand-off: %lld bytes sent per rank per step (its blocks), no all-gather of the rows; "
                "stage 0's collectives receive %lld bytes per micro-batch\n",

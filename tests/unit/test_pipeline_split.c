@@ -261,6 +261,27 @@ static void test_tp_collectives(void **state) {
     /* one rank's partitioned stage holds fewer activation bytes than the unsplit one */
     assert_ok(hp_pipeline_plan_stage_group(o.model, &part, 4, 32, 2, &cfg.groups.groups[0].strategy, 2, &mm, &b));
     assert_true(b.activation_bytes < a.activation_bytes);
+    /* and its parameter blocks: the qkv, fc and proj weights halved, the embedding whole */
+    assert_true(b.param_bytes < a.param_bytes && 2 * b.param_bytes > a.param_bytes);
+    /* the prediction's memory is that process's: its activations, its blocks and their moments */
+    assert_int_equal(with.activation_bytes[0], hp_pipeline_stage_activations(&b, s.split_backward));
+    assert_int_equal(without.activation_bytes[0], hp_pipeline_stage_activations(&a, s.split_backward));
+    assert_int_equal(with.state_bytes[0], b.persistent_bytes + 2 * b.param_bytes);
+    assert_int_equal(without.state_bytes[0], a.persistent_bytes + 2 * a.param_bytes);
+    assert_true(with.rank_bytes[0] < without.rank_bytes[0]);
+    /* offload inside the partitioned stage is planned on the same per-process graph */
+    hp_offload_plan_config oc;
+    hp_offload_plan_config_init(&oc);
+    oc.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
+    oc.device_budget = 0;
+    hp_offload_plan_stats whole, blocks;
+    assert_ok(hp_pipeline_plan_stage_offload_group(o.model, &part, 4, 32, 2, false, &oc, 1, NULL, 1, &whole));
+    assert_ok(hp_pipeline_plan_stage_offload_group(o.model, &part, 4, 32, 2, false, &oc, 1,
+                                                   &cfg.groups.groups[0].strategy, 2, &blocks));
+    assert_true(blocks.peak_before < whole.peak_before);
+    assert_int_equal(hp_pipeline_plan_stage_offload_group(o.model, &part, 4, 32, 2, false, &oc, 1,
+                                                          &cfg.groups.groups[0].strategy, 3, &blocks),
+                     HP_STATUS_INVALID_ARGUMENT); /* a mesh of 2 for 3 ranks */
     hp_pipeline_prediction_free(&with), hp_pipeline_prediction_free(&without);
     hp_pipeline_plan_opts_free(&o);
     hp_schedule_free(&s);
