@@ -13,7 +13,8 @@ of the window. bubble = 1 - sum of the ranks' action time / (ranks x window). Pr
 the median, min and max bubble over the steps, the ranks, steps counted, the imbalance (the busiest
 rank's action time less the ranks' mean, over the window: idle that unequal stages force whatever
 the schedule, which the closed forms at uniform times leave out), and each rank's mean F, B and W
-action time in ms (a full backward counts as B).
+action time in ms (where a rank splits some backwards into B and W, B is the mean of those split
+B's: its whole ones, DualPipeV's, are B + W; where it splits none, the whole backward counts as B).
 """
 import json
 import statistics
@@ -67,7 +68,12 @@ def main(argv):
         bubbles.append(1 - busy / (len(ranks) * (hi - lo)))
         per_rank = [sum(v[1] - v[0] for k, v in acts if k[1] == r) for r in ranks]
         imbalance.append((max(per_rank) - statistics.mean(per_rank)) / (hi - lo))
+        # a B without a W of its (stage, micro-batch) ran the whole backward (GPipe, 1F1B, interleaved;
+        # DualPipeV's unsplit ones): a split schedule's B time is its split B's, else it is the whole
+        has_w = {(k[1], k[2], k[3]) for k, _ in acts if k[4] == "W"}
         for k, v in acts:
+            if k[4] == "B" and any(w[0] == k[1] for w in has_w) and (k[1], k[2], k[3]) not in has_w:
+                continue
             phase_ms[k[1]][k[4]].append((v[1] - v[0]) / 1e3)
     out = {
         "bench": "pipeline_trace_bubble",
