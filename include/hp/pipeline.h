@@ -254,8 +254,24 @@ typedef struct hp_pipeline_stage_plan {
     size_t activation_bytes_split; /* the same with B and W apart (ZB-H1, ZB-V, DualPipeV: the activation
                                     * gradients W reads live from B to W): usually more */
     size_t persistent_bytes;                /* parameters, gradient accumulators, inputs and kept tensors */
-    size_t param_bytes;                     /* the parameters alone (AdamW keeps two moments of each) */
+    size_t param_bytes;                     /* of persistent_bytes, the parameters' (each once: a tied
+                                             * embedding and head share one); one process's blocks for a
+                                             * partitioned group (hp_pipeline_plan_stage_group: mesh index
+                                             * 0's, the largest block where splits are uneven) */
+    size_t moment_bytes;                    /* AdamW's two moments of those parameters, not in
+                                             * persistent_bytes: 2 x param_bytes, and for a partitioned group
+                                             * each parameter's split further over the optimizer.shard axes
+                                             * its layout does not use (as the runtime lays them out); an
+                                             * unpartitioned stage's ZeRO split is the caller's to apply */
+    size_t embedding_bytes;                 /* of persistent_bytes + moment_bytes, the token embedding's
+                                             * (parameter, accumulator, moments) when the stage holds it (the
+                                             * first stage; the last too with a tied head): a rank holding both
+                                             * stores it once */
 } hp_pipeline_stage_plan;
+
+/* The activation bytes of one micro-batch in flight in the order the runtime runs the stage: B and W
+ * apart when the schedule splits them (hp_schedule.split_backward), else the backward whole. */
+size_t hp_pipeline_stage_activations(const hp_pipeline_stage_plan *sp, bool split_backward);
 
 /*
  * Builds the stage graph the pipeline would (hp_pipeline_new) for `part` with micro-batches of
@@ -263,10 +279,6 @@ typedef struct hp_pipeline_stage_plan {
  * hp_predict_nodes over its node range under `mm` and the bytes by hp_program_plan. Errors: the model builder's,
  * autodiff's and the planner's.
  */
-/* The activation bytes of one micro-batch in flight in the order the runtime runs the stage: B and W
- * apart when the schedule splits them (hp_schedule.split_backward), else the backward whole. */
-size_t hp_pipeline_stage_activations(const hp_pipeline_stage_plan *sp, bool split_backward);
-
 hp_status hp_pipeline_plan_stage(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq, int m,
                                  const hp_machine_model *mm, hp_pipeline_stage_plan *out);
 
@@ -302,9 +314,13 @@ hp_status hp_pipeline_plan_stage_offload(const hp_gpt_config *model, const hp_gp
 
 /*
  * hp_pipeline_plan_stage_offload for a stage group whose strategy `sc` (its mesh of n_ranks devices;
- * NULL or not present: hp_pipeline_plan_stage_offload) partitions the stage: the per-process graph
- * of mesh index 0 (hp_pipeline_plan_stage_group's) planned under the slot's budget, its figures one
- * process's. Errors: hp_pipeline_plan_stage_offload's, the strategy's and the partitioner's.
+ * NULL or not present: hp_pipeline_plan_stage_offload, n_ranks ignored) partitions the stage: the
+ * per-process graph of mesh index 0 (hp_pipeline_plan_stage_group's; `rows` is one replica's rows of
+ * a micro-batch) planned under the slot's budget, which also covers this process's parameter blocks
+ * and accumulators the graph reads; `out`'s figures are one process's bytes and seconds. `sc` is
+ * borrowed, not kept; *out is zeroed first (also on an error). Errors: hp_pipeline_plan_stage_offload's;
+ * HP_STATUS_INVALID_ARGUMENT for a mesh whose size is not n_ranks; HP_STATUS_UNSUPPORTED for an
+ * inputs rule other than tokens' or targets' dims 0 and 1; hp_strategy_new's and the partitioner's.
  */
 hp_status hp_pipeline_plan_stage_offload_group(const hp_gpt_config *model, const hp_gpt_stage *part, int rows, int seq,
                                                int m, bool split_backward, const hp_offload_plan_config *cfg, int slots,

@@ -17,18 +17,20 @@
  *     hp_pipeline_plan_opts_free(&o);
  *
  * The memory of a stage (one process of its group) is its parameters, gradient accumulators and
- * inputs (hp_pipeline_stage_plan.persistent_bytes), AdamW's two moments (twice the parameter bytes)
- * and one micro-batch's activations (arena + kernel workspace: activation_bytes) times the program
+ * inputs (hp_pipeline_stage_plan.persistent_bytes), AdamW's two moments (moment_bytes) and one
+ * micro-batch's activations (arena + kernel workspace: activation_bytes) times the program
  * instances the schedule keeps for the stage (hp_pipeline_stage_slots: the micro-batches in flight,
- * hp_schedule_peak_formula for one chunk per rank). With optimizer.shard (ZeRO-1) the two moments
- * and the update's compute are divided by the ranks they are split over (the gathers after the
- * update not counted). Under partitioned ranks (tensor parallelism, FSDP) the stage's memory is
- * counted unsplit (an upper bound). Its time, in hp_pipeline_predict with the groups' strategies
- * (hp_pipeline_plan_opts.strategy, filled from a config), is the per-rank partitioned graph's with its
- * collectives (TP's activation all-reduces, FSDP's parameter all-gathers and gradient
- * reduce-scatters, the all-gather of the stage's output and input gradient to the replica's rows),
- * each on its queue as the runtime issues them; without the strategies (and in hp_pipeline_split)
- * it is the unsplit compute divided by their number, collectives not counted.
+ * hp_schedule_peak_formula for one chunk per rank). With optimizer.shard (ZeRO-1) over a group's
+ * replicas the two moments and the update's compute are divided by the ranks they are split over
+ * (the gathers after the update not counted). Under partitioned ranks (tensor parallelism, FSDP)
+ * with the groups' strategies (hp_pipeline_plan_opts.strategy, filled from a config) a stage's
+ * figures are one process's partitioned graph's (hp_pipeline_plan_stage_group, in the prediction
+ * and the split alike): its arena, its parameter blocks and accumulators, their moments split as
+ * the runtime splits them, and its time with its collectives (TP's activation all-reduces, FSDP's
+ * parameter all-gathers and gradient reduce-scatters, the all-gather of the stage's output and
+ * input gradient to the replica's rows), each on its queue as the runtime issues them. Without the
+ * strategies the stage is planned whole, its compute divided by the partitioned ranks, its memory
+ * unsplit (an upper bound), collectives not counted.
  */
 #ifndef HP_PIPELINE_PLAN_H
 #define HP_PIPELINE_PLAN_H
@@ -66,7 +68,9 @@ typedef struct hp_pipeline_plan_opts {
                                        group with tp > 1 is planned partitioned, its collectives counted
                                        (hp_pipeline_plan_stage_group) */
     const int *zero;                /* ranks AdamW's states are split over (optimizer.shard: the product of
-                                       its axes' sizes); NULL or 1: not split */
+                                       its axes' sizes); NULL or 1: not split. A group planned partitioned
+                                       (tp > 1 with its strategy) reads its strategy's optimizer.shard per
+                                       parameter instead (hp_pipeline_stage_plan.moment_bytes) */
     const char *const *group_name;  /* for messages ("groups.NAME.memory_budget") */
     const int *budget_line;         /* the budget's line in the config, 0: unknown */
     const char *file;               /* the config file, for messages; may be NULL */
@@ -105,7 +109,9 @@ hp_status hp_pipeline_stage_slots(const hp_schedule *s, int *slots);
  * minimising the slowest stage's F + B + W seconds per micro-batch, such that every stage fits its
  * group's memory_budget (the memory model at the top of this header). Each stage's time and memory
  * depend only on its block count and parts (the blocks are alike): they are measured from the stage
- * graphs (hp_pipeline_plan_stage) for every block count, once per group shape (its rows and tp) and
+ * graphs (hp_pipeline_plan_stage, or hp_pipeline_plan_stage_group for a partitioned group with its
+ * strategy; blocks 0..k-1 stand for any k blocks, so per-block parameter rules are assumed alike
+ * across blocks) for every block count, once per group shape (its rows, tp, ZeRO and strategy) and
  * parts (with the embedding, the head, or neither): at most 3 (L + 1) stage plans per shape. The
  * activation arena is not additive per block (the embedding's and head's backward transients
  * overlap the blocks' saved activations), so nothing is extrapolated. The search is a min-max
@@ -147,20 +153,20 @@ typedef struct hp_pipeline_prediction {
     double step_seconds;        /* schedule + the slowest rank's optimizer + reduce_seconds */
     bool calibrated;            /* the machine model had a calibration */
     hp_offload_plan_stats *offload; /* [n_stages] with o->offload: each stage's offload plan for one micro-batch
-                                       (hp_pipeline_plan_stage_offload; its stall_s is in b); else NULL */
+                                       (hp_pipeline_plan_stage_offload_group; its stall_s is in b); else NULL */
 } hp_pipeline_prediction;
 
 /*
  * Predicts one training step for the split first_layer (n_stages entries): each stage's F, B and W
  * from its graph (hp_pipeline_plan_stage with the group's rows share, divided by tp; for a group
  * with tp > 1 and its strategy in o->strategy, hp_pipeline_plan_stage_group: the partitioned
- * graph's times with its collectives), the point-to-
+ * graph's times with its collectives, and its memory one process's), the point-to-
  * point time of one micro-batch's activation (hp_xfer_seconds, SEND_RECV), the schedule simulated
  * (hp_schedule_simulate), and after it the optimizer as the runtime runs it: per rank the squared
  * norm of its accumulators, the gradient all-reduce over its group's replicas, the norm's
  * all-reduce, clipping and AdamW (graphs built as hp_pipeline_new builds them, hp_predict_nodes).
  * With o->offload each stage's activations are also planned under its rank's budget
- * (hp_pipeline_plan_stage_offload, out->offload) and the predicted stall of one micro-batch is added
+ * (hp_pipeline_plan_stage_offload_group, partitioned as the stage; out->offload) and the predicted stall of one micro-batch is added
  * to its B (the prefetches wait in the backward) and what it moves out of the device taken off its
  * rank's rank_bytes (activation_bytes stays the unoffloaded figure); a budget a stage cannot run under is an error
  * naming the stage, its rank and the planner's node.

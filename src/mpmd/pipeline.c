@@ -361,7 +361,22 @@ typedef struct plan_group {
     hp_strategy *strategy;
     int row_axes[HP_CONFIG_MAX_AXES], seq_axes[HP_CONFIG_MAX_AXES];
     int n_row_axes, n_seq_axes;
+    int n_opt_shard, opt_shard[HP_CONFIG_MAX_AXES], opt_size[HP_CONFIG_MAX_AXES]; /* optimizer.shard's axes */
 } plan_group;
+
+/* Bytes of AdamW's two moments of a parameter whose per-rank block is `local` bytes in layout l: as
+ * the optimizer lays them out (hp_strategy_annotate_part), the parameter's layout plus every
+ * optimizer.shard axis it does not use, on dim 0. */
+static size_t moment_bytes(const plan_group *pg, const hp_layout *l, size_t local) {
+    size_t split = 1;
+    for (int i = 0; pg && l && l->ndim > 0 && i < pg->n_opt_shard; i++) {
+        bool used = false;
+        for (int d = 0; d < l->ndim; d++)
+            for (int k = 0; k < l->nmap[d]; k++) used |= l->map[d][k] == pg->opt_shard[i];
+        if (!used) split *= (size_t)pg->opt_size[i];
+    }
+    return 2 * local / split;
+}
 
 /* Builds the stage graph (partitioned over pg's mesh when pg has a strategy), in the phase order
  * `whole` chooses; with `times` the F, B and W phases under mm into out; its arena + workspace into
@@ -393,11 +408,18 @@ static hp_status plan_order(const hp_gpt_config *model, const hp_gpt_stage *part
     if (st == HP_STATUS_OK) {
         *act_bytes = ps.arena_bytes + ps.workspace_bytes;
         out->persistent_bytes = ps.persistent_bytes;
-        out->param_bytes = 0;
-        for (int t = 0; t < hp_graph_n_tensors(c.g); t++) { /* this process's blocks when partitioned */
-            const hp_tensor *x = hp_graph_tensor(c.g, t);
-            if (x->kind == HP_TENSOR_KIND_PARAM)
-                out->param_bytes += (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype);
+        out->param_bytes = out->moment_bytes = out->embedding_bytes = 0;
+        const hp_graph *lg = c.partition ? c.lg : c.g;
+        for (int t = 0; t < hp_graph_n_tensors(lg); t++) { /* this process's blocks when partitioned */
+            if (hp_graph_tensor(lg, t)->kind != HP_TENSOR_KIND_PARAM) continue;
+            hp_tid lt = c.partition ? hp_partition_local(c.partition, t) : t;
+            const hp_tensor *x = hp_graph_tensor(c.g, lt != HP_TID_NONE ? lt : t);
+            size_t local = (size_t)hp_shape_numel(&x->shape) * hp_dtype_size(x->dtype);
+            size_t mom = moment_bytes(pg, c.partition ? hp_partition_layout(c.partition, t) : NULL, local);
+            out->param_bytes += local;
+            out->moment_bytes += mom;
+            if (!strcmp(hp_graph_tensor(lg, t)->name, hp_gpt_embedding_name(model)))
+                out->embedding_bytes = 2 * local + mom; /* + its accumulator */
         }
     }
     if (c.partition) hp_partition_free(c.partition); /* owns c.g */
@@ -431,6 +453,9 @@ static hp_status plan_group_new(const hp_strategy_config *sc, int n_ranks, plan_
     HP_CHECK(check_group_strategy(sc, 0, n_ranks));
     HP_CHECK(hp_strategy_new(sc, n_ranks, &pg->strategy));
     pg->n_row_axes = axes_of_dim(sc, 0, pg->row_axes), pg->n_seq_axes = axes_of_dim(sc, 1, pg->seq_axes);
+    pg->n_opt_shard = sc->n_opt_shard;
+    for (int i = 0; i < sc->n_opt_shard; i++)
+        pg->opt_shard[i] = sc->opt_shard[i], pg->opt_size[i] = sc->device_matrix[sc->opt_shard[i]];
     return HP_STATUS_OK;
 }
 
@@ -739,6 +764,9 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
         pp->chunks[c].whole_backward = !s->split_backward;
         st = stage_part(o, k, &pp->chunks[c].part);
     }
+    /* a rank whose stages' parts failed must not leave the others in the collective split below */
+    if (pp->model.tied_head && s->stage_rank[0] != s->stage_rank[s->n_stages - 1])
+        st = hp_comm_agree(pp->comm, st, "pipeline: the stages' layer ranges");
     if (st == HP_STATUS_OK) { /* a tied head on another group than the embedding: their gradients summed */
         int first = s->stage_rank[0], last = s->stage_rank[s->n_stages - 1];
         bool in = pp->rank == first || pp->rank == last;

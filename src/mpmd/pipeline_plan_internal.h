@@ -12,6 +12,7 @@ typedef struct pp_stage_cost {
     hp_pipeline_stage_plan plan; /* seconds of F, B, W; bytes */
     size_t act;                  /* one micro-batch's activations in the order the schedule runs them */
     size_t state;                /* parameters, accumulators, inputs, kept tensors and AdamW's moments */
+    size_t embedding_state;      /* of state, the token embedding's (0 when the stage has none) */
 } pp_stage_cost;
 
 /* Errors: the stage planners'. */

@@ -140,6 +140,8 @@ hp_status hp_pipeline_predict(const hp_pipeline_plan_opts *o, const int *first, 
         out->activation_bytes[k] = act;
         out->state_bytes[k] = sc.state;
         out->rank_bytes[r] += (double)out->state_bytes[k] + (double)out->slots[k] * (double)act;
+        if (k == n - 1 && k > 0 && o->model->tied_head && s->stage_rank[0] == r) /* V schedules: one copy */
+            out->rank_bytes[r] -= (double)sc.embedding_state;
         out->rank_slots[r] += out->slots[k];
         double a = (double)share * o->seq * o->model->width * 4.0; /* one micro-batch's hidden state, f32 */
         if (a > act_max) act_max = a;

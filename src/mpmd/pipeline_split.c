@@ -151,27 +151,9 @@ typedef struct group_cost {
     int share, tp, zero;  /* the shape these were measured for */
     const hp_strategy_config *sc; /* and the strategy partitioning it (NULL: whole stages) */
     int rank;             /* a pipeline rank of that shape (hp__pp_stage_cost) */
-    double *t, *act, *state; /* [4 * (L + 1)]: seconds (F + B + W, / tp), activation bytes, state bytes */
+    double *t, *act, *state; /* [4 * (L + 1)]: seconds (F + B + W of one process), activation bytes, state bytes */
     bool *done;
 } group_cost;
-
-/* The ranks AdamW's moments of a parameter are split over beyond the parameter's own blocks: the
- * optimizer.shard axes, less (for a partitioned group, whose parameters are blocks already) those a
- * params rule maps, which split the parameters and so their moments already. */
-static int moment_split(const hp_pipeline_plan_opts *o, int r, bool grouped) {
-    if (!grouped) return o->zero && o->zero[r] > 0 ? o->zero[r] : 1;
-    const hp_strategy_config *sc = &o->strategy[r];
-    int n = 1;
-    for (int i = 0; i < sc->n_opt_shard; i++) {
-        int a = sc->opt_shard[i];
-        bool mapped = false;
-        for (int q = 0; q < sc->n_params && !mapped; q++)
-            for (int d = 0; d < sc->params[q].tensor_map.n; d++)
-                for (int k = 0; k < sc->params[q].tensor_map.nmap[d]; k++) mapped |= sc->params[q].tensor_map.map[d][k] == a;
-        if (!mapped) n *= sc->device_matrix[a];
-    }
-    return n;
-}
 
 hp_status hp__pp_stage_cost(const hp_pipeline_plan_opts *o, int r, const hp_gpt_stage *part, pp_stage_cost *out) {
     int dp = o->dp ? o->dp[r] : 1, tp = o->tp ? o->tp[r] : 1, m = o->schedule->m;
@@ -186,7 +168,10 @@ hp_status hp__pp_stage_cost(const hp_pipeline_plan_opts *o, int r, const hp_gpt_
         sp->f_seconds /= tp, sp->b_seconds /= tp, sp->w_seconds /= tp;
     }
     out->act = hp_pipeline_stage_activations(sp, o->schedule->split_backward);
-    out->state = sp->persistent_bytes + 2 * sp->param_bytes / (size_t)moment_split(o, r, grouped);
+    int zero = !grouped && o->zero && o->zero[r] > 1 ? o->zero[r] : 1; /* ZeRO over the group's replicas */
+    out->state = sp->persistent_bytes + sp->moment_bytes / (size_t)zero;
+    size_t emb = sp->embedding_bytes / 4; /* whole stage: parameter, accumulator and two moments alike */
+    out->embedding_state = grouped ? sp->embedding_bytes : 2 * emb + 2 * emb / (size_t)zero;
     return HP_STATUS_OK;
 }
 
@@ -202,6 +187,36 @@ static hp_status group_measure(const hp_pipeline_plan_opts *o, group_cost *gc, i
     gc->state[i] = (double)sc.state;
     gc->done[i] = true;
     return HP_STATUS_OK;
+}
+
+/* Whether two groups' strategies partition a stage alike (the same mesh, rules and optimizer.shard):
+ * their stages then cost the same and are measured once. */
+static bool same_map(const hp_tensor_map_config *a, const hp_tensor_map_config *b) {
+    if (a->n != b->n) return false;
+    for (int d = 0; d < a->n; d++) {
+        if (a->nmap[d] != b->nmap[d]) return false;
+        for (int k = 0; k < a->nmap[d]; k++)
+            if (a->map[d][k] != b->map[d][k]) return false;
+    }
+    return true;
+}
+
+static bool same_rules(const hp_strategy_rule *a, int na, const hp_strategy_rule *b, int nb) {
+    if (na != nb) return false;
+    for (int i = 0; i < na; i++)
+        if (strcmp(a[i].match, b[i].match) || !same_map(&a[i].tensor_map, &b[i].tensor_map)) return false;
+    return true;
+}
+
+static bool same_strategy(const hp_strategy_config *a, const hp_strategy_config *b) {
+    if (!a || !b) return a == b;
+    if (a->n_axes != b->n_axes || a->n_opt_shard != b->n_opt_shard) return false;
+    for (int i = 0; i < a->n_axes; i++)
+        if (a->device_matrix[i] != b->device_matrix[i]) return false;
+    for (int i = 0; i < a->n_opt_shard; i++)
+        if (a->opt_shard[i] != b->opt_shard[i]) return false;
+    return same_rules(a->params, a->n_params, b->params, b->n_params) &&
+           same_rules(a->inputs, a->n_inputs, b->inputs, b->n_inputs);
 }
 
 static void group_free(group_cost *gc) { free(gc->t), free(gc->act), free(gc->state), free(gc->done); }
@@ -334,7 +349,7 @@ hp_status hp_pipeline_split(const hp_pipeline_plan_opts *o, int *first_layer, do
         const hp_strategy_config *sc = tp > 1 && o->strategy && o->strategy[r].present ? &o->strategy[r] : NULL;
         group_cost *found = NULL;
         for (int i = 0; i < n_gc && !found; i++)
-            if (gcs[i].share == share && gcs[i].tp == tp && gcs[i].zero == zero && gcs[i].sc == sc) found = &gcs[i];
+            if (gcs[i].share == share && gcs[i].tp == tp && gcs[i].zero == zero && same_strategy(gcs[i].sc, sc)) found = &gcs[i];
         if (!found) {
             found = &gcs[n_gc++];
             st = group_init(found, share, tp, zero, L);

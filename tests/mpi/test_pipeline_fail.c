@@ -7,7 +7,8 @@
  * abandoned collectives (the other ranks' final all-reduce of `world` below, which they may give up:
  * rank 0's failure notice is job-wide) a second to complete, keeping what is still pending until
  * MPI_Finalize (docs/design.md, "In-flight requests after a give-up"). Nothing is leaked, so the
- * sanitizer pass runs it too. A rank whose stages alone fail to build stops every rank's build.
+ * sanitizer pass runs it too. A rank whose stages alone fail to build stops every rank's build, also
+ * when it fails before a collective of the build.
  */
 #include "hp/comm_mpi.h"
 #include "hp/offload.h"
@@ -119,12 +120,37 @@ out:
     teardown(&f);
 }
 
+/* A rank whose stage's layer range alone is wrong (rank 0 is given first layer -1) fails before the
+ * collective split a tied head's exchange needs: the ranks agree on the stages' parts first, so the
+ * others stop with an error naming rank 0 instead of waiting in the split for it. */
+static void check_failed_parts(int p) {
+    fixture f;
+    OK(setup(p, &f));
+    f.c = model(true, p);
+    int first[8] = {-1, 1, 2, 3, 4, 5, 6, 7};
+    if (g_rank == 0) f.o.first_layer = first;
+    double t0 = hp_now_seconds();
+    hp_status st = hp_pipeline_new(&f.o, &f.pp);
+    double wall = hp_now_seconds() - t0;
+    CHECK(st != HP_STATUS_OK && f.pp == NULL && wall < 10.0, "failed parts: status %s after %.1f s", hp_status_str(st),
+          wall);
+    if (g_rank == 0)
+        CHECK(st == HP_STATUS_INVALID_ARGUMENT && strstr(hp_error_message(), "[-1, 1)") != NULL,
+              "rank 0's build failed with %s, not its layer range: %s", hp_status_str(st), hp_error_message());
+    else
+        CHECK(st == HP_STATUS_COMM && strstr(hp_error_message(), "rank 0 ") != NULL,
+              "rank %d's error does not name rank 0's failed parts: %s", g_rank, hp_error_message());
+out:
+    teardown(&f);
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
     if (hp_comm_mpi_world(&world) != HP_STATUS_OK) return 1;
     g_rank = hp_comm_rank(world);
     check_failed_build(hp_comm_size(world));
+    check_failed_parts(hp_comm_size(world));
     check_failed_action(hp_comm_size(world));
     /* rank 0's failure notice reached every rank: the others' waits of any family give up after 2 ms,
      * so each rank's own verdict decides its exit status too */

@@ -224,7 +224,7 @@ static void check_fsdp_plan(const hp_run_config *cfg, const hp_schedule *s, hp_p
     OK(hp_pipeline_plan_opts_from_config(cfg, s, &mm, &po));
     hp_pipeline_stage_plan sp;
     OK(hp_pipeline_plan_stage_group(po.model, &info, po.rows, po.seq, s->m, &po.strategy[stage], 2, &mm, &sp));
-    CHECK(sp.param_bytes == params && accs == params && moments == 2 * params,
+    CHECK(sp.param_bytes == params && accs == params && sp.moment_bytes == moments && moments == 2 * params,
           "pp2 x fsdp2: rank %d's stage %d plans %zu parameter bytes; its store holds %zu, accumulators %zu, moments %zu",
           g_rank, stage, sp.param_bytes, params, accs, moments);
     /* the runtime's split (2 stages): stage 1 starts where stage 0 ends */

@@ -266,8 +266,17 @@ static void test_tp_collectives(void **state) {
     /* the prediction's memory is that process's: its activations, its blocks and their moments */
     assert_int_equal(with.activation_bytes[0], hp_pipeline_stage_activations(&b, s.split_backward));
     assert_int_equal(without.activation_bytes[0], hp_pipeline_stage_activations(&a, s.split_backward));
-    assert_int_equal(with.state_bytes[0], b.persistent_bytes + 2 * b.param_bytes);
+    assert_int_equal(b.moment_bytes, 2 * b.param_bytes);
+    assert_int_equal(with.state_bytes[0], b.persistent_bytes + b.moment_bytes);
     assert_int_equal(without.state_bytes[0], a.persistent_bytes + 2 * a.param_bytes);
+    /* ZeRO over the same tp axis (optimizer.shard: [tp]): the moments of the parameters tp leaves
+     * whole (embeddings, norms, proj biases) are split over it, the tp-split ones' stay their blocks */
+    hp_strategy_config zero = cfg.groups.groups[0].strategy;
+    zero.n_opt_shard = 1, zero.opt_shard[0] = 0;
+    hp_pipeline_stage_plan z;
+    assert_ok(hp_pipeline_plan_stage_group(o.model, &part, 4, 32, 2, &zero, 2, &mm, &z));
+    assert_int_equal(z.param_bytes, b.param_bytes);
+    assert_true(z.moment_bytes > z.param_bytes && z.moment_bytes < 2 * z.param_bytes);
     assert_true(with.rank_bytes[0] < without.rank_bytes[0]);
     /* offload inside the partitioned stage is planned on the same per-process graph */
     hp_offload_plan_config oc;
@@ -356,10 +365,38 @@ static void test_stage_offload(void **state) {
                      HP_STATUS_INVALID_ARGUMENT);
 }
 
+/* A tied head under a V schedule: stage 0 (the embedding) and stage 3 (the head reading the same
+ * matrix) are on rank 0, whose store holds the matrix, its accumulator and moments once, so the
+ * prediction counts them once; under 1F1B the two stages are on different ranks and each holds a
+ * copy. */
+static void test_tied_v(void **state) {
+    (void)state;
+    hp_gpt_config c = {.vocab = 64, .context = 16, .layers = 4, .heads = 2, .width = 32, .tied_head = true};
+    hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    hp_schedule s;
+    assert_ok(hp_schedule_build(HP_SCHED_KIND_ZB_V, 2, 4, 2, &s));
+    assert_int_equal(s.stage_rank[0], s.stage_rank[3]);
+    hp_pipeline_plan_opts o = {.model = &c, .schedule = &s, .rows = 2, .seq = 16, .mm = &mm};
+    int first[4] = {0, 1, 2, 3};
+    hp_pipeline_prediction pr;
+    assert_ok(hp_pipeline_predict(&o, first, &pr));
+    hp_gpt_stage last = {3, 4, false, true};
+    hp_pipeline_stage_plan sp;
+    assert_ok(hp_pipeline_plan_stage(&c, &last, 2, 16, 4, &mm, &sp));
+    size_t emb = (size_t)c.vocab * (size_t)c.width * sizeof(float);
+    assert_int_equal(sp.embedding_bytes, 4 * emb); /* parameter, accumulator, two moments */
+    double sum = 0;
+    for (int k = 0; k < 4; k++)
+        if (s.stage_rank[k] == 0) sum += (double)pr.state_bytes[k] + (double)pr.slots[k] * (double)pr.activation_bytes[k];
+    assert_true(fabs(pr.rank_bytes[0] - (sum - 4.0 * (double)emb)) < 1.0);
+    hp_pipeline_prediction_free(&pr);
+    hp_schedule_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_split), cmocka_unit_test(test_slots),
                                        cmocka_unit_test(test_first_stage_split), cmocka_unit_test(test_stage_offload),
                                        cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated),
-                                       cmocka_unit_test(test_tp_collectives)};
+                                       cmocka_unit_test(test_tp_collectives), cmocka_unit_test(test_tied_v)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
