@@ -204,6 +204,42 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
 hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
 
 /*
+ * Post-validated steps (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 5:
+ * optimizer post-validation). hp_pipeline_step_post runs one step like hp_pipeline_step but does
+ * not wait for the step's loss and gradient norm: it starts their all-reduce, keeps a copy of this
+ * rank's store (parameters, accumulators, AdamW states: their bytes again in host memory), and
+ * updates at once as if the norm were under the clip and everything finite. So a rank that ends
+ * its schedule early starts the next step's at once (under ZB-V the first stage's rank runs the
+ * next step's first forwards while the next rank finishes its W's). The check lands during the
+ * next call, after its schedule: when it fails (a NaN or Inf loss or gradient, or a norm
+ * optim.grad_clip scales) every rank restores its copy, redoes the update as hp_pipeline_step would
+ * have (clipped, or skipped leaving the accumulators zeroed) and runs that next step's schedule
+ * again. Losses, norms and parameters are those of hp_pipeline_step, step by step (bitwise when
+ * no check fails; the redone update uses the squared norm of a 2-float all-reduce, which equals
+ * hp_pipeline_step's 1-float one wherever the reduction order does). *prev (may be NULL) gets
+ * the previous post-validated step's result, settled (prev->valid false on the first call).
+ * Call hp_pipeline_settle after the last step and before anything that reads or writes the store
+ * (a checkpoint, evaluation) or hp_pipeline_step / forward_backward / update (which refuse with
+ * HP_STATUS_INVALID_ARGUMENT while a check is pending). Collective over opts.comm, like
+ * hp_pipeline_step. Errors: hp_pipeline_step's; HP_STATUS_OUT_OF_MEMORY for the copy;
+ * HP_STATUS_UNSUPPORTED when a store entry is not in device memory.
+ */
+typedef struct hp_pipeline_settled {
+    bool valid;          /* a post-validated step was settled */
+    float loss;          /* its mean loss (as hp_pipeline_step's *loss) */
+    float grad_norm;     /* its global gradient norm before clipping (NaN for a NaN or Inf loss) */
+    bool rolled_back;    /* its check failed: the update was redone and the next step's schedule run again */
+    bool skipped;        /* of those, a NaN or Inf loss or norm: no update, as hp_pipeline_step */
+} hp_pipeline_settled;
+
+hp_status hp_pipeline_step_post(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float lr,
+                                hp_pipeline_settled *prev);
+/* Waits for the pending post-validated step's check and settles it into *last (may be NULL;
+ * last->valid false when none was pending): on a failed check the update is redone (or skipped).
+ * Collective over opts.comm. Errors: the communicator's and the update's. */
+hp_status hp_pipeline_settle(hp_pipeline *pp, hp_pipeline_settled *last);
+
+/*
  * Records this rank's schedule into `tr` from now on (hp/trace.h; NULL: stops): each F, B and W
  * action's nodes on the track "compute" tagged with the action's stage, micro-batch and phase (F,
  * B, W; a full backward is B), each send as a "send F" / "send B" span (kind p2p: the non-blocking
@@ -341,6 +377,9 @@ typedef struct hp_pipeline_stats {
     int64_t bytes_to_disk;     /* the part of bytes_offloaded written to the disk tier */
     int64_t bytes_from_disk;   /* activation bytes read back from the disk tier (prefetches), since
                                 * the pipeline was built */
+    double update_seconds;     /* in the norm and update programs, and a post-validated step's backup,
+                                * rollback and redo (hp_pipeline_step_post) */
+    int64_t rollbacks;         /* post-validated steps whose check failed and were redone */
 } hp_pipeline_stats;
 
 void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out);

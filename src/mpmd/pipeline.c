@@ -794,6 +794,7 @@ hp_status hp_pipeline_new(const hp_pipeline_opts *o, hp_pipeline **out) {
 
 void hp_pipeline_free(hp_pipeline *pp) {
     if (!pp) return;
+    hp__pp_post_free(pp);
     hp_store_closing(pp->store);
     for (int c = 0; c < pp->n_chunks; c++) {
         pp_chunk *ch = &pp->chunks[c];

@@ -111,6 +111,15 @@ struct hp_pipeline {
     int trace_track;        /* the compute thread's track */
     int32_t trace_name[7];  /* "send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
                                "all_reduce grad" */
+    struct {                /* a post-validated step's pending check (pipeline_post.c) */
+        bool pending;       /* its all-reduce is in flight and its update applied optimistically */
+        float send[2], res[2]; /* this rank's loss share and squared norm; their sums */
+        hp_comm_request *req;
+        float lr;           /* the step's learning rate (a redo's) */
+        int64_t step_before; /* optimizer steps before its update */
+        unsigned char *backup; /* the store's entries before its update */
+        size_t backup_bytes;
+    } post;
 };
 
 /* pipeline_run.c: the static slot assignment and receive posting points of this rank's list. */
@@ -122,6 +131,21 @@ hp_status hp__pp_plan_actions(hp_pipeline *pp);
 hp_status hp__pp_leaf_layouts(const hp_pipeline *pp, const hp_graph *g, hp_layout **out);
 /* The same under any group strategy (planning, hp_pipeline_plan_stage_group). */
 hp_status hp__pp_leaf_layouts_of(const hp_strategy *strategy, const hp_graph *g, hp_layout **out);
+
+/* pipeline_run.c: one step's pieces. run_schedule runs this rank's list (a failed action stops
+ * every rank, hp_pipeline_forward_backward) and gives this rank's share of the step's mean loss;
+ * reduce_gradients sums the accumulators over the group's replicas and a tied embedding's copies;
+ * local_sq runs the norm program (this rank's share of the squared norm); apply_update runs the
+ * update program with `grad_sq` as the global squared norm (its clip) and counts the step;
+ * zero_accumulators is a skipped step's. */
+hp_status hp__pp_run_schedule(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, double *loss_out);
+hp_status hp__pp_reduce_gradients(hp_pipeline *pp);
+hp_status hp__pp_local_sq(hp_pipeline *pp, float *sq);
+hp_status hp__pp_apply_update(hp_pipeline *pp, float lr, float grad_sq);
+hp_status hp__pp_zero_accumulators(hp_pipeline *pp);
+
+/* pipeline_post.c: drops a pending post-validated check at free (its all-reduce waited for). */
+void hp__pp_post_free(hp_pipeline *pp);
 
 /* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
 hp_status hp__pp_build_optimizer(hp_pipeline *pp);

@@ -351,7 +351,7 @@ static hp_status run_action(hp_pipeline *pp, int i, const int32_t *tokens, const
 /* Sums the gradients the processes computed: over the group's replicas (each took some rows of
  * every micro-batch), and a tied embedding's over the first and last stages' groups too (its two
  * copies then get the same sum, so they stay equal). */
-static hp_status reduce_gradients(hp_pipeline *pp) {
+hp_status hp__pp_reduce_gradients(hp_pipeline *pp) {
     /* the tied copy first (over the two groups), then the group's own (so no two communicators'
      * collectives are waited for in different orders) */
     for (int k = 0; k < 2 * hp_store_n_entries(pp->store); k++) {
@@ -390,7 +390,7 @@ void hp_pipeline_get_stats(const hp_pipeline *pp, hp_pipeline_stats *out) {
 
 void hp_pipeline_reset_stats(hp_pipeline *pp) { memset(&pp->stats, 0, sizeof pp->stats); }
 
-hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss) {
+hp_status hp__pp_run_schedule(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, double *loss_out) {
     double t_start = hp_now_seconds();
     int n = pp->sched->n_actions[pp->rank];
     memset(pp->posted, 0, (size_t)n * sizeof *pp->posted);
@@ -434,9 +434,18 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
     HP_CHECK(st);
     pp->stats.step_seconds += hp_now_seconds() - t_start; /* the schedule, before the gradient reductions */
     pp->stats.steps++;
-    HP_CHECK(reduce_gradients(pp));
     /* only the last stage's ranks have a loss; model-parallel rank 0 counts it */
-    float mine = pp->pi == 0 ? (float)(loss_sum / pp->m) : 0.0f, total = 0;
+    *loss_out = pp->pi == 0 ? loss_sum / pp->m : 0.0;
+    return HP_STATUS_OK;
+}
+
+hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss) {
+    if (pp->post.pending)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: a post-validated step is pending (hp_pipeline_settle first)");
+    double part = 0;
+    HP_CHECK(hp__pp_run_schedule(pp, tokens, targets, &part));
+    HP_CHECK(hp__pp_reduce_gradients(pp));
+    float mine = (float)part, total = 0;
     double t0 = hp_trace_begin(pp->trace);
     HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &total, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
     if (pp->trace) trace_all_reduce(pp, 4, t0, sizeof(float));
@@ -445,7 +454,7 @@ hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, c
 }
 
 /* Zeroes every gradient accumulator (a skipped step). */
-static hp_status zero_accumulators(hp_pipeline *pp) {
+hp_status hp__pp_zero_accumulators(hp_pipeline *pp) {
     for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
         const char *name = hp_store_name(pp->store, i);
         if (strncmp(name, "grad_acc.", 9)) continue;
@@ -457,20 +466,37 @@ static hp_status zero_accumulators(hp_pipeline *pp) {
     return HP_STATUS_OK;
 }
 
-hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm) {
+hp_status hp__pp_local_sq(hp_pipeline *pp, float *sq) {
+    double t0 = hp_now_seconds();
     HP_CHECK(hp_program_run(pp->norm_p));
-    float mine = *(const float *)hp_program_data(pp->norm_p, pp->norm_out), grad_sq = 0;
-    double t0 = hp_trace_begin(pp->trace);
-    HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &grad_sq, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
-    if (pp->trace) trace_all_reduce(pp, 5, t0, sizeof(float));
-    if (grad_norm) *grad_norm = sqrtf(grad_sq);
-    if (!isfinite(grad_sq)) return zero_accumulators(pp); /* a NaN or Inf gradient: no update */
+    pp->stats.update_seconds += hp_now_seconds() - t0;
+    *sq = *(const float *)hp_program_data(pp->norm_p, pp->norm_out);
+    return HP_STATUS_OK;
+}
+
+hp_status hp__pp_apply_update(hp_pipeline *pp, float lr, float grad_sq) {
+    double t0 = hp_now_seconds();
     pp->step++;
     float step_f = (float)pp->step;
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_lr, &lr, sizeof lr));
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_step, &step_f, sizeof step_f));
     HP_CHECK(hp_program_set_input(pp->opt_p, pp->opt_grad_sq, &grad_sq, sizeof grad_sq));
-    return hp_program_run(pp->opt_p);
+    HP_CHECK(hp_program_run(pp->opt_p));
+    pp->stats.update_seconds += hp_now_seconds() - t0;
+    return HP_STATUS_OK;
+}
+
+hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm) {
+    if (pp->post.pending)
+        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: a post-validated step is pending (hp_pipeline_settle first)");
+    float mine = 0, grad_sq = 0;
+    HP_CHECK(hp__pp_local_sq(pp, &mine));
+    double t0 = hp_trace_begin(pp->trace);
+    HP_CHECK(hp_comm_all_reduce(pp->comm, &mine, &grad_sq, 1, HP_DTYPE_F32, HP_REDUCE_SUM));
+    if (pp->trace) trace_all_reduce(pp, 5, t0, sizeof(float));
+    if (grad_norm) *grad_norm = sqrtf(grad_sq);
+    if (!isfinite(grad_sq)) return hp__pp_zero_accumulators(pp); /* a NaN or Inf gradient: no update */
+    return hp__pp_apply_update(pp, lr, grad_sq);
 }
 
 hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float lr, float *loss,
@@ -480,7 +506,7 @@ hp_status hp_pipeline_step(hp_pipeline *pp, const int32_t *tokens, const int32_t
     if (loss) *loss = l;
     if (!isfinite(l)) { /* a NaN or Inf loss: no update either */
         if (grad_norm) *grad_norm = NAN;
-        return zero_accumulators(pp);
+        return hp__pp_zero_accumulators(pp);
     }
     return hp_pipeline_update(pp, lr, grad_norm);
 }
