@@ -221,8 +221,10 @@ hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
  * Call hp_pipeline_settle after the last step and before anything that reads or writes the store
  * (a checkpoint, evaluation) or hp_pipeline_step / forward_backward / update (which refuse with
  * HP_STATUS_INVALID_ARGUMENT while a check is pending). Collective over opts.comm, like
- * hp_pipeline_step. Errors: hp_pipeline_step's; HP_STATUS_OUT_OF_MEMORY for the copy;
- * HP_STATUS_UNSUPPORTED when a store entry is not in device memory.
+ * hp_pipeline_step. A step whose schedule fails gives the pending check up with its transfers:
+ * the previous step's update then stays as applied, unchecked. Errors: hp_pipeline_step's;
+ * HP_STATUS_OUT_OF_MEMORY for the copy; HP_STATUS_UNSUPPORTED when a store entry is not in device
+ * memory.
  */
 typedef struct hp_pipeline_settled {
     bool valid;          /* a post-validated step was settled */

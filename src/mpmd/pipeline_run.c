@@ -421,6 +421,11 @@ hp_status hp__pp_run_schedule(hp_pipeline *pp, const int32_t *tokens, const int3
                       w3 = hp__pp_reqs_wait(&sl->recv);
             if (st == HP_STATUS_OK) st = w1 != HP_STATUS_OK ? w1 : w2 != HP_STATUS_OK ? w2 : w3;
         }
+    if (msg[0] && pp->post.pending) { /* a post-validated step's check: given up with the rest (its update stays) */
+        (void)hp_comm_wait(pp->post.req);
+        pp->post.req = NULL;
+        pp->post.pending = false;
+    }
     if (msg[0]) {
         /* The receives the drain abandoned are cancelled (and collectives of the stage's programs
          * given their second) before the pipeline's buffers can be freed: the communicators may
