@@ -93,6 +93,22 @@ out:
     teardown(&f);
 }
 
+/* Builds f's pipeline, which rank 0 alone cannot build: every rank must fail within seconds, rank
+ * 0 with `want` and an error naming `mentions`, the others with HP_STATUS_COMM naming rank 0. */
+static void expect_rank0_build_failure(fixture *f, hp_status want, const char *mentions, const char *what) {
+    double t0 = hp_now_seconds();
+    hp_status st = hp_pipeline_new(&f->o, &f->pp);
+    double wall = hp_now_seconds() - t0;
+    CHECK(st != HP_STATUS_OK && f->pp == NULL && wall < 10.0, "%s: status %s after %.1f s", what, hp_status_str(st),
+          wall);
+    if (g_rank == 0)
+        CHECK(st == want && strstr(hp_error_message(), mentions) != NULL, "%s: rank 0's build failed with %s: %s", what,
+              hp_status_str(st), hp_error_message());
+    else
+        CHECK(st == HP_STATUS_COMM && strstr(hp_error_message(), "rank 0 ") != NULL,
+              "%s: rank %d's error does not name rank 0's failure: %s", what, g_rank, hp_error_message());
+}
+
 /* A rank whose stages alone fail to build (rank 0 alone asks for a 1 kB offload budget, which its
  * stage cannot run under) must not leave the others to wait for its sends: every rank's
  * hp_pipeline_new fails, rank 0 with its budget error, the others naming rank 0. Before the
@@ -105,17 +121,7 @@ static void check_failed_build(int p) {
     oc.device_budget = 1000;
     oc.bandwidth[HP_TIER_HOST] = 1e10; /* no probe */
     if (g_rank == 0) f.o.offload = &oc;
-    double t0 = hp_now_seconds();
-    hp_status st = hp_pipeline_new(&f.o, &f.pp);
-    double wall = hp_now_seconds() - t0;
-    CHECK(st != HP_STATUS_OK && f.pp == NULL && wall < 10.0, "failed build: status %s after %.1f s", hp_status_str(st),
-          wall);
-    if (g_rank == 0)
-        CHECK(st == HP_STATUS_OUT_OF_MEMORY, "rank 0's build failed with %s, not its budget: %s", hp_status_str(st),
-              hp_error_message());
-    else
-        CHECK(st == HP_STATUS_COMM && strstr(hp_error_message(), "rank 0 ") != NULL,
-              "rank %d's error does not name rank 0's failed build: %s", g_rank, hp_error_message());
+    expect_rank0_build_failure(&f, HP_STATUS_OUT_OF_MEMORY, "", "failed build (rank 0's budget)");
 out:
     teardown(&f);
 }
@@ -129,17 +135,7 @@ static void check_failed_parts(int p) {
     f.c = model(true, p);
     int first[8] = {-1, 1, 2, 3, 4, 5, 6, 7};
     if (g_rank == 0) f.o.first_layer = first;
-    double t0 = hp_now_seconds();
-    hp_status st = hp_pipeline_new(&f.o, &f.pp);
-    double wall = hp_now_seconds() - t0;
-    CHECK(st != HP_STATUS_OK && f.pp == NULL && wall < 10.0, "failed parts: status %s after %.1f s", hp_status_str(st),
-          wall);
-    if (g_rank == 0)
-        CHECK(st == HP_STATUS_INVALID_ARGUMENT && strstr(hp_error_message(), "[-1, 1)") != NULL,
-              "rank 0's build failed with %s, not its layer range: %s", hp_status_str(st), hp_error_message());
-    else
-        CHECK(st == HP_STATUS_COMM && strstr(hp_error_message(), "rank 0 ") != NULL,
-              "rank %d's error does not name rank 0's failed parts: %s", g_rank, hp_error_message());
+    expect_rank0_build_failure(&f, HP_STATUS_INVALID_ARGUMENT, "[-1, 1)", "failed parts (rank 0's layer range)");
 out:
     teardown(&f);
 }
