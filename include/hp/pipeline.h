@@ -220,11 +220,15 @@ hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm);
  * the previous post-validated step's result, settled (prev->valid false on the first call).
  * Call hp_pipeline_settle after the last step and before anything that reads or writes the store
  * (a checkpoint, evaluation) or hp_pipeline_step / forward_backward / update (which refuse with
- * HP_STATUS_INVALID_ARGUMENT while a check is pending). Collective over opts.comm, like
- * hp_pipeline_step. A step whose schedule fails gives the pending check up with its transfers:
- * the previous step's update then stays as applied, unchecked. Errors: hp_pipeline_step's;
+ * HP_STATUS_INVALID_ARGUMENT while a check is pending; so does hp_pipeline_init_params).
+ * hp_pipeline_free waits for a pending check's all-reduce (collective: settle first). Each failed
+ * check costs one more run of a schedule (a clip under 1e-6 fails every check). Collective over
+ * opts.comm, like hp_pipeline_step. On an error *prev is not written. A step whose schedule fails
+ * settles the previous step's check when its all-reduce has landed (as every rank does), else
+ * gives it up with the step's transfers (that update then stays, unchecked); a failed update
+ * leaves nothing of the step behind (the copy restored). Errors: hp_pipeline_step's;
  * HP_STATUS_OUT_OF_MEMORY for the copy; HP_STATUS_UNSUPPORTED when a store entry is not in device
- * memory.
+ * memory; HP_STATUS_INVALID_ARGUMENT for an entry without storage (parameters not initialised).
  */
 typedef struct hp_pipeline_settled {
     bool valid;          /* a post-validated step was settled */
@@ -366,7 +370,8 @@ hp_status hp_pipeline_plan_stage_offload_group(const hp_gpt_config *model, const
 
 /* What this rank did over the steps since the pipeline was made (or the stats reset). */
 typedef struct hp_pipeline_stats {
-    int64_t steps;             /* hp_pipeline_forward_backward calls */
+    int64_t steps;             /* schedules run (hp_pipeline_forward_backward calls; a post-validated step's
+                                * rerun after a failed check counts again, as do its F, B and W) */
     double step_seconds;       /* their wall time, the optimizer's excluded */
     double busy_seconds;       /* in F, B and W programs (the rest of step_seconds is the bubble,
                                 * waits and copies) */

@@ -118,7 +118,9 @@ struct hp_pipeline {
         float lr;           /* the step's learning rate (a redo's) */
         int64_t step_before; /* optimizer steps before its update */
         unsigned char *backup; /* the store's entries before its update */
-        size_t backup_bytes;
+        size_t backup_bytes;   /* allocated */
+        size_t backup_used;    /* copied, from backup_n entries */
+        int backup_n;
     } post;
 };
 
@@ -144,8 +146,11 @@ hp_status hp__pp_local_sq(hp_pipeline *pp, float *sq);
 hp_status hp__pp_apply_update(hp_pipeline *pp, float lr, float grad_sq);
 hp_status hp__pp_zero_accumulators(hp_pipeline *pp);
 
-/* pipeline_post.c: drops a pending post-validated check at free (its all-reduce waited for). */
+/* pipeline_post.c: drops a pending post-validated check at free (its all-reduce waited for);
+ * after a failed step, settles the previous step's check when its all-reduce has completed (every
+ * rank joined it before the failure), else leaves it to the drain. */
 void hp__pp_post_free(hp_pipeline *pp);
+void hp__pp_post_after_failure(hp_pipeline *pp);
 
 /* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
 hp_status hp__pp_build_optimizer(hp_pipeline *pp);

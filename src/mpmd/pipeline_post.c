@@ -19,18 +19,24 @@
 #include <string.h>
 
 /* Copies every store entry of this rank into the backup (restore: back into the store, each
- * entry touched). */
+ * entry touched; the store must hold the same entries as when it was copied). */
 static hp_status copy_store(hp_pipeline *pp, bool restore) {
     int n = hp_store_n_entries(pp->store);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         hp_store_entry_info e;
         HP_CHECK(hp_store_info(pp->store, hp_store_name(pp->store, i), &e));
-        if (e.tier != HP_TIER_DEVICE || !e.data)
+        if (e.tier != HP_TIER_DEVICE)
             return hp_error(HP_STATUS_UNSUPPORTED, "pipeline: post-validated steps keep a copy of the store, but "
                             "'%s' is not in device memory", e.name);
+        if (!e.data)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: store entry '%s' has no storage yet (initialise "
+                            "the parameters before a post-validated step)", e.name);
         total += e.bytes;
     }
+    if (restore && (n != pp->post.backup_n || total != pp->post.backup_used))
+        return hp_error(HP_STATUS_INTERNAL, "pipeline: the store changed since its post-validation copy (%d entries, "
+                        "%zu bytes; copied %d, %zu)", n, total, pp->post.backup_n, pp->post.backup_used);
     if (!restore && total > pp->post.backup_bytes) {
         unsigned char *b = realloc(pp->post.backup, total);
         if (!b) return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: %zu bytes for the post-validation copy", total);
@@ -49,6 +55,7 @@ static hp_status copy_store(hp_pipeline *pp, bool restore) {
         }
         off += e.bytes;
     }
+    if (!restore) pp->post.backup_n = n, pp->post.backup_used = total;
     return HP_STATUS_OK;
 }
 
@@ -61,13 +68,13 @@ static bool passes(const hp_pipeline *pp, double loss, double sq) {
     return max_norm / (sqrt(sq) + 1e-6) >= 1.0;
 }
 
-/* Waits for the pending check and settles its step into *out; *redone when it failed (the store
- * restored and the update redone or skipped). */
+/* Waits for the pending check (unless its request already completed: req NULL) and settles its
+ * step into *out; *redone when it failed (the store restored and the update redone or skipped). */
 static hp_status settle(hp_pipeline *pp, hp_pipeline_settled *out, bool *redone) {
     *redone = false;
     memset(out, 0, sizeof *out);
     if (!pp->post.pending) return HP_STATUS_OK;
-    hp_status st = hp_comm_wait(pp->post.req);
+    hp_status st = hp_comm_wait(pp->post.req); /* NULL: OK */
     pp->post.req = NULL;
     pp->post.pending = false;
     HP_CHECK(st);
@@ -103,17 +110,27 @@ hp_status hp_pipeline_step_post(hp_pipeline *pp, const int32_t *tokens, const in
     HP_CHECK(hp__pp_reduce_gradients(pp));
     float sq = 0;
     HP_CHECK(hp__pp_local_sq(pp, &sq));
+    double t0 = hp_now_seconds();
+    hp_status st = copy_store(pp, false); /* before the all-reduce: a failure leaves nothing pending */
+    pp->stats.update_seconds += hp_now_seconds() - t0;
+    HP_CHECK(st);
     pp->post.send[0] = (float)part, pp->post.send[1] = sq;
     HP_CHECK(hp_comm_iall_reduce(pp->comm, pp->post.send, pp->post.res, 2, HP_DTYPE_F32, HP_REDUCE_SUM, &pp->post.req));
     pp->post.pending = true;
     pp->post.lr = lr;
     pp->post.step_before = pp->step;
-    double t0 = hp_now_seconds();
-    hp_status st = copy_store(pp, false);
-    pp->stats.update_seconds += hp_now_seconds() - t0;
-    if (st == HP_STATUS_OK) st = hp__pp_apply_update(pp, lr, 0.0f); /* the check passing: the clip's scale 1 */
+    st = hp__pp_apply_update(pp, lr, 0.0f); /* the check passing: the clip's scale 1 */
+    if (st != HP_STATUS_OK) { /* nothing of this step stays: its check dropped, the copy back */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", hp_error_message());
+        (void)hp_comm_wait(pp->post.req);
+        pp->post.req = NULL, pp->post.pending = false;
+        pp->step = pp->post.step_before;
+        (void)copy_store(pp, true);
+        return hp_error(st, "%s", msg);
+    }
     if (prev) *prev = s;
-    return st;
+    return HP_STATUS_OK;
 }
 
 hp_status hp_pipeline_settle(hp_pipeline *pp, hp_pipeline_settled *last) {
@@ -122,6 +139,17 @@ hp_status hp_pipeline_settle(hp_pipeline *pp, hp_pipeline_settled *last) {
     HP_CHECK(settle(pp, &s, &redone));
     if (last) *last = s;
     return HP_STATUS_OK;
+}
+
+void hp__pp_post_after_failure(hp_pipeline *pp) {
+    if (!pp->post.pending) return;
+    bool done = false;
+    if (hp_comm_test(pp->post.req, &done) == HP_STATUS_OK && done) { /* settled like every other rank */
+        pp->post.req = NULL;
+        hp_pipeline_settled s;
+        bool redone;
+        (void)settle(pp, &s, &redone);
+    }
 }
 
 void hp__pp_post_free(hp_pipeline *pp) {

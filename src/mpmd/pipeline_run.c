@@ -412,6 +412,7 @@ hp_status hp__pp_run_schedule(hp_pipeline *pp, const int32_t *tokens, const int3
     if (st != HP_STATUS_OK) {
         snprintf(msg, sizeof msg, "%s", hp_error_message());
         hp_comm_report_failure(pp->comm, msg);
+        hp__pp_post_after_failure(pp); /* the previous post-validated step settled as on every rank */
         hp_comm_give_up(pp->comm, msg);
     }
     for (int c = 0; c < pp->n_chunks; c++) /* every transfer done (a failed step drains them too) */
@@ -421,7 +422,7 @@ hp_status hp__pp_run_schedule(hp_pipeline *pp, const int32_t *tokens, const int3
                       w3 = hp__pp_reqs_wait(&sl->recv);
             if (st == HP_STATUS_OK) st = w1 != HP_STATUS_OK ? w1 : w2 != HP_STATUS_OK ? w2 : w3;
         }
-    if (msg[0] && pp->post.pending) { /* a post-validated step's check: given up with the rest (its update stays) */
+    if (msg[0] && pp->post.pending) { /* a check whose all-reduce had not landed: given up (its update stays) */
         (void)hp_comm_wait(pp->post.req);
         pp->post.req = NULL;
         pp->post.pending = false;

@@ -8,6 +8,8 @@
  *   - with a clip the norms exceed: each such step's check fails, is rolled back and redone;
  *   - with a NaN written into a weight after step 2: the next steps' losses are NaN, their checks
  *     fail and their updates are skipped, as the synchronous step skips them.
+ * Last, a step whose action fails while the previous step's check is pending stops every rank
+ * with the error and leaves nothing pending (check_failed_post).
  */
 #include "hp/comm_mpi.h"
 #include "hp/pipeline.h"
@@ -127,6 +129,40 @@ out:
     hp_schedule_free(&s);
 }
 
+/* Last (a failure notice is job-wide: later waits of any family would give up): an action that
+ * fails (rank 0's embedding meets id 48 in micro-batch 1) in a post-validated step while the
+ * previous step's check is pending: every rank returns the error within seconds, the previous check settled or given up
+ * (nothing pending afterwards: hp_pipeline_settle has nothing to settle, hp_pipeline_free does not
+ * wait). */
+static void check_failed_post(hp_comm *w) {
+    int p = hp_comm_size(w);
+    hp_schedule s;
+    hp_pipeline *pp = NULL;
+    bool built = false;
+    OK(hp_schedule_build(HP_SCHED_KIND_1F1B, p, 2 * p, 0, &s));
+    built = true;
+    float loss[STEPS], gn[STEPS];
+    int64_t rb;
+    OK(run(w, &s, 0.0, false, true, loss, gn, &rb, &pp)); /* settled: one more step leaves a check pending */
+    int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
+    batch(0, tok, tgt);
+    OK(hp_pipeline_step_post(pp, tok, tgt, 3e-3f, NULL));
+    tok[(BATCH / 4) * SEQ + 3] = 48; /* micro-batch 1, vocab 48 */
+    double t0 = hp_now_seconds();
+    hp_status st = hp_pipeline_step_post(pp, tok, tgt, 3e-3f, NULL);
+    double wall = hp_now_seconds() - t0;
+    CHECK(st != HP_STATUS_OK && wall < 10.0, "failed post-validated step: status %s after %.1f s (%s)",
+          hp_status_str(st), wall, hp_error_message());
+    if (g_rank == 0)
+        CHECK(strstr(hp_error_message(), "id 48") != NULL, "rank 0's error does not name the id: %s", hp_error_message());
+    hp_pipeline_settled last;
+    OK(hp_pipeline_settle(pp, &last));
+    CHECK(!last.valid, "rank %d: a check still pending after the failed step", g_rank);
+out:
+    hp_pipeline_free(pp);
+    if (built) hp_schedule_free(&s);
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
@@ -138,6 +174,9 @@ int main(int argc, char **argv) {
         check(world, kinds[k], 1e-3, false, STEPS, STEPS); /* every norm over the clip */
         check(world, kinds[k], 0.0, true, STEPS - 3, STEPS - 3); /* steps 3-5's NaN losses */
     }
+    hp_comm *fam; /* a communicator family of its own: the failure ends it */
+    if (hp_comm_mpi_world(&fam) == HP_STATUS_OK && hp_comm_set_timeout(fam, 120) == HP_STATUS_OK) check_failed_post(fam);
+    hp_comm_free(fam);
     int failed = g_failed, any = 0;
     hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX);
     if (g_rank == 0) printf("%s\n", any ? "FAILED" : "post-validated steps equal synchronous ones");
