@@ -851,8 +851,7 @@ void hp_pipeline_free(hp_pipeline *pp) {
 }
 
 hp_status hp_pipeline_init_params(hp_pipeline *pp, uint64_t seed) {
-    if (pp->post.pending)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: a post-validated step is pending (hp_pipeline_settle first)");
+    HP_CHECK(hp__pp_post_idle(pp));
     for (int i = 0; i < hp_store_n_entries(pp->store); i++) {
         const char *name = hp_store_name(pp->store, i);
         hp_store_entry_info e;

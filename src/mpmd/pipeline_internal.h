@@ -146,11 +146,15 @@ hp_status hp__pp_local_sq(hp_pipeline *pp, float *sq);
 hp_status hp__pp_apply_update(hp_pipeline *pp, float lr, float grad_sq);
 hp_status hp__pp_zero_accumulators(hp_pipeline *pp);
 
-/* pipeline_post.c: drops a pending post-validated check at free (its all-reduce waited for);
- * after a failed step, settles the previous step's check when its all-reduce has completed (every
- * rank joined it before the failure), else leaves it to the drain. */
-void hp__pp_post_free(hp_pipeline *pp);
+/* pipeline_post.c: the pending post-validated check. post_idle: HP_STATUS_INVALID_ARGUMENT while
+ * one is pending (what must not run then refuses with it). post_drop: gives it up, its all-reduce
+ * waited for (its optimistic update stays). post_after_failure: after a failed step, settles it
+ * when its all-reduce has completed (every rank joined it before the failure), else leaves it to
+ * post_drop after the drain. post_free: drops it and frees the copy. */
+hp_status hp__pp_post_idle(const hp_pipeline *pp);
+void hp__pp_post_drop(hp_pipeline *pp);
 void hp__pp_post_after_failure(hp_pipeline *pp);
+void hp__pp_post_free(hp_pipeline *pp);
 
 /* pipeline_optim.c: the norm and update programs (after the stages' programs bound the store). */
 hp_status hp__pp_build_optimizer(hp_pipeline *pp);

@@ -123,8 +123,7 @@ hp_status hp_pipeline_step_post(hp_pipeline *pp, const int32_t *tokens, const in
     if (st != HP_STATUS_OK) { /* nothing of this step stays: its check dropped, the copy back */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", hp_error_message());
-        (void)hp_comm_wait(pp->post.req);
-        pp->post.req = NULL, pp->post.pending = false;
+        hp__pp_post_drop(pp);
         pp->step = pp->post.step_before;
         (void)copy_store(pp, true);
         return hp_error(st, "%s", msg);
@@ -152,9 +151,20 @@ void hp__pp_post_after_failure(hp_pipeline *pp) {
     }
 }
 
-void hp__pp_post_free(hp_pipeline *pp) {
-    if (pp->post.pending && pp->post.req) (void)hp_comm_wait(pp->post.req);
+hp_status hp__pp_post_idle(const hp_pipeline *pp) {
+    if (!pp->post.pending) return HP_STATUS_OK;
+    return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: a post-validated step is pending (hp_pipeline_settle first)");
+}
+
+void hp__pp_post_drop(hp_pipeline *pp) {
+    if (!pp->post.pending) return;
+    (void)hp_comm_wait(pp->post.req);
+    pp->post.req = NULL;
     pp->post.pending = false;
+}
+
+void hp__pp_post_free(hp_pipeline *pp) {
+    hp__pp_post_drop(pp);
     free(pp->post.backup);
     pp->post.backup = NULL;
 }

@@ -422,11 +422,7 @@ hp_status hp__pp_run_schedule(hp_pipeline *pp, const int32_t *tokens, const int3
                       w3 = hp__pp_reqs_wait(&sl->recv);
             if (st == HP_STATUS_OK) st = w1 != HP_STATUS_OK ? w1 : w2 != HP_STATUS_OK ? w2 : w3;
         }
-    if (msg[0] && pp->post.pending) { /* a check whose all-reduce had not landed: given up (its update stays) */
-        (void)hp_comm_wait(pp->post.req);
-        pp->post.req = NULL;
-        pp->post.pending = false;
-    }
+    if (msg[0]) hp__pp_post_drop(pp); /* a check whose all-reduce had not landed: given up (its update stays) */
     if (msg[0]) {
         /* The receives the drain abandoned are cancelled (and collectives of the stage's programs
          * given their second) before the pipeline's buffers can be freed: the communicators may
@@ -446,8 +442,7 @@ hp_status hp__pp_run_schedule(hp_pipeline *pp, const int32_t *tokens, const int3
 }
 
 hp_status hp_pipeline_forward_backward(hp_pipeline *pp, const int32_t *tokens, const int32_t *targets, float *loss) {
-    if (pp->post.pending)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: a post-validated step is pending (hp_pipeline_settle first)");
+    HP_CHECK(hp__pp_post_idle(pp));
     double part = 0;
     HP_CHECK(hp__pp_run_schedule(pp, tokens, targets, &part));
     HP_CHECK(hp__pp_reduce_gradients(pp));
@@ -493,8 +488,7 @@ hp_status hp__pp_apply_update(hp_pipeline *pp, float lr, float grad_sq) {
 }
 
 hp_status hp_pipeline_update(hp_pipeline *pp, float lr, float *grad_norm) {
-    if (pp->post.pending)
-        return hp_error(HP_STATUS_INVALID_ARGUMENT, "pipeline: a post-validated step is pending (hp_pipeline_settle first)");
+    HP_CHECK(hp__pp_post_idle(pp));
     float mine = 0, grad_sq = 0;
     HP_CHECK(hp__pp_local_sq(pp, &mine));
     double t0 = hp_trace_begin(pp->trace);
