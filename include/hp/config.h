@@ -328,6 +328,9 @@ typedef struct hp_pipeline_config {
     int64_t micro_batches;             /* m >= 1, divides train.batch; default 1 */
     int64_t chunks;                    /* v in [1, HP_CONFIG_MAX_CHUNKS]; default 1, or 2 for the schedules that need it */
     bool split_auto;                   /* split: auto (the cost model places the layers); default manual */
+    bool post_validate;                /* post_validate: true: consecutive steps overlap, each step's loss and
+                                        * gradient-norm check landing during the next one's schedule
+                                        * (hp_pipeline_step_post; Qi et al. 2024, section 5); default false */
     int line, column;                  /* of the section (0: not from a file) */
     int schedule_line, schedule_column;
     int micro_batches_line, micro_batches_column;

@@ -45,6 +45,9 @@ typedef struct hp_step_metrics {
     bool skipped;       /* the loss or gradient norm was NaN/Inf: no update was applied (train.skip_nonfinite) */
     int64_t skipped_in_row; /* non-finite steps in a row, this one included (0 when this one was finite) */
     int64_t skipped_total;  /* steps skipped so far by this trainer */
+    bool redone;        /* a post-validated step (hp_trainer_step_post) whose check failed: its update was
+                         * redone as hp_trainer_step's (clipped, or skipped) and the next step's schedule
+                         * run again */
 } hp_step_metrics;
 
 typedef struct hp_trainer hp_trainer;
@@ -117,6 +120,29 @@ const hp_partition *hp_trainer_partition(const hp_trainer *t);
  * job (`hp train` calls hp_comm_mpi_abort without freeing the trainer).
  */
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
+/*
+ * The post-validated form of hp_trainer_step, for a pipeline with pipeline.post_validate: true
+ * (any other trainer runs hp_trainer_step and returns its metrics as m[0], *n = 1). Runs step
+ * steps_done + 1 by hp_pipeline_step_post (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR
+ * 2024, section 5): its loss and gradient-norm check is left in flight and lands during the next
+ * call's schedule, so no rank waits for the others between steps. m[0 .. *n) receives the
+ * metrics of the steps settled since the last call, oldest first (*n is 0, 1 or 2): the previous
+ * step's, and with `settle` this step's too. Pass settle = true for a step after which the caller
+ * stops or reads the model; hp_trainer_eval, hp_trainer_save and sampling settle a pending step
+ * themselves and keep its metrics for the next call (or hp_trainer_settle). A settled step's loss,
+ * gradient norm and update are hp_trainer_step's (bitwise where its check passes; where it fails,
+ * a NaN or Inf or a norm optim.grad_clip scales, m->redone is set: the update was redone, clipped
+ * or skipped, and the next step's schedule run again). m->seconds is the wall time of the call
+ * that launched the step (with `settle`, its settling too). steps_done counts launched steps.
+ * Errors: hp_trainer_step's. A non-finite step past train.skip_nonfinite is reported when it
+ * settles, when the next step may already be applied: its message's "parameters and optimizer
+ * state" then hold one unchecked step more.
+ */
+hp_status hp_trainer_step_post(hp_trainer *t, bool settle, hp_step_metrics m[2], int *n);
+/* Settles a pending post-validated step (collective over the pipeline) and returns the metrics
+ * not yet returned in m[0] (*n = 1; 0 when there are none). Errors: the pipeline's settle's,
+ * HP_STATUS_NONFINITE as hp_trainer_step_post. */
+hp_status hp_trainer_settle(hp_trainer *t, hp_step_metrics m[1], int *n);
 /* Mean loss over train.eval_batches validation batches (the same batches every call). */
 hp_status hp_trainer_eval(hp_trainer *t, double *val_loss);
 

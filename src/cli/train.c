@@ -53,9 +53,91 @@ static bool write_metrics(FILE *f, const hp_step_metrics *m, double val, const h
     if (n >= 0 && val >= 0 && vc->bytes_per_token > 0)
         n = fprintf(f, ", \"val_bpb\": %.6f", val / (log(2.0) * vc->bytes_per_token));
     if (n >= 0 && m->skipped) n = fprintf(f, ", \"skipped\": true");
+    if (n >= 0 && m->redone) n = fprintf(f, ", \"redone\": true");
     if (n >= 0 && m->skipped_total > 0) n = fprintf(f, ", \"skipped_steps\": %lld", (long long)m->skipped_total);
     if (n >= 0) n = fprintf(f, "}\n");
     return n >= 0 && fflush(f) == 0 && !ferror(f);
+}
+
+/* What the step loop's report of each settled step needs. */
+typedef struct step_loop {
+    const hp_run_config *cfg;
+    hp_trainer *t;
+    bool lead;
+    FILE *metrics;
+    const char *metrics_path;
+    double t_start;
+    int64_t first;   /* steps done before this run's first */
+    double last_val; /* the last validation loss (-1: none yet) */
+    hp_val_coverage vc;
+} step_loop;
+
+static bool every(int64_t k, int64_t step) { return k > 0 && step % k == 0; }
+
+/* Reports step m as it asks: evaluation, the progress line, the metrics line, a checkpoint, a
+ * sample. False after reporting an error. */
+static bool report_step(step_loop *L, const hp_step_metrics *m) {
+    const hp_run_config *cfg = L->cfg;
+    hp_trainer *t = L->t;
+    hp_status st;
+    double val = -1;
+    bool last = m->step == cfg->train.steps;
+    if (cfg->train.eval_every > 0 && (every(cfg->train.eval_every, m->step) || last)) {
+        st = hp_trainer_eval(t, &val);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "evaluation");
+            return false;
+        }
+        L->last_val = val;
+        hp_trainer_val_coverage(t, &L->vc); /* its bytes per token, known after the first evaluation */
+    }
+    double elapsed = hp_now_seconds() - L->t_start;
+    double per_step = elapsed / (double)(m->step - L->first);
+    if (L->lead && cfg->train.log_every > 0 && (m->step % cfg->train.log_every == 0 || last || m->step == L->first + 1)) {
+        char el[32], eta[32];
+        fmt_duration(elapsed, el, sizeof el);
+        fmt_duration(per_step * (double)(cfg->train.steps - m->step), eta, sizeof eta);
+        fprintf(stderr, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %8.0f tok/s | elapsed %s | ETA %s\n",
+                (long long)m->step, (long long)cfg->train.steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, el, eta);
+    }
+    if (L->lead && val >= 0)
+        fprintf(stderr, "step %6lld | val loss %.4f over %lld windows = %lld tokens (%.1f%% of the val split) | "
+                "%.4f bits/byte\n", (long long)m->step, val, (long long)L->vc.windows, (long long)L->vc.tokens,
+                100 * L->vc.fraction, val / (log(2.0) * L->vc.bytes_per_token));
+    if (L->lead && m->redone)
+        fprintf(stderr, "step %6lld | post-validation: the check failed (%s): the update was redone as a synchronous "
+                "step's\n", (long long)m->step, m->skipped ? "not finite" : "the clip scales");
+    if (L->lead && m->skipped)
+        fprintf(stderr, "step %6lld | skipped: loss %g, gradient norm %g (not finite; no update applied) | %lld in a "
+                "row of at most %lld (train.skip_nonfinite), %lld skipped in all\n", (long long)m->step, m->loss,
+                m->grad_norm, (long long)m->skipped_in_row, (long long)cfg->train.skip_nonfinite,
+                (long long)m->skipped_total);
+    if (L->metrics && !write_metrics(L->metrics, m, val, &L->vc)) {
+        hp_cli_fail(hp_error(HP_STATUS_IO, "cannot write metrics file '%s' at step %lld: %s", L->metrics_path,
+                             (long long)m->step, strerror(errno)), NULL);
+        return false;
+    }
+    if (every(cfg->train.checkpoint_every, m->step) || last) {
+        char path[4096];
+        st = hp_trainer_save(t, path, sizeof path);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "checkpoint");
+            return false;
+        }
+        if (L->lead) fprintf(stderr, "step %6lld | checkpoint %s\n", (long long)m->step, path);
+    }
+    if (every(cfg->train.sample_every, m->step) && !last) {
+        char *text = NULL;
+        st = hp_trainer_sample(t, cfg->train.sample_prompt, (int)cfg->train.sample_tokens, 0.8f, 40,
+                               (uint64_t)m->step, &text);
+        if (st != HP_STATUS_OK) {
+            hp_cli_fail(st, "sampling");
+            return false;
+        }
+        if (L->lead) fprintf(stderr, "--- sample at step %lld ---\n%s\n---\n", (long long)m->step, text);
+        free(text);
+    }
+    return true;
 }
 
 int hp_cli_train(int argc, char **argv) {
@@ -250,75 +332,28 @@ int hp_cli_train(int argc, char **argv) {
                 hp_comm_size(world), hp_mesh_str(hp_trainer_mesh(t), mb, sizeof mb), hp_partition_n_collectives(part),
                 (double)hp_partition_bytes(part) / (1 << 20));
     }
-    double t_start = hp_now_seconds();
-    int64_t first = hp_trainer_steps_done(t);
-    double last_val = -1;
-    hp_val_coverage vc;
-    hp_trainer_val_coverage(t, &vc);
+    step_loop L = {.cfg = &cfg, .t = t, .lead = lead, .metrics = metrics, .metrics_path = metrics_path,
+                   .t_start = hp_now_seconds(), .first = hp_trainer_steps_done(t), .last_val = -1};
+    hp_trainer_val_coverage(t, &L.vc);
     while (hp_trainer_steps_done(t) < cfg.train.steps) {
-        hp_step_metrics m;
-        st = hp_trainer_step(t, &m);
+        /* a post-validated pipeline step (pipeline.post_validate) is settled at once where the model
+         * is read after it; the others' metrics come with the next step (hp_trainer_step_post) */
+        int64_t next = hp_trainer_steps_done(t) + 1;
+        bool settle = next == cfg.train.steps || every(cfg.train.eval_every, next) ||
+                      every(cfg.train.checkpoint_every, next) || every(cfg.train.sample_every, next);
+        hp_step_metrics ms[2];
+        int nm = 0;
+        st = hp_trainer_step_post(t, settle, ms, &nm);
         if (st != HP_STATUS_OK) {
             /* a non-finite step is seen by every rank alike (the loss and norm are replicated) */
             together = st == HP_STATUS_NONFINITE;
             if (lead || !together) hp_cli_fail(st, "training step");
             goto out;
         }
-        double val = -1;
-        bool last = m.step == cfg.train.steps;
-        if (cfg.train.eval_every > 0 && (m.step % cfg.train.eval_every == 0 || last)) {
-            st = hp_trainer_eval(t, &val);
-            if (st != HP_STATUS_OK) {
-                hp_cli_fail(st, "evaluation");
-                goto out;
-            }
-            last_val = val;
-            hp_trainer_val_coverage(t, &vc); /* its bytes per token, known after the first evaluation */
-        }
-        double elapsed = hp_now_seconds() - t_start;
-        double per_step = elapsed / (double)(m.step - first);
-        if (lead && cfg.train.log_every > 0 && (m.step % cfg.train.log_every == 0 || last || m.step == first + 1)) {
-            char el[32], eta[32];
-            fmt_duration(elapsed, el, sizeof el);
-            fmt_duration(per_step * (double)(cfg.train.steps - m.step), eta, sizeof eta);
-            fprintf(stderr, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %8.0f tok/s | elapsed %s | ETA %s\n",
-                    (long long)m.step, (long long)cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, el, eta);
-        }
-        if (lead && val >= 0)
-            fprintf(stderr, "step %6lld | val loss %.4f over %lld windows = %lld tokens (%.1f%% of the val split) | "
-                    "%.4f bits/byte\n", (long long)m.step, val, (long long)vc.windows, (long long)vc.tokens,
-                    100 * vc.fraction, val / (log(2.0) * vc.bytes_per_token));
-        if (lead && m.skipped)
-            fprintf(stderr, "step %6lld | skipped: loss %g, gradient norm %g (not finite; no update applied) | %lld in a "
-                    "row of at most %lld (train.skip_nonfinite), %lld skipped in all\n", (long long)m.step, m.loss,
-                    m.grad_norm, (long long)m.skipped_in_row, (long long)cfg.train.skip_nonfinite,
-                    (long long)m.skipped_total);
-        if (metrics && !write_metrics(metrics, &m, val, &vc)) {
-            hp_cli_fail(hp_error(HP_STATUS_IO, "cannot write metrics file '%s' at step %lld: %s", metrics_path,
-                                 (long long)m.step, strerror(errno)), NULL);
-            goto out;
-        }
-        if ((cfg.train.checkpoint_every > 0 && m.step % cfg.train.checkpoint_every == 0) || last) {
-            char path[4096];
-            st = hp_trainer_save(t, path, sizeof path);
-            if (st != HP_STATUS_OK) {
-                hp_cli_fail(st, "checkpoint");
-                goto out;
-            }
-            if (lead) fprintf(stderr, "step %6lld | checkpoint %s\n", (long long)m.step, path);
-        }
-        if (cfg.train.sample_every > 0 && m.step % cfg.train.sample_every == 0 && !last) {
-            char *text = NULL;
-            st = hp_trainer_sample(t, cfg.train.sample_prompt, (int)cfg.train.sample_tokens, 0.8f, 40,
-                                   (uint64_t)m.step, &text);
-            if (st != HP_STATUS_OK) {
-                hp_cli_fail(st, "sampling");
-                goto out;
-            }
-            if (lead) fprintf(stderr, "--- sample at step %lld ---\n%s\n---\n", (long long)m.step, text);
-            free(text);
-        }
+        for (int i = 0; i < nm; i++)
+            if (!report_step(&L, &ms[i])) goto out;
     }
+    double last_val = L.last_val;
     if (trace) { /* the final sample is not part of the trace */
         st = hp_trainer_set_trace(t, NULL);
         if (st == HP_STATUS_OK) st = hp_trace_write(trace, world, trace_path);

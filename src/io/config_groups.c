@@ -28,7 +28,7 @@ const char *hp_group_kind_name(hp_group_kind k) { return (unsigned)k < HP_GROUP_
 /* ---------------------------------------------------------------- pipeline: */
 
 hp_status hp__config_read_pipeline(const hp_yaml_node *node, hp_pipeline_config *p) {
-    static const char *const keys[] = {"schedule", "micro_batches", "chunks", "split"};
+    static const char *const keys[] = {"schedule", "micro_batches", "chunks", "split", "post_validate"};
     HP_CHECK(hp_yaml_check_keys(node, keys, N(keys), "pipeline"));
     if (hp_yaml_is_null(node)) return HP_STATUS_OK;
     p->present = true;
@@ -81,6 +81,8 @@ hp_status hp__config_read_pipeline(const hp_yaml_node *node, hp_pipeline_config 
         else if (strcmp(s, "manual") == 0) p->split_auto = false;
         else return hp__config_error(n, "pipeline.split expects manual or auto, got '%s'", s);
     }
+    n = hp_yaml_map_get(node, "post_validate");
+    if (n && !hp_yaml_is_null(n)) HP_CHECK(hp_yaml_as_bool(n, "pipeline.post_validate", &p->post_validate));
     /* Before the groups: their modules have pipeline.chunks chunks. */
     return hp__config_check_chunks(p, node->file ? node->file : "<string>");
 }
@@ -416,7 +418,8 @@ cJSON *hp__config_pipeline_json(const hp_pipeline_config *p) {
     bool ok = root && put(root, "schedule", cJSON_CreateString(sched)) &&
               put(root, "micro_batches", cJSON_CreateNumber((double)p->micro_batches)) &&
               put(root, "chunks", cJSON_CreateNumber((double)p->chunks)) &&
-              put(root, "split", cJSON_CreateString(p->split_auto ? "auto" : "manual"));
+              put(root, "split", cJSON_CreateString(p->split_auto ? "auto" : "manual")) &&
+              put(root, "post_validate", cJSON_CreateBool(p->post_validate));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;

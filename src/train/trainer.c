@@ -283,6 +283,17 @@ hp_status hp_trainer_set_trace(hp_trainer *t, hp_trace *tr) {
 hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     double t0 = hp_now_seconds();
     if (t->trace) hp_trace_set_step(t->trace, t->steps_done + 1);
+    if (t->pipe && t->cfg.pipeline.post_validate) { /* launched and settled at once */
+        if (t->pending || t->has_held)
+            return hp_error(HP_STATUS_INVALID_ARGUMENT, "hp_trainer_step: post-validated step %lld is not reported yet "
+                            "(hp_trainer_step_post or hp_trainer_settle first)",
+                            (long long)(t->has_held ? t->held.step : t->launched.step));
+        hp_step_metrics two[2];
+        int n = 0;
+        hp_status ps = hp_trainer_step_post(t, true, two, &n);
+        if (ps == HP_STATUS_OK) *m = two[n - 1];
+        return ps;
+    }
     if (t->pipe) {
         hp_status ps = hp__pipe_step(t, m);
         hp__trainer_trace(t, &t->trace_step, t0);
@@ -316,22 +327,52 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     return hp__trainer_account(t, m);
 }
 
-hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m) {
-    int64_t s = t->steps_done;
+hp_status hp__trainer_judge(hp_trainer *t, hp_step_metrics *m) {
     /* The step's guard applied no update when either is NaN or Inf (hp_train_step_build). */
     if (isfinite(m->loss) && isfinite(m->grad_norm)) {
         t->nonfinite_in_row = 0;
-        t->last_applied = s + 1;
+        t->last_applied = m->step;
     } else {
         t->nonfinite_in_row++;
         if (t->nonfinite_in_row > t->cfg.train.skip_nonfinite)
-            return hp__trainer_nonfinite_error(t, s + 1, m->loss, m->grad_norm);
+            return hp__trainer_nonfinite_error(t, m->step, m->loss, m->grad_norm);
         t->skipped_total++;
         m->skipped = true;
     }
     m->skipped_in_row = t->nonfinite_in_row;
     m->skipped_total = t->skipped_total;
+    return HP_STATUS_OK;
+}
+
+hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m) {
+    HP_CHECK(hp__trainer_judge(t, m));
     t->steps_done++;
+    return HP_STATUS_OK;
+}
+
+hp_status hp_trainer_step_post(hp_trainer *t, bool settle, hp_step_metrics m[2], int *n) {
+    *n = 0;
+    if (t->pipe && t->cfg.pipeline.post_validate) {
+        double t0 = hp_now_seconds();
+        if (t->trace) hp_trace_set_step(t->trace, t->steps_done + 1);
+        hp_status st = hp__pipe_step_post(t, settle, m, n);
+        hp__trainer_trace(t, &t->trace_step, t0);
+        return st;
+    }
+    HP_CHECK(hp_trainer_step(t, &m[0]));
+    *n = 1;
+    return HP_STATUS_OK;
+}
+
+hp_status hp_trainer_settle(hp_trainer *t, hp_step_metrics m[1], int *n) {
+    *n = 0;
+    if (!t->pipe) return HP_STATUS_OK;
+    HP_CHECK(hp__pipe_settle(t));
+    if (t->has_held) {
+        m[0] = t->held;
+        t->has_held = false;
+        *n = 1;
+    }
     return HP_STATUS_OK;
 }
 

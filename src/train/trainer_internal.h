@@ -68,6 +68,11 @@ struct hp_trainer {
     struct hp_schedule *sched;
     hp_comm *pipe_comm;
     hp_comm *self;
+    /* pipeline.post_validate (hp_trainer_step_post): `pending` while a launched step's check is in
+     * flight, `launched` holding what its launch knows (step, lr, seconds); a step settled outside
+     * a step call (hp__pipe_gather: evaluation, sampling, a save) waits in `held` for the next one */
+    bool pending, has_held;
+    hp_step_metrics launched, held;
     int64_t nonfinite_in_row;  /* non-finite steps in a row so far */
     int64_t skipped_total;     /* non-finite steps skipped */
     int64_t last_applied;      /* the last step whose update was applied (or the resumed step; 0: none) */
@@ -91,6 +96,9 @@ hp_status hp__trainer_poison_restore(hp_trainer *t, const char *name, float save
  * or stops with hp__trainer_nonfinite_error past train.skip_nonfinite in a row; then moves
  * steps_done. Shared by the SPMD and the pipeline step. */
 hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m);
+/* hp__trainer_account's judgement of step m->step alone (steps_done not moved): a post-validated
+ * step is judged when it settles, after steps_done counted its launch. */
+hp_status hp__trainer_judge(hp_trainer *t, hp_step_metrics *m);
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m);
 
@@ -125,6 +133,10 @@ hp_status hp__checkpoint_tokenizer(const char *step_dir, hp_tokenizer **out);
 hp_status hp__pipe_new(hp_trainer *t);
 void hp__pipe_free(hp_trainer *t);
 hp_status hp__pipe_step(hp_trainer *t, hp_step_metrics *m);
+/* pipeline.post_validate: hp_trainer_step_post's pipeline step; and a pending step settled into
+ * t->held (a no-op when none is pending), collective over the pipeline. */
+hp_status hp__pipe_step_post(hp_trainer *t, bool settle, hp_step_metrics out[2], int *n);
+hp_status hp__pipe_settle(hp_trainer *t);
 hp_status hp__pipe_gather(hp_trainer *t, bool optim);
 hp_status hp__pipe_scatter(hp_trainer *t);
 void hp__pipe_report_memory(const hp_trainer *t, FILE *f);

@@ -117,6 +117,56 @@ hp_status hp__pipe_step(hp_trainer *t, hp_step_metrics *m) {
     return hp__trainer_account(t, m); /* a non-finite step was not applied (hp_pipeline_update) */
 }
 
+/* A post-validated step's metrics completed by its settled check, and judged. */
+static hp_status settled(hp_trainer *t, const hp_pipeline_settled *r, hp_step_metrics *m) {
+    *m = t->launched;
+    t->pending = false;
+    m->loss = r->loss;
+    m->grad_norm = r->grad_norm;
+    m->redone = r->rolled_back;
+    return hp__trainer_judge(t, m); /* a skipped step was not applied (hp_pipeline_settle) */
+}
+
+hp_status hp__pipe_step_post(hp_trainer *t, bool settle, hp_step_metrics out[2], int *n) {
+    *n = 0;
+    if (t->has_held) { /* settled by an evaluation or save since the last call */
+        out[(*n)++] = t->held;
+        t->has_held = false;
+    }
+    double t0 = hp_now_seconds();
+    int64_t s = t->steps_done;
+    HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
+    double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
+    hp_pipeline_settled prev;
+    HP_CHECK(hp_pipeline_step_post(t->pipe, t->tok_buf, t->tgt_buf, (float)lr, &prev));
+    hp_step_metrics done = t->launched;
+    hp_status st = prev.valid ? settled(t, &prev, &done) : HP_STATUS_OK;
+    if (prev.valid) out[(*n)++] = done;
+    t->launched = (hp_step_metrics){.step = s + 1, .lr = lr};
+    t->pending = true;
+    t->steps_done++; /* launched: the next call takes the next batch */
+    if (st == HP_STATUS_OK && settle) {
+        hp_pipeline_settled last;
+        st = hp_pipeline_settle(t->pipe, &last);
+        if (st == HP_STATUS_OK) st = settled(t, &last, &done);
+        if (st == HP_STATUS_OK) out[(*n)++] = done;
+    }
+    double dt = hp_now_seconds() - t0;
+    t->launched.seconds = dt;
+    t->launched.tokens_per_s = (double)t->cfg.train.batch * (double)t->cfg.model.context / dt;
+    if (settle && st == HP_STATUS_OK) out[*n - 1].seconds = dt, out[*n - 1].tokens_per_s = t->launched.tokens_per_s;
+    return st;
+}
+
+hp_status hp__pipe_settle(hp_trainer *t) {
+    if (!t->pending) return HP_STATUS_OK;
+    hp_pipeline_settled last;
+    HP_CHECK(hp_pipeline_settle(t->pipe, &last));
+    HP_CHECK(settled(t, &last, &t->held));
+    t->has_held = true;
+    return HP_STATUS_OK;
+}
+
 /* The full model's entries that t->store holds: the parameters, with optimizer states also
  * "exp_avg." and "exp_avg_sq." + name (3n names, in checkpoint order). */
 static const char *full_name(const hp_trainer *t, int k, char *buf, size_t cap) {
@@ -130,6 +180,7 @@ static const char *full_name(const hp_trainer *t, int k, char *buf, size_t cap) 
 /* Every rank's t->store gets the stages' values (params; with optim also AdamW's states), each
  * broadcast from the lowest pipeline rank holding it. Collective over the pipeline. */
 hp_status hp__pipe_gather(hp_trainer *t, bool optim) {
+    HP_CHECK(hp__pipe_settle(t)); /* the store after the last step launched, checked */
     int n = t->train.step.n_params, total = optim ? 3 * n : n;
     hp_store *ps = hp_pipeline_store(t->pipe);
     int me = hp_comm_rank(t->pipe_comm);
