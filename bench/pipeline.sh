@@ -4,8 +4,12 @@
 # schedule (split: auto), the step time `hp plan` predicts from the calibrated cost model against the
 # measured median step, and for the pipelines the bubble measured from a trace (hp train --trace,
 # bench/trace_bubble.py) with its closed form at the measured F, B and W times (bench/bubble_formula.py)
-# and their ratio. One JSON line per (round, configuration), then one summary line per configuration
-# with the medians over the rounds.
+# and their ratio. pp2-zb-v-post is ZB-V with post-validated steps (pipeline.post_validate), whose
+# steps overlap: for it only the span bubble means something (trace_bubble.py --span: the steps after
+# the first 3 as one window, the waits between steps counted, the optimizer and the store copy busy),
+# set against synchronous 1F1B's span bubble of the same round. One JSON line per (round,
+# configuration), then one summary line per configuration with the medians over the rounds, and the
+# span bubbles of ZB-V (synchronous and post-validated) over 1F1B's.
 #
 #   bench/pipeline.sh [BUILD_DIR] [ROUNDS] [STEPS]
 #
@@ -40,13 +44,13 @@ base() { # STEPS
 model: {vocab: 256, context: 128, layers: $layers, heads: 4, width: $width, tied_head: false}
 data: {corpus: data/kjv.txt, val_fraction: 0.05}
 train: {steps: $1, batch: $batch, seed: 1, log_every: 1000, eval_every: 0, checkpoint_dir: ckpt, checkpoint_every: 0, sample_tokens: 0}
-optim: {lr: 1.0e-3, min_lr: 1.0e-3, warmup: 0, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, grad_clip: 1.0}
+optim: {lr: 1.0e-3, min_lr: 1.0e-3, warmup: 0, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, grad_clip: ${clip:-1.0}}
 EOF
 }
-pipe() { # SCHEDULE CHUNKS
+pipe() { # SCHEDULE CHUNKS [POST_VALIDATE]
     base "$steps"
     cat <<EOF
-pipeline: {schedule: $1, micro_batches: $mb, chunks: $2, split: auto}
+pipeline: {schedule: $1, micro_batches: $mb, chunks: $2, split: auto, post_validate: ${3:-false}}
 groups:
   first: {ranks: [0]}
   second: {ranks: [1]}
@@ -93,8 +97,12 @@ pipe interleaved 2 > pp2-interleaved.yaml
 pipe zb-h1 1 > pp2-zb-h1.yaml
 pipe zb-v 2 > pp2-zb-v.yaml
 pipe dualpipev 2 > pp2-dualpipev.yaml
+# post-validated steps (hp train's pipeline.post_validate): under a clip of 1.0 this model's early
+# norms exceed it and every step would run twice; a clip of 100 never acts, which changes no step's
+# work (the synchronous step all-reduces the norm either way), only the numbers it trains to
+clip=100.0 pipe zb-v 2 true > pp2-zb-v-post.yaml
 
-names=(single dp2 tp2 pp1-tp2 pp2-gpipe pp2-1f1b pp2-interleaved pp2-zb-h1 pp2-zb-v pp2-dualpipev)
+names=(single dp2 tp2 pp1-tp2 pp2-gpipe pp2-1f1b pp2-interleaved pp2-zb-h1 pp2-zb-v pp2-dualpipev pp2-zb-v-post)
 only="${HP_BENCH_ONLY:-}"
 want() { [[ -z "$only" || " $only " == *" $1 "* ]]; }
 load() { cut -d' ' -f1 /proc/loadavg; }
@@ -133,7 +141,7 @@ for ((round = 0; round < rounds; round++)); do
         if [[ $name == pp2-* ]]; then
             OMP_NUM_THREADS=$threads "${launch[@]}" train "$name.yaml" --overwrite --trace "$work/t.json" \
                 > "$work/out.log" 2>&1 || { cat "$work/out.log" >&2; exit 1; }
-            bubble=$(python3 "$root/bench/trace_bubble.py" "$work/t.json" --skip 3 --name "$name")
+            bubble=$(python3 "$root/bench/trace_bubble.py" "$work/t.json" --skip 3 --name "$name" --span)
         fi
         PYTHONPATH="$root/bench" python3 -c '
 import json, sys
@@ -145,7 +153,7 @@ if bubble != "null":
     b = json.loads(bubble)
     out.update({k: v for k, v in b.items() if k not in ("bench", "name", "ranks")})
     # the closed form at the ranks mean F, B and W (B: the whole backward where there is no W)
-    kind = name[4:]
+    kind = name[4:].replace("-post", "")
     mean = lambda ph: sum(out.get("rank%d_%s_ms" % (r, ph)) or 0.0 for r in (0, 1)) / 2
     v = 2 if kind in ("interleaved", "zb-v", "dualpipev") else 1
     fo = formula(kind, 2, int(mb), v, mean("F"), mean("B"), mean("W"))["sync"]
@@ -168,5 +176,15 @@ for name in dict.fromkeys(r["config"] for r in rows):
         out["formula"] = round(statistics.median(r["formula"] for r in rs), 4)
         out["bubble_over_formula"] = round(out["bubble"] / out["formula"], 3) if out["formula"] > 0 else None
         out["imbalance"] = round(statistics.median(r["imbalance"] for r in rs), 4)
+        out["span_bubble"] = round(statistics.median(r["span_bubble"] for r in rs), 4)
     out["load1_max"] = max(max(r["load1"]) for r in rs)
-    print(json.dumps(out))' "$results"
+    print(json.dumps(out))
+# consecutive steps (span_bubble: the waits between steps counted, the optimizer and the copy busy):
+# ZB-V with post-validated steps, and synchronous, against synchronous 1F1B, paired per round
+base = {r["round"]: r["span_bubble"] for r in rows if r["config"] == "pp2-1f1b"}
+for name in ("pp2-zb-v", "pp2-zb-v-post"):
+    ratios = [r["span_bubble"] / base[r["round"]] for r in rows if r["config"] == name and base.get(r["round"])]
+    if ratios:
+        print(json.dumps({"bench": "pipeline_span_vs_1f1b", "config": name, "rounds": len(ratios),
+                          "span_bubble_over_1f1b": round(statistics.median(ratios), 3),
+                          "per_round": [round(x, 3) for x in ratios]}))' "$results"

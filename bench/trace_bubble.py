@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Pipeline bubble measured from a trace written by `hp train --trace FILE.json` (docs/benchmarks.md).
 
-    python3 bench/trace_bubble.py TRACE.json [--skip N] [--name NAME]
+    python3 bench/trace_bubble.py TRACE.json [--skip N] [--name NAME] [--span]
 
 For each training step (after the first N, default 1: the warm-up) and each rank, the trace's
-compute spans tagged with a pipeline phase (F, B, W) are grouped into actions by (stage,
-micro-batch, phase); an action's time is from its first node's start to its last node's end (the
+compute spans tagged with a pipeline phase (F, B, W) are grouped into actions: a rank's
+consecutive spans of one (stage, micro-batch, phase); an action's time is from its first node's start to its last node's end (the
 per-action program entry and the gaps between its nodes count as busy, as in bench_pipeline's
 busy time). The step's schedule window is from the first action's start to the last action's end
 over all ranks (the ranks' clocks are aligned by hp_trace_sync); the optimizer after it is not part
@@ -15,6 +15,13 @@ rank's action time less the ranks' mean, over the window: idle that unequal stag
 the schedule, which the closed forms at uniform times leave out), and each rank's mean F, B and W
 action time in ms (where a rank splits some backwards into B and W, B is the mean of those split
 B's: its whole ones, DualPipeV's, are B + W; where it splits none, the whole backward counts as B).
+
+With --span it also reports span_bubble: the steps after the first N taken as one window, from
+their first action's start to the end of their last action, optimizer program or post-validation
+copy, with the optimizer's programs (phase opt, node by node) and the post-validation copies and
+restores counted as busy: the bubble of a run of consecutive steps, which a per-step window cannot
+measure once steps overlap (pipeline.post_validate) and which counts the waits between steps that
+the per-step window leaves out. A redone post-validated step's schedule, run twice, counts twice.
 """
 import json
 import statistics
@@ -25,10 +32,13 @@ def main(argv):
     if not argv or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
-    path, skip, name = argv[0], 1, argv[0]
+    path, skip, name, span = argv[0], 1, argv[0], False
     i = 1
     while i < len(argv):
-        if argv[i] == "--skip":
+        if argv[i] == "--span":
+            span = True
+            i += 1
+        elif argv[i] == "--skip":
             skip = int(argv[i + 1])
             i += 2
         elif argv[i] == "--name":
@@ -39,29 +49,34 @@ def main(argv):
             return 2
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    actions = {}  # (step, rank, stage, mb, phase) -> [start, end]
+    spans = []  # (rank, start, end, (step, rank, stage, mb, phase)) of the F, B and W nodes
+    other = []  # (step, start, end) of the optimizer's programs' nodes and the post-validation copies
     for e in events:
-        if e.get("ph") != "X" or e.get("cat") != "compute":
-            continue
         a = e.get("args", {})
-        if a.get("phase") not in ("F", "B", "W") or "stage" not in a or "step" not in a:
+        if e.get("ph") != "X" or "step" not in a:
             continue
-        key = (a["step"], e["pid"], a["stage"], a["microbatch"], a["phase"])
-        t0, t1 = e["ts"], e["ts"] + e["dur"]
-        if key in actions:
-            actions[key][0] = min(actions[key][0], t0)
-            actions[key][1] = max(actions[key][1], t1)
+        if a.get("phase") == "opt" and e.get("cat") in ("compute", "copy"):
+            other.append((a["step"], e["ts"], e["ts"] + e["dur"]))
+        if e.get("cat") == "compute" and a.get("phase") in ("F", "B", "W") and "stage" in a:
+            key = (a["step"], e["pid"], a["stage"], a["microbatch"], a["phase"])
+            spans.append((e["pid"], e["ts"], e["ts"] + e["dur"], key))
+    # an action: a rank's consecutive nodes of one (step, stage, micro-batch, phase), so a schedule
+    # run again (a redone post-validated step) gives its actions twice instead of one merged span
+    actions = []  # [(key, [start, end])]
+    for rank, t0, t1, key in sorted(spans):
+        if actions and actions[-1][0] == key:
+            actions[-1][1][1] = max(actions[-1][1][1], t1)
         else:
-            actions[key] = [t0, t1]
-    ranks = sorted({k[1] for k in actions})
-    steps = sorted({k[0] for k in actions})[skip:]
+            actions.append((key, [t0, t1]))
+    ranks = sorted({k[1] for k, _ in actions})
+    steps = sorted({k[0] for k, _ in actions})[skip:]
     if not steps or not ranks:
         print(f"trace_bubble: {path}: no pipeline actions after step {skip}", file=sys.stderr)
         return 1
     bubbles, imbalance = [], []
     phase_ms = {r: {"F": [], "B": [], "W": []} for r in ranks}
     for s in steps:
-        acts = [(k, v) for k, v in actions.items() if k[0] == s]
+        acts = [(k, v) for k, v in actions if k[0] == s]
         lo = min(v[0] for _, v in acts)
         hi = max(v[1] for _, v in acts)
         busy = sum(v[1] - v[0] for _, v in acts)
@@ -87,6 +102,15 @@ def main(argv):
         # the ranks' mean) / window; no schedule of these stages has less idle than this
         "imbalance": round(statistics.median(imbalance), 4),
     }
+    if span:
+        first = steps[0]
+        acts = [v for k, v in actions if k[0] >= first]
+        opt = [(t0, t1) for st, t0, t1 in other if st >= first]
+        lo = min(v[0] for v in acts)
+        hi = max([v[1] for v in acts] + [t1 for _, t1 in opt])
+        busy = sum(v[1] - v[0] for v in acts) + sum(t1 - t0 for t0, t1 in opt)
+        out["span_bubble"] = round(1 - busy / (len(ranks) * (hi - lo)), 4)
+        out["span_ms_per_step"] = round((hi - lo) / 1e3 / len(steps), 2)
     for r in ranks:
         for ph in ("F", "B", "W"):
             xs = phase_ms[r][ph]

@@ -252,7 +252,9 @@ hp_status hp_pipeline_settle(hp_pipeline *pp, hp_pipeline_settled *last);
  * send's issue, with its bytes) and each receive the compute thread waits for as "recv F" /
  * "recv B" (kind p2p, the time blocked, with the bytes), the step's all-reduces (the gradient
  * accumulators over the stage's group and the tied copies, the loss, the squared gradient norm;
- * kind comm) and the optimizer's programs with phase opt. Call it between steps; `tr` (borrowed) must outlive the pipeline or a later call with NULL.
+ * kind comm), the optimizer's programs with phase opt, and a post-validated step's store copy and
+ * restore ("post-validation copy" / "post-validation restore", kind copy, phase opt). Call it
+ * between steps; `tr` (borrowed) must outlive the pipeline or a later call with NULL.
  * Errors: the recorder's.
  */
 hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr);

@@ -881,9 +881,9 @@ hp_mesh *hp_pipeline_mesh(hp_pipeline *pp) { return pp->mesh; }
 hp_status hp_pipeline_set_trace(hp_pipeline *pp, hp_trace *tr) {
     if (tr) {
         HP_CHECK(hp_trace_track(tr, "compute", 0, &pp->trace_track));
-        const char *names[7] = {"send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
-                                "all_reduce grad"};
-        for (int k = 0; k < 7; k++)
+        const char *names[9] = {"send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
+                                "all_reduce grad", "post-validation copy", "post-validation restore"};
+        for (int k = 0; k < 9; k++)
             if ((pp->trace_name[k] = hp_trace_intern(tr, names[k])) < 0)
                 return hp_error(HP_STATUS_OUT_OF_MEMORY, "pipeline: out of memory for trace names");
     }

@@ -109,8 +109,8 @@ struct hp_pipeline {
     hp_pipeline_stats stats; /* since the last hp_pipeline_reset_stats */
     hp_trace *trace;        /* hp_pipeline_set_trace; NULL: off */
     int trace_track;        /* the compute thread's track */
-    int32_t trace_name[7];  /* "send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
-                               "all_reduce grad" */
+    int32_t trace_name[9];  /* "send F", "send B", "recv F", "recv B", "all_reduce loss", "all_reduce grad_sq",
+                               "all_reduce grad", "post-validation copy", "post-validation restore" */
     struct {                /* a post-validated step's pending check (pipeline_post.c) */
         bool pending;       /* its all-reduce is in flight and its update applied optimistically */
         float send[2], res[2]; /* this rank's loss share and squared norm; their sums */

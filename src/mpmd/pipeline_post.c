@@ -19,8 +19,10 @@
 #include <string.h>
 
 /* Copies every store entry of this rank into the backup (restore: back into the store, each
- * entry touched; the store must hold the same entries as when it was copied). */
+ * entry touched; the store must hold the same entries as when it was copied). With a trace, one
+ * span on the compute track: kind copy, phase opt, "post-validation copy" or "... restore". */
 static hp_status copy_store(hp_pipeline *pp, bool restore) {
+    double t0 = pp->trace ? hp_trace_begin(pp->trace) : 0;
     int n = hp_store_n_entries(pp->store);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -56,6 +58,14 @@ static hp_status copy_store(hp_pipeline *pp, bool restore) {
         off += e.bytes;
     }
     if (!restore) pp->post.backup_n = n, pp->post.backup_used = total;
+    if (pp->trace) {
+        hp_trace_span s = HP_TRACE_SPAN_INIT;
+        s.name = pp->trace_name[restore ? 8 : 7];
+        s.kind = HP_TRACE_KIND_COPY;
+        s.phase = HP_TRACE_PHASE_OPT;
+        s.bytes = (double)total;
+        hp_trace_end(pp->trace, pp->trace_track, t0, &s);
+    }
     return HP_STATUS_OK;
 }
 
