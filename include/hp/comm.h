@@ -74,7 +74,10 @@ const char *hp_comm_name(const hp_comm *c);
  * receives are cancelled; sends and collectives are tested for up to 1 s (or the timeout, if
  * shorter), and those still pending are kept by the implementation until they can no longer run
  * (MPI: until MPI_Finalize, with their communicator; implementations without hp_comm_i.forget leak
- * them). So freeing takes up to a second more after a failure, and MPI_Finalize stays safe. */
+ * them). So freeing takes up to a second more after a failure, and MPI_Finalize stays safe. A
+ * collective whose send data and result together are at most 64 KiB runs on a copy its request
+ * owns, so one given up and completed later writes that copy, not the caller's buffer; a larger
+ * one's buffers must live until the job ends once it is given up. */
 void hp_comm_free(hp_comm *c);
 
 /* A communicator of one rank, needing no MPI runtime. Every collective is a copy (or no-op);

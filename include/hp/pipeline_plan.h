@@ -67,8 +67,9 @@ typedef struct hp_pipeline_plan_opts {
     const hp_strategy_config *strategy; /* [p] or NULL: each group's strategy (mesh and rules; borrowed); a
                                        group with tp > 1 is planned partitioned, its collectives counted
                                        (hp_pipeline_plan_stage_group) */
-    const int *zero;                /* ranks AdamW's states are split over (optimizer.shard: the product of
-                                       its axes' sizes); NULL or 1: not split. A group planned partitioned
+    const int *zero;                /* ranks AdamW's states and update are split over beyond the
+                                       parameters' layouts (optimizer.shard: the product of the sizes of
+                                       its axes no params rule names); NULL or 1: not split. A group planned partitioned
                                        (tp > 1 with its strategy) reads its strategy's optimizer.shard per
                                        parameter instead (hp_pipeline_stage_plan.moment_bytes) */
     const char *const *group_name;  /* for messages ("groups.NAME.memory_budget") */

@@ -227,6 +227,7 @@ static hp_status req_begin(hp_comm *c, hp_comm_request **req, hp_comm_request **
 }
 
 void hp__comm_req_complete(hp_comm_request *r) {
+    if (r->out) memcpy(r->out, (char *)r->tmp + r->out_off, r->out_bytes);
     if (r->avg_buf) divide(r->avg_buf, r->avg_count, r->avg_dt, r->comm->size);
     free(r->tmp);
     r->tmp = NULL;
@@ -258,14 +259,46 @@ static void *dup_buf(const void *p, size_t bytes) {
 
 /* ---------------------------------------------------------------- collectives */
 
+/*
+ * A non-blocking collective of at most STAGE_BYTES (its send data and result together) runs on a
+ * copy the request owns (r->tmp: the send data, then room for the result), copied out to the
+ * caller's buffer at completion. One given up (a timeout, a rank's failure: comm_wait.c) may still
+ * complete later, inside any MPI call or MPI_Finalize; it then writes into that copy, which
+ * outlives it with the request (hp_comm_i.forget's keep), and not into the caller's buffer, which
+ * is often a local variable long gone (hp_comm_agree's verdict, a step's loss). Larger buffers are
+ * written where they are: a caller that gives one up keeps it until the job ends (hp/comm.h).
+ */
+#define STAGE_BYTES 65536
+
+/* Stages r when send + recv bytes fit: *sb and *rb then point into r->tmp (the send data copied
+ * from *sb; the result copied to the old *rb at completion). False on allocation failure (error set). */
+static bool stage(hp_comm_request *r, const void **sb, size_t sbytes, void **rb, size_t rbytes) {
+    if (sbytes + rbytes > STAGE_BYTES) return true;
+    char *t = malloc(sbytes + rbytes ? sbytes + rbytes : 1);
+    if (!t) {
+        hp_error(HP_STATUS_OUT_OF_MEMORY, "cannot allocate %zu bytes for a collective", sbytes + rbytes);
+        return false;
+    }
+    if (sbytes) memcpy(t, *sb, sbytes);
+    free(r->tmp);
+    r->tmp = t;
+    r->out = *rb, r->out_off = sbytes, r->out_bytes = rbytes;
+    *sb = t;
+    *rb = t + sbytes;
+    return true;
+}
+
 static hp_status all_reduce(hp_comm *c, const void *sb, void *rb, size_t count, hp_dtype dt,
                             hp_reduce_op op, hp_comm_request **req) {
     HP_CHECK(check_dtype(dt));
     HP_CHECK(check_op(op));
     hp_comm_request stack, *r;
     HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_ALL_REDUCE, count * hp_dtype_size(dt)));
+    size_t bytes = count * hp_dtype_size(dt);
+    void *out = rb;
+    if (req && !stage(r, &sb, bytes, &rb, bytes)) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
     if (op == HP_REDUCE_AVG) {
-        r->avg_buf = rb;
+        r->avg_buf = out; /* divided after the copy-out */
         r->avg_count = count;
         r->avg_dt = dt;
         op = HP_REDUCE_SUM;
@@ -279,7 +312,8 @@ static hp_status all_gather(hp_comm *c, const void *sb, void *rb, size_t count, 
     size_t es = hp_dtype_size(dt);
     hp_comm_request stack, *r;
     HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_ALL_GATHER, count * es));
-    if (overlap(sb, count * es, rb, count * es * (size_t)c->size)) {
+    if (req && !stage(r, &sb, count * es, &rb, count * es * (size_t)c->size)) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
+    if (!r->out && overlap(sb, count * es, rb, count * es * (size_t)c->size)) {
         r->tmp = dup_buf(sb, count * es);
         if (!r->tmp) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
         sb = r->tmp;
@@ -294,13 +328,15 @@ static hp_status reduce_scatter(hp_comm *c, const void *sb, void *rb, size_t cou
     size_t es = hp_dtype_size(dt);
     hp_comm_request stack, *r;
     HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_REDUCE_SCATTER, count * es));
-    if (overlap(sb, count * es * (size_t)c->size, rb, count * es)) {
+    void *out = rb;
+    if (req && !stage(r, &sb, count * es * (size_t)c->size, &rb, count * es)) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
+    if (!r->out && overlap(sb, count * es * (size_t)c->size, rb, count * es)) {
         r->tmp = dup_buf(sb, count * es * (size_t)c->size);
         if (!r->tmp) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
         sb = r->tmp;
     }
     if (op == HP_REDUCE_AVG) {
-        r->avg_buf = rb;
+        r->avg_buf = out;
         r->avg_count = count;
         r->avg_dt = dt;
         op = HP_REDUCE_SUM;
@@ -348,7 +384,14 @@ static hp_status broadcast(hp_comm *c, void *buf, size_t count, hp_dtype dt, int
     hp_comm_request stack, *r;
     HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_BROADCAST, count * hp_dtype_size(dt)));
     r->peer = root;
-    return req_end(c->iface->broadcast(c->ctx, buf, count, dt, root, req ? &r->impl : NULL), req, r);
+    size_t bytes = count * hp_dtype_size(dt);
+    const void *in = buf; /* the root's data; a copy of what the others' buffers hold, overwritten */
+    void *b = buf;
+    if (req && bytes <= STAGE_BYTES) { /* one buffer: staged with no separate send part */
+        if (!stage(r, &in, 0, &b, bytes)) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
+        memcpy(b, buf, bytes);
+    }
+    return req_end(c->iface->broadcast(c->ctx, b, count, dt, root, req ? &r->impl : NULL), req, r);
 }
 
 static hp_status p2p(hp_comm *c, bool is_send, void *buf, size_t count, hp_dtype dt, int peer,

@@ -49,7 +49,11 @@ struct hp_comm {
 struct hp_comm_request {
     hp_comm *comm;
     void *impl;
-    void *tmp;            /* temporary send copy, freed at completion */
+    void *tmp;            /* temporary send copy (a staged collective: its send data and result), freed at
+                           * completion */
+    void *out;            /* a staged collective: the caller's result buffer, which gets out_bytes from
+                           * tmp + out_off at completion (NULL: not staged) */
+    size_t out_off, out_bytes;
     void *avg_buf;        /* divide avg_count elements by comm size at completion */
     size_t avg_count;
     hp_dtype avg_dt;

@@ -39,6 +39,23 @@ hp_status hp_pipeline_machine_model(const char *path, int ranks_per_node, hp_cal
     return HP_STATUS_OK;
 }
 
+/* The ranks optimizer.shard splits AdamW's update over beyond the parameters' own layouts: the
+ * product of the sizes of its axes that no params rule names. An axis a parameter's layout already
+ * splits (FSDP's, tensor parallelism's) leaves the runtime's shard of that parameter's moments
+ * nothing more to split; hp_pipeline_stage_plan.moment_bytes makes the same choice per parameter. */
+static int opt_shard_ranks(const hp_strategy_config *sc) {
+    int n = 1;
+    for (int a = 0; a < sc->n_opt_shard; a++) {
+        int axis = sc->opt_shard[a];
+        bool named = false;
+        for (int r = 0; r < sc->n_params && !named; r++)
+            for (int d = 0; d < sc->params[r].tensor_map.n && !named; d++)
+                for (int k = 0; k < sc->params[r].tensor_map.nmap[d]; k++) named |= sc->params[r].tensor_map.map[d][k] == axis;
+        if (!named) n *= (int)sc->device_matrix[axis];
+    }
+    return n;
+}
+
 hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_schedule *s, const hp_machine_model *mm,
                                             hp_pipeline_plan_opts *o) {
     memset(o, 0, sizeof *o);
@@ -74,8 +91,7 @@ hp_status hp_pipeline_plan_opts_from_config(const hp_run_config *cfg, const hp_s
         hp_pipeline_group_shape(&g->strategy, g->n_ranks, &dp[g->stage], &tp[g->stage]);
         budget[g->stage] = g->memory_budget;
         strat[g->stage] = g->strategy; /* a shallow copy: its rules stay the config's */
-        if (g->strategy.present)
-            for (int a = 0; a < g->strategy.n_opt_shard; a++) zero[g->stage] *= g->strategy.device_matrix[g->strategy.opt_shard[a]];
+        if (g->strategy.present) zero[g->stage] = opt_shard_ranks(&g->strategy);
         line[g->stage] = g->memory_budget_line;
         name[g->stage] = g->name;
     }

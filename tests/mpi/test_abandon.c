@@ -10,7 +10,9 @@
  *   communicator: the others' hp_comm_free hands it to the MPI communicator (which outlives it
  *   until MPI_Finalize), the late rank's all-reduce completes while they progress in a barrier of
  *   another communicator, and every process then finalizes without a crash (Open MPI's libnbc
- *   crashed when the collective ran on after MPI_Comm_free).
+ *   crashed when the collective ran on after MPI_Comm_free);
+ * - a small all-reduce given up and completed late writes the copy it was staged on, not the
+ *   caller's buffer.
  */
 #include "hp/comm_mpi.h"
 
@@ -89,6 +91,41 @@ static void check_late_collective(void) {
     hp_comm_free(after);
 }
 
+/* The same late all-reduce, of 4 floats: the others keep their buffer and write it after giving the
+ * all-reduce up; when the last rank joins, the collective completes into the copy it was staged on,
+ * not into that buffer (before, it wrote there: a local variable of a returned function, such as
+ * hp_comm_agree's verdict, took a stack write at a random later time). */
+static void check_late_small(void) {
+    hp_comm *w = NULL, *after = NULL;
+    OK(hp_comm_mpi_world(&w));
+    OK(hp_comm_mpi_world(&after));
+    OK(hp_comm_set_timeout(w, TIMEOUT_S));
+    float *y = malloc(4 * sizeof *y);
+    if (!y) return;
+    for (int i = 0; i < 4; i++) y[i] = 1.0f;
+    int last = g_size - 1;
+    if (g_rank == last) {
+        sleep_s(4 * TIMEOUT_S + 0.5);
+        hp_status st = hp_comm_all_reduce(w, y, y, 4, HP_DTYPE_F32, HP_REDUCE_SUM);
+        CHECK(st == HP_STATUS_OK && y[0] == (float)g_size, "late small all-reduce: %s, y = %g (%s)", hp_status_str(st),
+              (double)y[0], hp_error_message());
+        hp_comm_free(w);
+    } else {
+        hp_status st = hp_comm_all_reduce(w, y, y, 4, HP_DTYPE_F32, HP_REDUCE_SUM);
+        CHECK(st == HP_STATUS_TIMEOUT, "small all-reduce the last rank is late for: %s", hp_status_str(st));
+        for (int i = 0; i < 4; i++) y[i] = -7.0f; /* the caller's buffer, in use again */
+        hp_comm_free(w);
+    }
+    OK(hp_comm_set_timeout(after, 30));
+    CHECK(hp_comm_barrier(after) == HP_STATUS_OK, "barrier after: %s", hp_error_message());
+    sleep_s(0.1);
+    CHECK(hp_comm_barrier(after) == HP_STATUS_OK, "barrier after: %s", hp_error_message());
+    if (g_rank != last)
+        CHECK(y[0] == -7.0f && y[3] == -7.0f, "the given-up all-reduce wrote the caller's buffer: y = %g", (double)y[0]);
+    free(y);
+    hp_comm_free(after);
+}
+
 int main(int argc, char **argv) {
     if (hp_comm_mpi_init(&argc, &argv) != HP_STATUS_OK) return 1;
     hp_comm *world;
@@ -97,6 +134,7 @@ int main(int argc, char **argv) {
     g_size = hp_comm_size(world);
     check_recv();
     check_late_collective();
+    check_late_small();
     int failed = g_failed, any = 0;
     if (hp_comm_all_reduce(world, &failed, &any, 1, HP_DTYPE_I32, HP_REDUCE_MAX) != HP_STATUS_OK) any = 1;
     if (g_rank == 0) printf("%s\n", any ? "FAILED" : "abandoned transfers: cancelled, or kept until MPI_Finalize");

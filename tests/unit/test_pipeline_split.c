@@ -297,6 +297,54 @@ static void test_tp_collectives(void **state) {
     hp_run_config_free(&cfg);
 }
 
+/* optimizer.shard over an axis the parameters' layouts already split (FSDP's) splits the update no
+ * further: the plan's zero is 1 there and the optimizer's time that of no optimizer.shard; over a
+ * pure data-parallel axis (ZeRO-1) it is the axis' size. */
+static hp_status opt_plan(const char *shard0, hp_pipeline_plan_opts *o, hp_schedule *s, hp_run_config *cfg,
+                          double *opt0) {
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml,
+             "model: {vocab: 256, context: 16, layers: 2, heads: 2, width: 32}\n"
+             "train: {batch: 8, steps: 1}\n"
+             "pipeline: {schedule: 1f1b, micro_batches: 2}\n"
+             "groups:\n"
+             "  s0:\n"
+             "    ranks: [0, 1]\n"
+             "    module: [embedding, blocks.0]\n"
+             "    mesh: {device_matrix: [2], alias_name: [fsdp]}\n"
+             "    strategy: {inputs: {tokens: [fsdp, none], targets: [fsdp, none]}, params: [{match: '*', "
+             "tensor_map: [fsdp]}]%s}\n"
+             "  s1: {ranks: [2, 3], module: [blocks.1, head], mesh: {device_matrix: [2], alias_name: [dp]}, "
+             "strategy: {optimizer: {shard: [dp]}}}\n", shard0);
+    HP_CHECK(hp_run_config_load_string(yaml, strlen(yaml), "opt.yaml", cfg));
+    HP_CHECK(hp_pipeline_schedule_from_config(cfg, s));
+    static const hp_machine_model mm = HP_MACHINE_MODEL_DEFAULT;
+    HP_CHECK(hp_pipeline_plan_opts_from_config(cfg, s, &mm, o));
+    int first[2] = {0, 1};
+    hp_pipeline_prediction pr;
+    HP_CHECK(hp_pipeline_predict(o, first, &pr));
+    *opt0 = pr.optimizer_seconds[0];
+    hp_pipeline_prediction_free(&pr);
+    return HP_STATUS_OK;
+}
+
+static void test_opt_shard_ranks(void **state) {
+    (void)state;
+    hp_pipeline_plan_opts a, b;
+    hp_schedule sa, sb;
+    hp_run_config ca, cb;
+    double with, without;
+    assert_ok(opt_plan(", optimizer: {shard: [fsdp]}", &a, &sa, &ca, &with));
+    assert_ok(opt_plan("", &b, &sb, &cb, &without));
+    assert_int_equal(a.tp[0], 2);
+    assert_int_equal(a.zero[0], 1); /* was 2: the update counted split over 4 */
+    assert_int_equal(a.zero[1], 2);
+    assert_true(with > 0 && with == without);
+    hp_pipeline_plan_opts_free(&a), hp_pipeline_plan_opts_free(&b);
+    hp_schedule_free(&sa), hp_schedule_free(&sb);
+    hp_run_config_free(&ca), hp_run_config_free(&cb);
+}
+
 /* Zero Bubble's split on every stage: B is the chain of activation gradients, W the weights'. The
  * first stage has no input gradient to send, but its B still runs its blocks' activation gradients
  * (down to the embeddings' output), so it is about as long as a middle stage's B of the same blocks,
@@ -397,6 +445,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_split), cmocka_unit_test(test_slots),
                                        cmocka_unit_test(test_first_stage_split), cmocka_unit_test(test_stage_offload),
                                        cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_config), cmocka_unit_test(test_calibrated),
-                                       cmocka_unit_test(test_tp_collectives), cmocka_unit_test(test_tied_v)};
+                                       cmocka_unit_test(test_tp_collectives), cmocka_unit_test(test_tied_v),
+                                       cmocka_unit_test(test_opt_shard_ranks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
