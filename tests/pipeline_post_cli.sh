@@ -4,7 +4,7 @@
 # the synchronous run's loss, gradient norm and validation losses (evaluation and checkpoints after
 # steps 3 and 6 settle the step first); a clip every norm exceeds marks every step "redone" and
 # still gives the synchronous numbers; a resume from the post-validated run's step-3 checkpoint
-# continues with the same losses.
+# continues with the same losses; `hp plan` says what post_validate changes.
 #   pipeline_post_cli.sh HP SOURCE_DIR MPIEXEC
 set -euo pipefail
 hp="$1" src="$2" mpiexec="$3"
@@ -49,6 +49,8 @@ config true 100.0 post > post.yaml
 config false 1.0e-3 sync_clip > sync_clip.yaml
 config true 1.0e-3 post_clip > post_clip.yaml
 for name in sync post sync_clip post_clip; do train "$name" --overwrite; done
+"$hp" plan post.yaml --calibration none.json | grep -q "post_validate: consecutive steps overlap" ||
+    fail "hp plan does not tell what post_validate changes"
 
 [[ "$(fields post.jsonl | cut -d' ' -f1 | tr '\n' ' ')" == "1 2 3 4 5 6 " ]] ||
     fail "post-validated steps reported as: $(fields post.jsonl | cut -d' ' -f1 | tr '\n' ' ')"

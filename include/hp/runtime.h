@@ -216,7 +216,9 @@ hp_status hp_program_run(hp_program *p);
  * queue records its collectives on a track of its own ("comm N (axes)"), the point-to-point queue
  * on "p2p", and a pass's copy streams (opts.ext's set_trace: HyperOffload) their copies with bytes.
  * A program whose nodes the backend runs as one batch gets each node's time from the batch
- * (back-to-back spans from the batch's start). hp_program_run_nodes records the same for its
+ * (spans from the batch's start, the batch's untimed time spread evenly between them so they fill
+ * its wall time), then one "trace record" span for the recorder's own time, tagged as the batch's
+ * last node (busy time, not idle, for a bubble read off the trace). hp_program_run_nodes records the same for its
  * range. Call it between runs; `tr` must outlive the program
  * or a later call with NULL (which waits for the copy streams). A pipeline runtime calls it before
  * each micro-batch's run to change the tags (cheap: no interning after the first call).

@@ -110,6 +110,11 @@ int hp_cli_plan_pipeline(const hp_run_config *cfg, int ranks, const char *calibr
         hp_sched_bubble th = hp_schedule_bubble_formula(s.kind, p, m, s.v, fu / n, bu / n, wu / n);
         printf("== bubble: simulated %.3f (each rank's own span: %.3f); formula %.3f at the mean stage times\n",
                pr.tl.bubble, pr.tl.bubble_span, th.sync);
+        if (cfg->pipeline.post_validate)
+            printf("== post_validate: consecutive steps overlap (each step checked during the next), so a step pays "
+                   "about the span bubble %.3f, not %.3f; a check that fails (a NaN or Inf, or a norm over "
+                   "optim.grad_clip %g) runs a step's schedule twice\n",
+                   pr.tl.bubble_span, pr.tl.bubble, cfg->optim.grad_clip);
         printf("== memory per rank (parameters, gradients, AdamW state and the micro-batches in flight%s)\n",
                o.offload ? "; the activations under the offload plan below" : "");
         for (int r = 0; r < p; r++) {

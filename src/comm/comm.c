@@ -296,7 +296,12 @@ static hp_status all_reduce(hp_comm *c, const void *sb, void *rb, size_t count, 
     HP_CHECK(req_begin(c, req, &r, &stack, HP__COMM_OP_ALL_REDUCE, count * hp_dtype_size(dt)));
     size_t bytes = count * hp_dtype_size(dt);
     void *out = rb;
-    if (req && !stage(r, &sb, bytes, &rb, bytes)) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
+    bool in_place = sb == rb; /* kept in place on the copy: MPI picks its algorithm (and sum order) by it */
+    if (req && !stage(r, &sb, in_place ? 0 : bytes, &rb, bytes)) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
+    if (in_place && r->out) {
+        memcpy(rb, out, bytes);
+        sb = rb;
+    }
     if (op == HP_REDUCE_AVG) {
         r->avg_buf = out; /* divided after the copy-out */
         r->avg_count = count;

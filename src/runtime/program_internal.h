@@ -60,6 +60,7 @@ struct hp_program {
     int trace_track;     /* the compute thread's track */
     hp_trace_span *trace_span; /* per exec entry: its span's fields (names interned at attach) */
     hp_trace_span trace_wait; /* the compute thread's wait spans */
+    int32_t trace_record_name; /* "trace record": the recorder's own time after a batch (hp__program_trace_batch) */
     int32_t *trace_issue; /* per exec entry on a queue: the name of its issue span ("issue all_reduce") */
 };
 
@@ -68,8 +69,8 @@ enum { EXEC_COMPUTE = 0, EXEC_ASYNC = 1, EXEC_INPLACE = 2, EXEC_VIEW = 3 };
 /* Attaches `tr` (NULL: detaches; waits for the copy streams first) with `tags`: interns the nodes'
  * names, registers the compute, queue and copy tracks. Errors: the recorder's (out of memory). */
 hp_status hp__program_trace_attach(hp_program *p, hp_trace *tr, const hp_trace_tags *tags);
-/* Records the spans of exec entries [e0, e1) run as one batch from time t0, each taking
- * exec_seconds[e]. */
+/* Records the spans of exec entries [e0, e1) run as one batch from time t0 until now, each taking
+ * exec_seconds[e], the batch's untimed time spread evenly between them. */
 void hp__program_trace_batch(hp_program *p, double t0, int e0, int e1);
 /* Records exec entry e's span [t0, now) on the compute track, when it ran there. */
 void hp__program_trace_node(hp_program *p, int e, double t0);

@@ -216,8 +216,10 @@ int main(int argc, char **argv) {
             CHECK(dp2.reward_mean >= 0.25, "dp2 actor: step 1 reward %g: too weak a start to compare", dp2.reward_mean);
             CHECK(t->reward_mean == dp2.reward_mean, "dp2 x tp2 actor: step 1 reward %g, dp2 actor %g", t->reward_mean,
                   dp2.reward_mean);
+            /* absolute floors: where every sample scores (reward 1, as with an AVX-512 OpenBLAS under the
+             * sanitizer build) the advantages are all 0, and the loss and norm are rounding noise */
             CHECK(fabs(t->loss - dp2.loss) <= 1e-5 * fabs(dp2.loss) + 1e-7 &&
-                  fabs(t->grad_norm - dp2.grad_norm) <= 1e-5 * dp2.grad_norm, "dp2 x tp2 actor: step 1 loss %.9g, "
+                  fabs(t->grad_norm - dp2.grad_norm) <= 1e-5 * dp2.grad_norm + 1e-7, "dp2 x tp2 actor: step 1 loss %.9g, "
                   "gradient norm %.9g; dp2 actor %.9g, %.9g", t->loss, t->grad_norm, dp2.loss, dp2.grad_norm);
             printf("step 1 reward: dp2 x tp2 actor %g, dp2 actor %g\n", t->reward_mean, dp2.reward_mean);
         }

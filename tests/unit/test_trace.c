@@ -322,8 +322,8 @@ static void test_ranks(void **state) {
     cJSON_Delete(doc);
 }
 
-/* A program records one span per node and run with its tags, phases from the node flags, and
- * stops when detached. */
+/* A program records one span per node and run with its tags, phases from the node flags, plus one
+ * "trace record" span for the recorder's own time after each batch, and stops when detached. */
 static void test_program(void **state) {
     (void)state;
     hp_graph *g = hp_graph_new();
@@ -349,10 +349,11 @@ static void test_program(void **state) {
     hp_trace_tags tags = {.stage = 2, .microbatch = 5, .phase = HP_TRACE_PHASE_NONE};
     assert_ok(hp_program_set_trace(p, tr, &tags));
     assert_ok(hp_program_run(p));
-    assert_int_equal(hp_trace_count(tr), 2 * (uint64_t)st.n_nodes);
+    /* each run: its nodes, and the recorder's own time after them ("trace record") */
+    assert_int_equal(hp_trace_count(tr), 2 * ((uint64_t)st.n_nodes + 1));
     assert_ok(hp_program_set_trace(p, NULL, NULL));
     assert_ok(hp_program_run(p));
-    assert_int_equal(hp_trace_count(tr), 2 * (uint64_t)st.n_nodes);
+    assert_int_equal(hp_trace_count(tr), 2 * ((uint64_t)st.n_nodes + 1));
     const char *path = tmp_path("program.json");
     assert_ok(hp_trace_write(tr, NULL, path));
     hp_program_free(p);
@@ -374,6 +375,11 @@ static void test_program(void **state) {
         backward += ph && !strcmp(ph, "B");
     }
     assert_true(backward >= 2);
+    /* the recording after the first run's nodes, tagged as its last node, after every node span */
+    const cJSON *rec = find(doc, "X", "trace record", 0);
+    assert_non_null(rec);
+    assert_int_equal((int)num(cJSON_GetObjectItem(rec, "args"), "stage"), 2);
+    assert_true(num(rec, "ts") >= num(lin, "ts") + num(lin, "dur"));
     cJSON_Delete(doc);
 }
 
