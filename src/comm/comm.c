@@ -298,10 +298,7 @@ static hp_status all_reduce(hp_comm *c, const void *sb, void *rb, size_t count, 
     void *out = rb;
     bool in_place = sb == rb; /* kept in place on the copy: MPI picks its algorithm (and sum order) by it */
     if (req && !stage(r, &sb, in_place ? 0 : bytes, &rb, bytes)) return req_end(HP_STATUS_OUT_OF_MEMORY, req, r);
-    if (in_place && r->out) {
-        memcpy(rb, out, bytes);
-        sb = rb;
-    }
+    if (in_place && r->out) memcpy(rb, out, bytes); /* sb == rb: both the copy */
     if (op == HP_REDUCE_AVG) {
         r->avg_buf = out; /* divided after the copy-out */
         r->avg_count = count;

@@ -137,24 +137,19 @@ hp_status hp__pipe_step_post(hp_trainer *t, bool settle, hp_step_metrics out[2],
     int64_t s = t->steps_done;
     HP_CHECK(hp_loader_batch_rows(t->loader, s, 0, t->cfg.train.batch, t->tok_buf, t->tgt_buf));
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
-    hp_pipeline_settled prev;
+    hp_pipeline_settled prev, last;
     HP_CHECK(hp_pipeline_step_post(t->pipe, t->tok_buf, t->tgt_buf, (float)lr, &prev));
-    hp_step_metrics done = t->launched;
-    hp_status st = prev.valid ? settled(t, &prev, &done) : HP_STATUS_OK;
-    if (prev.valid) out[(*n)++] = done;
+    hp_status st = prev.valid ? settled(t, &prev, &out[*n]) : HP_STATUS_OK;
+    if (prev.valid) (*n)++;
     t->launched = (hp_step_metrics){.step = s + 1, .lr = lr};
     t->pending = true;
     t->steps_done++; /* launched: the next call takes the next batch */
-    if (st == HP_STATUS_OK && settle) {
-        hp_pipeline_settled last;
-        st = hp_pipeline_settle(t->pipe, &last);
-        if (st == HP_STATUS_OK) st = settled(t, &last, &done);
-        if (st == HP_STATUS_OK) out[(*n)++] = done;
-    }
-    double dt = hp_now_seconds() - t0;
+    if (st == HP_STATUS_OK && settle) st = hp_pipeline_settle(t->pipe, &last);
+    double dt = hp_now_seconds() - t0; /* the launch, and with settle the settling too */
     t->launched.seconds = dt;
     t->launched.tokens_per_s = (double)t->cfg.train.batch * (double)t->cfg.model.context / dt;
-    if (settle && st == HP_STATUS_OK) out[*n - 1].seconds = dt, out[*n - 1].tokens_per_s = t->launched.tokens_per_s;
+    if (st == HP_STATUS_OK && settle) st = settled(t, &last, &out[*n]);
+    if (st == HP_STATUS_OK && settle) (*n)++;
     return st;
 }
 
