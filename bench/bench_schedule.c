@@ -19,12 +19,21 @@
  * schedules are compared (bubble fractions do not change with the scale).
  *
  *     ./build/bench/bench_schedule [F B W [LATENCY]]
+ *
+ * With --ranks it simulates one schedule with each rank's own times (every stage a rank holds runs
+ * that rank's F, B and W: the times measured per rank from a trace, bench/pipeline.sh) and prints
+ * one JSON line with the simulated synchronous bubble and the closed form at the ranks' mean times:
+ * the schedule's bubble on stages as unequal as the measured ones, which the closed forms (uniform
+ * times) leave out. B is the input-gradient part; under a schedule without W it is the whole backward.
+ *
+ *     ./build/bench/bench_schedule --ranks SCHEDULE M V F0 B0 W0 F1 B1 W1 ...   (p = the triples given)
  */
 #include "hp/schedule.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_ms(void) {
@@ -69,7 +78,61 @@ static int run(hp_sched_kind k, int p, int m, int v, const hp_sched_costs *c, do
     return 0;
 }
 
+/* --ranks SCHEDULE M V then F B W per rank: one schedule simulated with each rank's own times. */
+static int per_rank(int argc, char **argv) {
+    if (argc < 8 || (argc - 5) % 3) {
+        fprintf(stderr, "usage: bench_schedule --ranks SCHEDULE M V F0 B0 W0 [F1 B1 W1 ...]\n");
+        return 2;
+    }
+    hp_sched_kind kind;
+    if (hp_sched_kind_parse(argv[2], &kind) != HP_STATUS_OK) {
+        fprintf(stderr, "bench_schedule: %s\n", hp_error_message());
+        return 2;
+    }
+    int m = atoi(argv[3]), v = atoi(argv[4]), p = (argc - 5) / 3;
+    hp_schedule s;
+    if (hp_schedule_build(kind, p, m, v, &s) != HP_STATUS_OK) {
+        fprintf(stderr, "bench_schedule: %s p=%d m=%d v=%d: %s\n", argv[2], p, m, v, hp_error_message());
+        return 1;
+    }
+    double *t = malloc(3 * (size_t)s.n_stages * sizeof *t);
+    if (!t) {
+        hp_schedule_free(&s);
+        return 1;
+    }
+    double mean[3] = {0, 0, 0};
+    for (int x = 0; x < 3; x++) {
+        for (int r = 0; r < p; r++) mean[x] += atof(argv[5 + 3 * r + x]) / p;
+        for (int st = 0; st < s.n_stages; st++) t[x * s.n_stages + st] = atof(argv[5 + 3 * s.stage_rank[st] + x]);
+    }
+    hp_sched_costs c = HP_SCHED_COSTS_INIT;
+    c.f = mean[0], c.b = mean[1], c.w = mean[2];
+    c.f_stage = t, c.b_stage = t + s.n_stages, c.w_stage = t + 2 * s.n_stages;
+    hp_sched_timeline tl, tu;
+    hp_status st = hp_schedule_validate(&s, NULL, NULL, NULL);
+    if (st == HP_STATUS_OK) st = hp_schedule_simulate(&s, &c, &tl);
+    c.f_stage = c.b_stage = c.w_stage = NULL;
+    if (st == HP_STATUS_OK && (st = hp_schedule_simulate(&s, &c, &tu)) != HP_STATUS_OK) hp_sched_timeline_free(&tl);
+    if (st != HP_STATUS_OK) {
+        fprintf(stderr, "bench_schedule: %s p=%d m=%d: %s\n", argv[2], p, m, hp_error_message());
+        free(t);
+        hp_schedule_free(&s);
+        return 1;
+    }
+    hp_sched_bubble fo = hp_schedule_bubble_formula(kind, p, m, v, c.f, c.b, c.w);
+    printf("{\"bench\":\"schedule_ranks\",\"kind\":\"%s\",\"p\":%d,\"m\":%d,\"v\":%d,", hp_sched_kind_name(kind), p, m,
+           v);
+    json_num("bubble", tl.bubble, ","), json_num("bubble_uniform", tu.bubble, ",");
+    json_num("formula", fo.sync, ","), json_num("step_s", tl.step_time, "}\n");
+    hp_sched_timeline_free(&tl);
+    hp_sched_timeline_free(&tu);
+    free(t);
+    hp_schedule_free(&s);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--ranks")) return per_rank(argc, argv);
     double f = 1, b = 1, w = 1, lat = 0;
     if (argc >= 4) f = atof(argv[1]), b = atof(argv[2]), w = atof(argv[3]);
     if (argc >= 5) lat = atof(argv[4]);

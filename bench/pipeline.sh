@@ -4,7 +4,8 @@
 # schedule (split: auto), the step time `hp plan` predicts from the calibrated cost model against the
 # measured median step, and for the pipelines the bubble measured from a trace (hp train --trace,
 # bench/trace_bubble.py) with its closed form at the measured F, B and W times (bench/bubble_formula.py)
-# and their ratio. pp2-zb-v-post is ZB-V with post-validated steps (pipeline.post_validate), whose
+# and their ratio, and the schedule simulated with each rank's own measured F, B and W (bench_schedule
+# --ranks: the bubble of stages as unequal as the measured ones) and the ratio to it. pp2-zb-v-post is ZB-V with post-validated steps (pipeline.post_validate), whose
 # steps overlap: for it only the span bubble means something (trace_bubble.py --span: the steps after
 # the first 3 as one window, the waits between steps counted, the optimizer and the store copy busy),
 # set against synchronous 1F1B's span bubble of the same round. One JSON line per (round,
@@ -144,9 +145,9 @@ for ((round = 0; round < rounds; round++)); do
             bubble=$(python3 "$root/bench/trace_bubble.py" "$work/t.json" --skip 3 --name "$name" --span)
         fi
         PYTHONPATH="$root/bench" python3 -c '
-import json, sys
+import json, subprocess, sys
 from bubble_formula import formula
-name, rnd, pred, meas, l0, l1, bubble, mb = sys.argv[1:9]
+name, rnd, pred, meas, l0, l1, bubble, mb, sched = sys.argv[1:10]
 out = {"bench": "pipeline_plan", "config": name, "round": int(rnd), "predicted_s": float(pred),
        "measured_s": float(meas), "ratio": round(float(pred) / float(meas), 3), "load1": [float(l0), float(l1)]}
 if bubble != "null":
@@ -159,7 +160,15 @@ if bubble != "null":
     fo = formula(kind, 2, int(mb), v, mean("F"), mean("B"), mean("W"))["sync"]
     out["formula"] = round(fo, 4)
     out["bubble_over_formula"] = round(out["bubble"] / fo, 3) if fo > 0 else None
-print(json.dumps(out))' "$name" "$round" "$pred" "$meas" "$l0" "$(load)" "$bubble" "$mb" | tee -a "$results"
+    # the schedule simulated with each of the ranks own measured F, B and W (bench_schedule --ranks): the
+    # bubble of stages as unequal as the measured ones, which the closed form at uniform times leaves out
+    times = [str(out.get("rank%d_%s_ms" % (r, ph)) or 0.0) for r in (0, 1) for ph in ("F", "B", "W")]
+    sim = json.loads(subprocess.run([sched, "--ranks", kind, mb, str(v)] + times, check=True,
+                                    capture_output=True, text=True).stdout)
+    out["sim_ranks"] = round(sim["bubble"], 4)
+    out["bubble_over_sim_ranks"] = round(out["bubble"] / sim["bubble"], 3) if sim["bubble"] > 0 else None
+print(json.dumps(out))' "$name" "$round" "$pred" "$meas" "$l0" "$(load)" "$bubble" "$mb" "$build/bench/bench_schedule" |
+            tee -a "$results"
     done
 done
 python3 -c '
@@ -176,6 +185,9 @@ for name in dict.fromkeys(r["config"] for r in rows):
         out["formula"] = round(statistics.median(r["formula"] for r in rs), 4)
         out["bubble_over_formula"] = round(out["bubble"] / out["formula"], 3) if out["formula"] > 0 else None
         out["imbalance"] = round(statistics.median(r["imbalance"] for r in rs), 4)
+        out["bubble_over_sim_ranks"] = round(statistics.median(r["bubble_over_sim_ranks"] for r in rs), 3)
+        out["bubble_over_formula_per_round"] = sorted(r["bubble_over_formula"] for r in rs)
+        out["bubble_over_sim_ranks_per_round"] = sorted(r["bubble_over_sim_ranks"] for r in rs)
         out["span_bubble"] = round(statistics.median(r["span_bubble"] for r in rs), 4)
     out["load1_max"] = max(max(r["load1"]) for r in rs)
     print(json.dumps(out))

@@ -61,7 +61,8 @@ typedef enum hp_sched_kind {
 /* "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v", "user". Static storage;
  * "?" for a value out of range. */
 const char *hp_sched_kind_name(hp_sched_kind kind);
-/* The kind named `name` (the names above, case-insensitive; "interleaved" is also accepted).
+/* The kind named `name` (the names above, case-insensitive; the config's "interleaved" and
+ * "dualpipev" are also accepted).
  * Errors: HP_STATUS_INVALID_ARGUMENT naming `name` and listing the names. */
 hp_status hp_sched_kind_parse(const char *name, hp_sched_kind *out);
 

@@ -27,8 +27,8 @@ hp_status hp_sched_kind_parse(const char *name, hp_sched_kind *out) {
             *out = (hp_sched_kind)k;
             return HP_STATUS_OK;
         }
-    if (strcasecmp(name, "interleaved") == 0) {
-        *out = HP_SCHED_KIND_INTERLEAVED_1F1B;
+    if (strcasecmp(name, "interleaved") == 0 || strcasecmp(name, "dualpipev") == 0) { /* the config's names */
+        *out = name[0] == 'i' || name[0] == 'I' ? HP_SCHED_KIND_INTERLEAVED_1F1B : HP_SCHED_KIND_DUALPIPE_V;
         return HP_STATUS_OK;
     }
     return hp_error(HP_STATUS_INVALID_ARGUMENT,

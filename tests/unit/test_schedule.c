@@ -174,6 +174,8 @@ static void test_build_errors(void **state) {
     assert_int_equal(k, HP_SCHED_KIND_ZB_V);
     assert_ok(hp_sched_kind_parse("interleaved", &k));
     assert_int_equal(k, HP_SCHED_KIND_INTERLEAVED_1F1B);
+    assert_ok(hp_sched_kind_parse("DualPipeV", &k));
+    assert_int_equal(k, HP_SCHED_KIND_DUALPIPE_V);
     expect_error(hp_sched_kind_parse("zb-h3", &k), HP_STATUS_INVALID_ARGUMENT, "'zb-h3'");
     for (int i = 0; i < HP_SCHED_KIND_COUNT; i++) {
         assert_ok(hp_sched_kind_parse(hp_sched_kind_name((hp_sched_kind)i), &k));
