@@ -103,6 +103,7 @@ hp_status hp_schedule_render(const hp_schedule *s, const hp_sched_timeline *tl, 
     for (int r = 0; r < s->p; r++) {
         first[r] = k;
         long cur = 0;
+        double prev_end = 0;
         for (int i = 0; i < s->n_actions[r]; i++) {
             const hp_sched_action *a = &s->actions[r][i];
             if (!hp__sched_is_compute(a->op)) continue;
@@ -120,8 +121,11 @@ hp_status hp_schedule_render(const hp_schedule *s, const hp_sched_timeline *tl, 
                     i = j;
                 }
             }
-            c->col = lround(t0 / slot);
-            if (c->col < cur) c->col = cur;
+            /* A cell follows the rank's previous one after the rank's idle time before it, in
+             * slots: placing every cell at round(start / slot) would open a column wherever actions
+             * a little longer than the slot have added up to one (a bubble drawn where there is none). */
+            c->col = cur + lround(fmax(t0 - prev_end, 0.0) / slot);
+            prev_end = t1;
             c->width = lround((t1 - t0) / slot);
             if (c->width < 1) c->width = 1;
             cur = c->col + c->width;

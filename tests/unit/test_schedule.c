@@ -550,6 +550,21 @@ static void test_render_exact(void **state) {
     assert_non_null(strstr(text, "rank 1: .        1F0"));
     free(text);
     hp_schedule_free(&s);
+    /* Times a few percent apart (measured ones) draw the columns of uniform times: no idle column
+     * where the longer actions have added up to a slot. */
+    build(HP_SCHED_KIND_ZB_V, 2, 8, 0, &s);
+    char *uniform;
+    assert_ok(hp_schedule_render(&s, NULL, &uniform));
+    hp_sched_costs c = HP_SCHED_COSTS_INIT;
+    c.f = 1.0, c.b = 1.05, c.w = 1.03;
+    hp_sched_timeline tl;
+    assert_ok(hp_schedule_simulate(&s, &c, &tl));
+    assert_ok(hp_schedule_render(&s, &tl, &text));
+    assert_string_equal(text, uniform);
+    free(text);
+    free(uniform);
+    hp_sched_timeline_free(&tl);
+    hp_schedule_free(&s);
 }
 
 static void test_render_parse_roundtrip(void **state) {
