@@ -14,7 +14,8 @@ the median, min and max bubble over the steps, the ranks, steps counted, the imb
 rank's action time less the ranks' mean, over the window: idle that unequal stages force whatever
 the schedule, which the closed forms at uniform times leave out), and each rank's mean F, B and W
 action time in ms (where a rank splits some backwards into B and W, B is the mean of those split
-B's: its whole ones, DualPipeV's, are B + W; where it splits none, the whole backward counts as B).
+B's and BW the mean of its whole ones, DualPipeV's; where it splits none, the whole backward counts
+as B and BW is null).
 
 With --span it also reports span_bubble: the steps after the first N taken as one window, from
 their first action's start to the end of their last action, optimizer program or post-validation
@@ -74,7 +75,7 @@ def main(argv):
         print(f"trace_bubble: {path}: no pipeline actions after step {skip}", file=sys.stderr)
         return 1
     bubbles, imbalance = [], []
-    phase_ms = {r: {"F": [], "B": [], "W": []} for r in ranks}
+    phase_ms = {r: {"F": [], "B": [], "W": [], "BW": []} for r in ranks}
     for s in steps:
         acts = [(k, v) for k, v in actions if k[0] == s]
         lo = min(v[0] for _, v in acts)
@@ -87,9 +88,8 @@ def main(argv):
         # DualPipeV's unsplit ones): a split schedule's B time is its split B's, else it is the whole
         has_w = {(k[1], k[2], k[3]) for k, _ in acts if k[4] == "W"}
         for k, v in acts:
-            if k[4] == "B" and any(w[0] == k[1] for w in has_w) and (k[1], k[2], k[3]) not in has_w:
-                continue
-            phase_ms[k[1]][k[4]].append((v[1] - v[0]) / 1e3)
+            whole = k[4] == "B" and any(w[0] == k[1] for w in has_w) and (k[1], k[2], k[3]) not in has_w
+            phase_ms[k[1]]["BW" if whole else k[4]].append((v[1] - v[0]) / 1e3)
     out = {
         "bench": "pipeline_trace_bubble",
         "name": name,
@@ -112,7 +112,7 @@ def main(argv):
         out["span_bubble"] = round(1 - busy / (len(ranks) * (hi - lo)), 4)
         out["span_ms_per_step"] = round((hi - lo) / 1e3 / len(steps), 2)
     for r in ranks:
-        for ph in ("F", "B", "W"):
+        for ph in ("F", "B", "W", "BW"):
             xs = phase_ms[r][ph]
             out[f"rank{r}_{ph}_ms"] = round(statistics.mean(xs), 3) if xs else None
     print(json.dumps(out))
