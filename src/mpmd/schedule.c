@@ -27,10 +27,15 @@ hp_status hp_sched_kind_parse(const char *name, hp_sched_kind *out) {
             *out = (hp_sched_kind)k;
             return HP_STATUS_OK;
         }
-    if (strcasecmp(name, "interleaved") == 0 || strcasecmp(name, "dualpipev") == 0) { /* the config's names */
-        *out = name[0] == 'i' || name[0] == 'I' ? HP_SCHED_KIND_INTERLEAVED_1F1B : HP_SCHED_KIND_DUALPIPE_V;
-        return HP_STATUS_OK;
-    }
+    static const struct {
+        const char *name;
+        hp_sched_kind kind;
+    } CONFIG_NAMES[] = {{"interleaved", HP_SCHED_KIND_INTERLEAVED_1F1B}, {"dualpipev", HP_SCHED_KIND_DUALPIPE_V}};
+    for (size_t k = 0; k < sizeof CONFIG_NAMES / sizeof CONFIG_NAMES[0]; k++)
+        if (strcasecmp(name, CONFIG_NAMES[k].name) == 0) {
+            *out = CONFIG_NAMES[k].kind;
+            return HP_STATUS_OK;
+        }
     return hp_error(HP_STATUS_INVALID_ARGUMENT,
                     "unknown pipeline schedule '%s' (expected gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
                     "dualpipe-v or user)",
