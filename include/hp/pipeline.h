@@ -244,6 +244,14 @@ hp_status hp_pipeline_step_post(hp_pipeline *pp, const int32_t *tokens, const in
  * last->valid false when none was pending): on a failed check the update is redone (or skipped).
  * Collective over opts.comm. Errors: the communicator's and the update's. */
 hp_status hp_pipeline_settle(hp_pipeline *pp, hp_pipeline_settled *last);
+/* Takes back the pending post-validated step whatever its check says (none pending: nothing to
+ * do): the store restored from the step's copy (parameters, optimizer state, step count as before
+ * its update), its gradient accumulators zeroed, and its check's all-reduce waited for and dropped.
+ * For a caller that stops at the previous step (a non-finite step past train.skip_nonfinite,
+ * settled during this one): the store is left as that step left it, with nothing unchecked applied.
+ * Collective over opts.comm (every rank takes the step back). Errors: the communicator's (the
+ * store is restored either way); HP_STATUS_INTERNAL when the store changed since the copy. */
+hp_status hp_pipeline_discard(hp_pipeline *pp);
 
 /*
  * Records this rank's schedule into `tr` from now on (hp/trace.h; NULL: stops): each F, B and W

@@ -135,8 +135,9 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m);
  * or skipped, and the next step's schedule run again). m->seconds is the wall time of the call
  * that launched the step (with `settle`, its settling too). steps_done counts launched steps.
  * Errors: hp_trainer_step's. A non-finite step past train.skip_nonfinite is reported when it
- * settles, when the next step may already be applied: its message's "parameters and optimizer
- * state" then hold one unchecked step more.
+ * settles, during the next call: that call's step, already applied unchecked, is then taken back
+ * (hp_pipeline_discard), so the parameters and optimizer state are those the message names, as
+ * hp_trainer_step leaves them, and steps_done counts the steps before the non-finite one.
  */
 hp_status hp_trainer_step_post(hp_trainer *t, bool settle, hp_step_metrics m[2], int *n);
 /* Settles a pending post-validated step (collective over the pipeline) and returns the metrics

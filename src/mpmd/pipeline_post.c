@@ -150,6 +150,21 @@ hp_status hp_pipeline_settle(hp_pipeline *pp, hp_pipeline_settled *last) {
     return HP_STATUS_OK;
 }
 
+hp_status hp_pipeline_discard(hp_pipeline *pp) {
+    if (!pp->post.pending) return HP_STATUS_OK;
+    hp_status wait = hp_comm_wait(pp->post.req); /* its result is not needed, only its buffers back */
+    pp->post.req = NULL;
+    pp->post.pending = false;
+    double t0 = hp_now_seconds();
+    hp_status st = copy_store(pp, true);
+    if (st == HP_STATUS_OK) {
+        pp->step = pp->post.step_before;
+        st = hp__pp_zero_accumulators(pp);
+    }
+    pp->stats.update_seconds += hp_now_seconds() - t0;
+    return st != HP_STATUS_OK ? st : wait;
+}
+
 void hp__pp_post_after_failure(hp_pipeline *pp) {
     if (!pp->post.pending) return;
     bool done = false;

@@ -327,15 +327,19 @@ hp_status hp_trainer_step(hp_trainer *t, hp_step_metrics *m) {
     return hp__trainer_account(t, m);
 }
 
+bool hp__trainer_stops(const hp_trainer *t, double loss, double grad_norm) {
+    return !(isfinite(loss) && isfinite(grad_norm)) && t->nonfinite_in_row + 1 > t->cfg.train.skip_nonfinite;
+}
+
 hp_status hp__trainer_judge(hp_trainer *t, hp_step_metrics *m) {
     /* The step's guard applied no update when either is NaN or Inf (hp_train_step_build). */
+    bool stop = hp__trainer_stops(t, m->loss, m->grad_norm);
     if (isfinite(m->loss) && isfinite(m->grad_norm)) {
         t->nonfinite_in_row = 0;
         t->last_applied = m->step;
     } else {
         t->nonfinite_in_row++;
-        if (t->nonfinite_in_row > t->cfg.train.skip_nonfinite)
-            return hp__trainer_nonfinite_error(t, m->step, m->loss, m->grad_norm);
+        if (stop) return hp__trainer_nonfinite_error(t, m->step, m->loss, m->grad_norm);
         t->skipped_total++;
         m->skipped = true;
     }

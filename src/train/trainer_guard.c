@@ -4,6 +4,8 @@
  */
 #include "train/trainer_internal.h"
 
+#include "hp/pipeline.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,21 +27,29 @@ static int64_t first_nonfinite(const float *x, int64_t n) {
 static void find_first(hp_trainer *t, char *out, size_t cap) {
     hp_trainer_prog *pr = &t->train;
     int n = pr->step.n_params;
-    if (hp_program_sync(pr->p) != HP_STATUS_OK) {
+    if (pr->p && hp_program_sync(pr->p) != HP_STATUS_OK) {
         snprintf(out, cap, "unknown (deferred optimizer updates failed: %s)", hp_error_message());
         return;
     }
+    /* a pipeline's parameters are in its stages' store (those of this rank's stages), and its
+     * gradients in the stages' programs: only the parameters are looked at */
+    hp_store *store = t->pipe ? hp_pipeline_store(t->pipe) : t->store;
     for (int i = 0; i < n; i++) {
         const char *name = hp_graph_tensor(pr->lg, pr->step.params[i])->name;
         hp_store_entry_info e;
-        if (hp_store_info(t->store, name, &e) != HP_STATUS_OK || e.tier == HP_TIER_DISK) continue;
-        const float *x = hp_store_data(t->store, name);
+        if (hp_store_info(store, name, &e) != HP_STATUS_OK || e.tier == HP_TIER_DISK) continue;
+        const float *x = hp_store_data(store, name);
         int64_t k = first_nonfinite(x, hp_shape_numel(&e.local_shape));
         if (k >= 0) {
             snprintf(out, cap, "parameter '%s' (element %lld of this rank's block is %g)", name, (long long)k,
                      (double)x[k]);
             return;
         }
+    }
+    if (t->pipe || !pr->part) {
+        snprintf(out, cap, "none among the parameters of this rank's pipeline stages (the loss or a gradient is not "
+                 "finite, or another rank's block)");
+        return;
     }
     int *order = malloc(sizeof *order * (n > 0 ? (size_t)n : 1));
     if (!order) {

@@ -99,6 +99,9 @@ hp_status hp__trainer_account(hp_trainer *t, hp_step_metrics *m);
 /* hp__trainer_account's judgement of step m->step alone (steps_done not moved): a post-validated
  * step is judged when it settles, after steps_done counted its launch. */
 hp_status hp__trainer_judge(hp_trainer *t, hp_step_metrics *m);
+/* Whether hp__trainer_judge stops the run at a step of this loss and gradient norm (non-finite,
+ * past train.skip_nonfinite in a row). */
+bool hp__trainer_stops(const hp_trainer *t, double loss, double grad_norm);
 
 hp_gpt_config hp__gpt_config_from(const hp_model_config *m);
 

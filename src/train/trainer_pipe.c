@@ -139,6 +139,19 @@ hp_status hp__pipe_step_post(hp_trainer *t, bool settle, hp_step_metrics out[2],
     double lr = hp_lr_at(&t->cfg.optim, s + 1, t->cfg.train.steps);
     hp_pipeline_settled prev, last;
     HP_CHECK(hp_pipeline_step_post(t->pipe, t->tok_buf, t->tgt_buf, (float)lr, &prev));
+    if (prev.valid && hp__trainer_stops(t, prev.loss, prev.grad_norm)) {
+        /* The run stops at the previous step: this one, applied unchecked, is taken back, so the
+         * store holds what the error message says (the synchronous trainer's state). */
+        char why[1024] = "";
+        if (hp_pipeline_discard(t->pipe) != HP_STATUS_OK) snprintf(why, sizeof why, "%s", hp_error_message());
+        hp_status st = settled(t, &prev, &out[*n]); /* HP_STATUS_NONFINITE naming the previous step */
+        t->steps_done = s - 1;                       /* as hp_trainer_step leaves it: that step not done */
+        if (!why[0]) return st;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", hp_error_message());
+        return hp_error(st, "%s; step %lld, launched before that was known, could not be taken back: %s", msg,
+                        (long long)(s + 1), why);
+    }
     hp_status st = prev.valid ? settled(t, &prev, &out[*n]) : HP_STATUS_OK;
     if (prev.valid) (*n)++;
     t->launched = (hp_step_metrics){.step = s + 1, .lr = lr};
