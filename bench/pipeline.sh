@@ -5,12 +5,13 @@
 # measured median step, and for the pipelines the bubble measured from a trace (hp train --trace,
 # bench/trace_bubble.py) with its closed form at the measured F, B and W times (bench/bubble_formula.py)
 # and their ratio, and the schedule simulated with each rank's own measured F, B and W (bench_schedule
-# --ranks: the bubble of stages as unequal as the measured ones) and the ratio to it. pp2-zb-v-post is ZB-V with post-validated steps (pipeline.post_validate), whose
-# steps overlap: for it only the span bubble means something (trace_bubble.py --span: the steps after
-# the first 3 as one window, the waits between steps counted, the optimizer and the store copy busy),
-# set against synchronous 1F1B's span bubble of the same round. One JSON line per (round,
-# configuration), then one summary line per configuration with the medians over the rounds, and the
-# span bubbles of ZB-V (synchronous and post-validated) over 1F1B's.
+# --ranks: the bubble of stages as unequal as the measured ones) and the ratio to it. pp2-zb-v-post
+# is ZB-V with post-validated steps (pipeline.post_validate), whose steps overlap: for it only the
+# span bubble means something (trace_bubble.py --span: the steps after the first 3 as one window,
+# the waits between steps counted, the optimizer and the store copy busy), set against synchronous
+# 1F1B's span bubble of the same round. One JSON line per (round, configuration), then one summary
+# line per configuration with the medians over the rounds, and the span bubbles of ZB-V
+# (synchronous and post-validated) over 1F1B's.
 #
 #   bench/pipeline.sh [BUILD_DIR] [ROUNDS] [STEPS]
 #

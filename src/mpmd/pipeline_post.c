@@ -69,6 +69,13 @@ static hp_status copy_store(hp_pipeline *pp, bool restore) {
     return HP_STATUS_OK;
 }
 
+/* Takes the pending step's update back: the store from its copy, the optimizer's step count. */
+static hp_status restore_copy(hp_pipeline *pp) {
+    HP_CHECK(copy_store(pp, true));
+    pp->step = pp->post.step_before;
+    return HP_STATUS_OK;
+}
+
 /* Whether the synchronous step would have updated with a clip scale of exactly 1: a finite loss
  * and norm, and no clip or one the norm stays under (the CLIP_SCALE kernel's own arithmetic). */
 static bool passes(const hp_pipeline *pp, double loss, double sq) {
@@ -95,8 +102,7 @@ static hp_status settle(hp_pipeline *pp, hp_pipeline_settled *out, bool *redone)
     if (!isfinite(loss)) out->grad_norm = NAN; /* as hp_pipeline_step reports a skipped step */
     if (!passes(pp, loss, sq)) {
         double t1 = hp_now_seconds();
-        HP_CHECK(copy_store(pp, true));
-        pp->step = pp->post.step_before;
+        HP_CHECK(restore_copy(pp));
         out->rolled_back = true;
         out->skipped = !isfinite(loss) || !isfinite(sq);
         if (out->skipped) HP_CHECK(hp__pp_zero_accumulators(pp));
@@ -134,8 +140,7 @@ hp_status hp_pipeline_step_post(hp_pipeline *pp, const int32_t *tokens, const in
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", hp_error_message());
         hp__pp_post_drop(pp);
-        pp->step = pp->post.step_before;
-        (void)copy_store(pp, true);
+        (void)restore_copy(pp);
         return hp_error(st, "%s", msg);
     }
     if (prev) *prev = s;
@@ -156,11 +161,8 @@ hp_status hp_pipeline_discard(hp_pipeline *pp) {
     pp->post.req = NULL;
     pp->post.pending = false;
     double t0 = hp_now_seconds();
-    hp_status st = copy_store(pp, true);
-    if (st == HP_STATUS_OK) {
-        pp->step = pp->post.step_before;
-        st = hp__pp_zero_accumulators(pp);
-    }
+    hp_status st = restore_copy(pp);
+    if (st == HP_STATUS_OK) st = hp__pp_zero_accumulators(pp);
     pp->stats.update_seconds += hp_now_seconds() - t0;
     return st != HP_STATUS_OK ? st : wait;
 }

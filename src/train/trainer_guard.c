@@ -27,7 +27,7 @@ static int64_t first_nonfinite(const float *x, int64_t n) {
 static void find_first(hp_trainer *t, char *out, size_t cap) {
     hp_trainer_prog *pr = &t->train;
     int n = pr->step.n_params;
-    if (pr->p && hp_program_sync(pr->p) != HP_STATUS_OK) {
+    if (!t->pipe && hp_program_sync(pr->p) != HP_STATUS_OK) {
         snprintf(out, cap, "unknown (deferred optimizer updates failed: %s)", hp_error_message());
         return;
     }
@@ -46,7 +46,7 @@ static void find_first(hp_trainer *t, char *out, size_t cap) {
             return;
         }
     }
-    if (t->pipe || !pr->part) {
+    if (t->pipe) {
         snprintf(out, cap, "none among the parameters of this rank's pipeline stages (the loss or a gradient is not "
                  "finite, or another rank's block)");
         return;

@@ -11,7 +11,8 @@
  * two unsettled steps settles the pending one and its metrics come with the next call;
  * hp_trainer_step on a post-validated config settles at once and refuses while a step is
  * unreported. A run stopped by a non-finite step stops at the synchronous run's step with its
- * parameters (the step launched before the failure was known taken back). 2 ranks: ZB-V over two one-rank stages; 4 ranks: 1F1B over two dp2 stages.
+ * parameters (the step launched before the failure was known taken back). 2 ranks: ZB-V over two
+ * one-rank stages; 4 ranks: 1F1B over two dp2 stages.
  */
 #include "hp/comm_mpi.h"
 #include "hp/config.h"
