@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # HyperMPMD measured on this machine (docs/benchmarks.md, "HyperMPMD: measured against the plan"):
-# for one small GPT trained through `hp train`, as one rank, dp2, tp2 and a pp2 pipeline under every
+# for one small GPT trained through `hp train`, as one rank, dp2, tp2, fsdp2 and a pp2 pipeline under every
 # schedule (split: auto), the step time `hp plan` predicts from the calibrated cost model against the
 # measured median step, and for the pipelines the bubble measured from a trace (hp train --trace,
 # bench/trace_bubble.py) with its closed form at the measured F, B and W times (bench/bubble_formula.py)
@@ -74,6 +74,16 @@ strategy:
     - {match: "blocks.*.mlp.proj.weight", tensor_map: [none, tp]}
 EOF
 } > tp2.yaml
+{ # ZeRO-3 / FSDP: the batch and every parameter (so its gradient and AdamW state) split over dp
+    base "$steps"
+    cat <<'EOF'
+strategy:
+  mesh: {device_matrix: [2], alias_name: [dp]}
+  inputs: {tokens: [dp, none], targets: [dp, none]}
+  params:
+    - {match: "*", tensor_map: [dp]}
+EOF
+} > fsdp2.yaml
 { # one pipeline stage over both ranks, tensor parallel inside: the stage's collectives in the plan
     base "$steps"
     cat <<EOF
@@ -104,7 +114,7 @@ pipe dualpipev 2 > pp2-dualpipev.yaml
 # work (the synchronous step all-reduces the norm either way), only the numbers it trains to
 clip=100.0 pipe zb-v 2 true > pp2-zb-v-post.yaml
 
-names=(single dp2 tp2 pp1-tp2 pp2-gpipe pp2-1f1b pp2-interleaved pp2-zb-h1 pp2-zb-v pp2-dualpipev pp2-zb-v-post)
+names=(single dp2 tp2 fsdp2 pp1-tp2 pp2-gpipe pp2-1f1b pp2-interleaved pp2-zb-h1 pp2-zb-v pp2-dualpipev pp2-zb-v-post)
 only="${HP_BENCH_ONLY:-}"
 want() { [[ -z "$only" || " $only " == *" $1 "* ]]; }
 load() { cut -d' ' -f1 /proc/loadavg; }
